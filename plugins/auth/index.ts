@@ -1,0 +1,42 @@
+import { keyUnusableReason } from '../../src/auth/key-cache';
+import { GatewayError } from '../../src/errors/gateway-error';
+import type { StageDefinition } from '../../src/pipeline/types';
+import type { Services } from '../../src/services';
+import schema from './schema.json';
+
+export interface AuthConfig {
+  accept_x_api_key: boolean;
+}
+
+const MISSING = 'Missing Authentication header';
+/** One answer for every unusable key (unknown, revoked, disabled, expired): nothing to probe. */
+const INVALID = 'Invalid API key';
+
+/**
+ * `auth`: `Authorization: Bearer <key>` (or `x-api-key`), looked up by hash; sets `state.key`.
+ */
+export const auth: StageDefinition<AuthConfig, Services> = {
+  id: 'auth',
+  configSchema: schema,
+  create(config, services) {
+    return async (ctx, next) => {
+      const header = ctx.get('authorization');
+      let presented = '';
+      if (header) {
+        const m = /^Bearer\s+(.+)$/i.exec(header.trim());
+        if (!m) throw new GatewayError('authentication', INVALID);
+        presented = m[1].trim();
+      } else if (config.accept_x_api_key) {
+        presented = ctx.get('x-api-key').trim();
+      }
+      if (!presented) throw new GatewayError('authentication', MISSING);
+      const key = await services.keys.find(presented);
+      if (!key || keyUnusableReason(key) !== null) throw new GatewayError('authentication', INVALID);
+      const state = ctx.state.gateway;
+      state.key = key;
+      state.span.setAttribute('gateway.key_id', key.id);
+      state.span.setAttribute('gateway.workspace_id', key.workspaceId);
+      await next();
+    };
+  },
+};

@@ -1,0 +1,27 @@
+import type { StageDefinition } from '../../src/pipeline/types';
+import type { Services } from '../../src/services';
+import schema from './schema.json';
+
+export interface UpstreamConfig {
+  forward_headers: string[];
+}
+
+/**
+ * `upstream`: sends the request to the model's provider endpoints (routing in src/routing) and sets
+ * `state.response`; stages after it see the answer (and may wrap a stream) after `await next()`.
+ */
+export const upstream: StageDefinition<UpstreamConfig, Services> = {
+  id: 'upstream',
+  configSchema: schema,
+  create(config, services) {
+    return async (ctx, next) => {
+      const forward: Record<string, string> = {};
+      for (const name of config.forward_headers) {
+        const v = ctx.get(name);
+        if (v) forward[name] = v;
+      }
+      ctx.state.gateway.response = await services.dispatch(ctx.state.gateway, forward);
+      await next();
+    };
+  },
+};

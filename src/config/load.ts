@@ -1,0 +1,154 @@
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import Ajv, { type ErrorObject } from 'ajv';
+import { parse as parseYaml } from 'yaml';
+import type { StageRegistry } from '../pipeline/types';
+import type { GatewayConfig } from './types';
+import { findPackageFile } from './package-root';
+
+/** A config that cannot be used; `message` starts with the path of the bad field. */
+export class ConfigError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ConfigError';
+  }
+}
+
+const ENV_REF = /\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}/g;
+
+/**
+ * Replaces `${VAR}` and `${VAR:-default}` in every string of the parsed YAML tree. An unset variable
+ * without a default fails with the path of the field, so a forgotten secret is caught at start.
+ */
+export function interpolateEnv(value: unknown, env: NodeJS.ProcessEnv, at = ''): unknown {
+  if (typeof value === 'string') {
+    return value.replace(ENV_REF, (_m, name: string, hasDefault: string | undefined, def: string | undefined) => {
+      const v = env[name];
+      if (v !== undefined && v !== '') return v;
+      if (hasDefault !== undefined) return def ?? '';
+      throw new ConfigError(`${at || '(root)'}: environment variable ${name} is not set`);
+    });
+  }
+  if (Array.isArray(value)) return value.map((v, i) => interpolateEnv(v, env, `${at}[${i}]`));
+  if (value && typeof value === 'object') {
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(value)) out[k] = interpolateEnv(v, env, at ? `${at}.${k}` : k);
+    return out;
+  }
+  return value;
+}
+
+/** `/providers/1/kind` → `providers[1].kind` */
+function fieldPath(instancePath: string, extra?: string): string {
+  const parts = instancePath.split('/').slice(1);
+  if (extra) parts.push(extra);
+  let out = '';
+  for (const p of parts) out += /^\d+$/.test(p) ? `[${p}]` : out ? `.${p}` : p;
+  return out || '(root)';
+}
+
+function describe(errors: ErrorObject[]): string {
+  // ajv reports every failed oneOf branch; the most specific error is the deepest non-oneOf one.
+  const specific = errors.filter((e) => e.keyword !== 'oneOf' && e.keyword !== 'if');
+  const pick = (specific.length ? specific : errors).reduce((a, b) =>
+    b.instancePath.length > a.instancePath.length ? b : a,
+  );
+  if (pick.keyword === 'additionalProperties') {
+    return `${fieldPath(pick.instancePath, String(pick.params.additionalProperty))}: unknown field`;
+  }
+  if (pick.keyword === 'required') {
+    return `${fieldPath(pick.instancePath, String(pick.params.missingProperty))}: is required`;
+  }
+  if (pick.keyword === 'enum' || pick.keyword === 'const') {
+    const allowed = (pick.params.allowedValues ?? [pick.params.allowedValue]) as unknown[];
+    return `${fieldPath(pick.instancePath)}: must be one of ${allowed.join(', ')}`;
+  }
+  return `${fieldPath(pick.instancePath)}: ${pick.message ?? 'is invalid'}`;
+}
+
+export interface LoadOptions {
+  registry: StageRegistry;
+  env?: NodeJS.ProcessEnv;
+}
+
+/** Validates a parsed config object (after interpolation): schema, stage ids, stage configs, references. */
+export function validateConfig(raw: unknown, options: LoadOptions): GatewayConfig {
+  const schema = JSON.parse(readFileSync(findPackageFile('schemas/gateway.schema.json'), 'utf8'));
+  schema.definitions.stageId.enum = [...options.registry.keys()];
+  // coerceTypes: `port: ${PORT:-8080}` interpolates to a string; the schema's type turns it back into a number.
+  const ajv = new Ajv({ useDefaults: true, allErrors: true, strict: false, coerceTypes: true });
+  const validate = ajv.compile<GatewayConfig>(schema);
+  if (!validate(raw)) throw new ConfigError(describe(validate.errors ?? []));
+  const config = raw;
+
+  for (const [id, stageConfig] of Object.entries(config.plugins)) {
+    const def = options.registry.get(id);
+    if (!def) throw new ConfigError(`plugins.${id}: unknown stage id (known: ${[...options.registry.keys()].join(', ')})`);
+    const check = ajv.compile(def.configSchema);
+    const value = stageConfig ?? {};
+    if (!check(value)) throw new ConfigError(`plugins.${id}.${describe(check.errors ?? []).replace('(root)', '').replace(/^\.?/, '')}`);
+    config.plugins[id] = value;
+  }
+  // Give every stage in use its defaults even when the operator wrote no config for it.
+  for (const list of Object.values(config.pipelines)) {
+    for (const id of list ?? []) {
+      if (config.plugins[id] !== undefined) continue;
+      const value = {};
+      ajv.compile(options.registry.get(id)!.configSchema)(value);
+      config.plugins[id] = value;
+    }
+  }
+  checkReferences(config);
+  return config;
+}
+
+function checkReferences(config: GatewayConfig): void {
+  const providerIds = new Set<string>();
+  config.providers.forEach((p, i) => {
+    if (providerIds.has(p.id)) throw new ConfigError(`providers[${i}].id: duplicate provider id "${p.id}"`);
+    providerIds.add(p.id);
+  });
+  const modelIds = new Set<string>();
+  config.models.forEach((m, i) => {
+    if (modelIds.has(m.id)) throw new ConfigError(`models[${i}].id: duplicate model id "${m.id}"`);
+    modelIds.add(m.id);
+    m.endpoints.forEach((e, j) => {
+      if (!providerIds.has(e.provider)) {
+        throw new ConfigError(`models[${i}].endpoints[${j}].provider: unknown provider "${e.provider}"`);
+      }
+    });
+  });
+  for (const [name, list] of Object.entries(config.pipelines)) {
+    if (!list) continue;
+    for (const required of ['auth', 'upstream']) {
+      if (!list.includes(required)) throw new ConfigError(`pipelines.${name}: must include the "${required}" stage`);
+    }
+    if (list[0] !== 'auth') throw new ConfigError(`pipelines.${name}: "auth" must be the first stage`);
+  }
+}
+
+/**
+ * Reads, interpolates and validates a gateway.yaml.
+ *
+ * @example const config = loadConfig('./gateway.yaml', { registry });
+ */
+export function loadConfig(file: string, options: LoadOptions): GatewayConfig {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new ConfigError(`${path.resolve(file)}: cannot read (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
+  }
+  return parseConfigText(text, options);
+}
+
+export function parseConfigText(text: string, options: LoadOptions): GatewayConfig {
+  let parsed: unknown;
+  try {
+    parsed = parseYaml(text);
+  } catch (err) {
+    throw new ConfigError(`(yaml): ${(err as Error).message.split('\n')[0]}`);
+  }
+  if (!parsed || typeof parsed !== 'object') throw new ConfigError('(root): must be a mapping');
+  return validateConfig(interpolateEnv(parsed, options.env ?? process.env), options);
+}

@@ -1,0 +1,75 @@
+import type { StorageConfig } from '../store';
+
+/** gateway.yaml after ${ENV} interpolation, schema validation and defaults (schemas/gateway.schema.json). */
+export interface GatewayConfig {
+  server: {
+    host: string;
+    port: number;
+    base_path: string;
+    max_body_bytes: number;
+    user_hash_salt?: string;
+    watch_config: boolean;
+  };
+  storage: StorageConfig;
+  state: { driver: 'memory' | 'redis'; url?: string };
+  telemetry: { exporter: 'none' | 'console' | 'otlp'; endpoint?: string; service_name: string };
+  logging: { level: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent' };
+  providers: ProviderConfig[];
+  models: ModelConfig[];
+  pipelines: { default: string[]; messages?: string[]; chat_completions?: string[] };
+  free_models: { daily_requests: number };
+  plugins: Record<string, unknown>;
+}
+
+export type ProviderConfig = OpenAIProviderConfig | AnthropicProviderConfig | SimulatedProviderConfig;
+
+interface ProviderBase {
+  id: string;
+  region: string;
+}
+
+export interface OpenAIProviderConfig extends ProviderBase {
+  kind: 'openai';
+  base_url: string;
+  api_key?: string;
+  headers?: Record<string, string>;
+  timeout_ms: number;
+}
+
+export interface AnthropicProviderConfig extends ProviderBase {
+  kind: 'anthropic';
+  base_url: string;
+  api_key?: string;
+  anthropic_version: string;
+  headers?: Record<string, string>;
+  timeout_ms: number;
+}
+
+export interface SimulatedProviderConfig extends ProviderBase {
+  kind: 'simulated';
+  latency_ms: number;
+  chunk_delay_ms: number;
+  reply?: string;
+}
+
+/** USD per 1M tokens (request: USD per request). */
+export interface Pricing {
+  prompt: number;
+  completion: number;
+  cached_read?: number;
+  cache_write?: number;
+  request: number;
+}
+
+export interface ModelEndpointConfig {
+  provider: string;
+  upstream_model: string;
+  pricing: Pricing;
+}
+
+export interface ModelConfig {
+  id: string;
+  name?: string;
+  context_length?: number;
+  endpoints: ModelEndpointConfig[];
+}

@@ -1,0 +1,105 @@
+import type { GatewayError } from '../errors/gateway-error';
+import type { NormalizedUsage, SseEvent } from '../pipeline/types';
+import { DONE } from '../providers/sse';
+import { num, stripGatewayFields } from './common';
+import type { DialectAdapter, FinishInfo, StreamRewriter } from './types';
+
+/** Chat-completions usage → normalized usage. */
+export function chatUsage(u: unknown): NormalizedUsage | null {
+  if (!u || typeof u !== 'object') return null;
+  const usage = u as Record<string, any>;
+  return {
+    inputTokens: num(usage.prompt_tokens),
+    outputTokens: num(usage.completion_tokens),
+    cachedTokens: num(usage.prompt_tokens_details?.cached_tokens),
+    cacheWriteTokens: num(usage.prompt_tokens_details?.cache_write_tokens),
+    reasoningTokens: num(usage.completion_tokens_details?.reasoning_tokens),
+  };
+}
+
+function stampUsage(usage: Record<string, unknown>, cost: number, isByok: boolean): void {
+  usage.cost = cost;
+  usage.is_byok = isByok;
+}
+
+export const chatCompletions: DialectAdapter = {
+  upstreamBody(body, { upstreamModel, hashUser }) {
+    const out = stripGatewayFields(body, upstreamModel);
+    // Spec 4.2: the end-user id goes upstream only as a salted hash.
+    if (typeof out.user === 'string') out.user = hashUser(out.user);
+    // Always ask for the usage chunk so the request can be billed; it is dropped again for clients that
+    // did not ask for it.
+    if (out.stream === true) out.stream_options = { ...(out.stream_options as object | undefined), include_usage: true };
+    return out;
+  },
+
+  finishBody(body, info) {
+    body.id = info.generationId;
+    body.model = info.model;
+    body.provider = info.provider;
+    const usage = chatUsage(body.usage);
+    if (!usage) return { usage: null, cost: null };
+    const cost = info.costOf(usage);
+    stampUsage(body.usage as Record<string, unknown>, cost, info.isByok);
+    return { usage, cost };
+  },
+
+  streamRewriter(info: FinishInfo): StreamRewriter {
+    let usage: NormalizedUsage | null = null;
+    let cost: number | null = null;
+    let done = false;
+    let failed = false;
+    let created = Math.floor(Date.now() / 1000);
+    return {
+      rewrite(ev: SseEvent): SseEvent | null {
+        if (ev.data === '[DONE]') {
+          done = true;
+          return DONE;
+        }
+        let chunk: Record<string, any>;
+        try {
+          chunk = JSON.parse(ev.data);
+        } catch {
+          return null; // not JSON: nothing a chat client could use
+        }
+        chunk.id = info.generationId;
+        chunk.model = info.model;
+        chunk.provider = info.provider;
+        if (typeof chunk.created === 'number') created = chunk.created;
+        if (chunk.error) failed = true;
+        if (chunk.usage) {
+          usage = chatUsage(chunk.usage);
+          if (usage) {
+            cost = info.costOf(usage);
+            stampUsage(chunk.usage, cost, info.isByok);
+          }
+          const usageOnly = Array.isArray(chunk.choices) && chunk.choices.length === 0;
+          if (usageOnly && !info.clientWantsUsage) return null;
+          if (!info.clientWantsUsage) delete chunk.usage;
+        }
+        return { data: JSON.stringify(chunk) };
+      },
+      failure(err: GatewayError): SseEvent[] {
+        failed = true;
+        // Spec 7.5.3: an error chunk with finish_reason "error", then the stream ends.
+        const metadata: Record<string, unknown> = { error_type: err.errorType };
+        if (err.metadata?.provider_code !== undefined) metadata.provider_code = err.metadata.provider_code;
+        const chunk = {
+          id: info.generationId,
+          object: 'chat.completion.chunk',
+          created,
+          model: info.model,
+          provider: info.provider,
+          error: { code: err.status, message: err.status >= 500 && err.errorType === 'server' ? 'Internal server error' : err.message, metadata },
+          choices: [{ index: 0, delta: { content: '' }, finish_reason: 'error' }],
+        };
+        done = true;
+        return [{ data: JSON.stringify(chunk) }, DONE];
+      },
+      end: () => (done ? [] : [DONE]),
+      usage: () => usage,
+      cost: () => cost,
+      failed: () => failed,
+    };
+  },
+};

@@ -1,0 +1,35 @@
+/**
+ * Request fields that steer the gateway itself and never go upstream. Everything else, including fields
+ * the gateway does not know, is forwarded untouched.
+ */
+export const GATEWAY_ONLY_FIELDS: readonly string[] = [
+  'models',
+  'fallbacks',
+  'provider',
+  'plugins',
+  'route',
+  'session_id',
+  'trace',
+  'debug',
+  'deferred_tools',
+  'stop_server_tools_when',
+  'speed',
+  'safeguards',
+  'preset',
+  'transforms',
+  'usage',
+];
+
+/** A shallow copy without gateway-only fields and with the upstream model. */
+export function stripGatewayFields(body: Record<string, unknown>, upstreamModel: string): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const k in body) {
+    if (!GATEWAY_ONLY_FIELDS.includes(k)) out[k] = body[k];
+  }
+  out.model = upstreamModel;
+  return out;
+}
+
+export function num(v: unknown): number {
+  return typeof v === 'number' && Number.isFinite(v) ? v : 0;
+}

@@ -1,0 +1,102 @@
+import { messagesErrorType } from '../errors/envelope';
+import type { GatewayError } from '../errors/gateway-error';
+import type { NormalizedUsage, SseEvent } from '../pipeline/types';
+import { DONE } from '../providers/sse';
+import { num, stripGatewayFields } from './common';
+import type { DialectAdapter, FinishInfo, StreamRewriter } from './types';
+
+/** Messages usage → normalized usage (`input_tokens` there excludes cache reads and writes). */
+export function messagesUsage(u: unknown): NormalizedUsage | null {
+  if (!u || typeof u !== 'object') return null;
+  const usage = u as Record<string, any>;
+  const cached = num(usage.cache_read_input_tokens);
+  const written = num(usage.cache_creation_input_tokens);
+  return {
+    inputTokens: num(usage.input_tokens) + cached + written,
+    outputTokens: num(usage.output_tokens),
+    cachedTokens: cached,
+    cacheWriteTokens: written,
+    reasoningTokens: num(usage.output_tokens_details?.reasoning_tokens),
+  };
+}
+
+export const messages: DialectAdapter = {
+  upstreamBody(body, { upstreamModel, hashUser }) {
+    const out = stripGatewayFields(body, upstreamModel);
+    // `user` is this gateway's field, not the Messages API's; metadata.user_id goes upstream hashed (4.2).
+    delete out.user;
+    const meta = out.metadata as Record<string, unknown> | undefined;
+    if (meta && typeof meta.user_id === 'string') out.metadata = { ...meta, user_id: hashUser(meta.user_id) };
+    return out;
+  },
+
+  finishBody(body, info) {
+    body.id = info.generationId;
+    body.model = info.model;
+    body.provider = info.provider;
+    const usage = messagesUsage(body.usage);
+    if (!usage) return { usage: null, cost: null };
+    const cost = info.costOf(usage);
+    Object.assign(body.usage as object, { cost, is_byok: info.isByok });
+    return { usage, cost };
+  },
+
+  streamRewriter(info: FinishInfo): StreamRewriter {
+    // Usage arrives in parts: input side in message_start, output (cumulative) in message_delta.
+    const seen: Record<string, number> = {};
+    let haveUsage = false;
+    let failed = false;
+    let ended = false;
+    const current = () => (haveUsage ? messagesUsage(seen) : null);
+    const take = (u: Record<string, unknown> | undefined) => {
+      if (!u) return;
+      haveUsage = true;
+      for (const [k, v] of Object.entries(u)) if (typeof v === 'number') seen[k] = v;
+    };
+    return {
+      rewrite(ev: SseEvent): SseEvent | null {
+        if (ev.data === '[DONE]') {
+          ended = true;
+          return DONE;
+        }
+        switch (ev.event) {
+          case 'message_start': {
+            const data = JSON.parse(ev.data);
+            data.message.id = info.generationId;
+            data.message.model = info.model;
+            data.message.provider = info.provider;
+            take(data.message.usage);
+            return { event: ev.event, data: JSON.stringify(data) };
+          }
+          case 'message_delta': {
+            const data = JSON.parse(ev.data);
+            take(data.usage);
+            const usage = current();
+            if (usage) data.usage = { ...data.usage, cost: info.costOf(usage), is_byok: info.isByok };
+            return { event: ev.event, data: JSON.stringify(data) };
+          }
+          case 'error':
+            failed = true;
+            return ev;
+          default:
+            return ev;
+        }
+      },
+      failure(err: GatewayError): SseEvent[] {
+        failed = true;
+        ended = true;
+        const message = err.status >= 500 && err.errorType === 'server' ? 'Internal server error' : err.message;
+        const data = { type: 'error', error: { type: messagesErrorType(err.errorType), message, error_type: err.errorType } };
+        return [{ event: 'error', data: JSON.stringify(data) }, DONE];
+      },
+      // Spec 4.1: a messages stream ends with the `[DONE]` sentinel after message_stop.
+      end: () => (ended ? [] : [DONE]),
+      usage: current,
+      cost: () => {
+        const u = current();
+        return u ? info.costOf(u) : null;
+      },
+      failed: () => failed,
+    };
+  },
+};

@@ -1,0 +1,37 @@
+import type { GatewayError } from '../errors/gateway-error';
+import type { NormalizedUsage, SseEvent } from '../pipeline/types';
+
+/** What a dialect needs to know to finish a response for the client. */
+export interface FinishInfo {
+  generationId: string;
+  /** The gateway model id the client asked for (and gets back in `model`). */
+  model: string;
+  provider: string;
+  isByok: boolean;
+  /** Cost of a usage under the serving endpoint's pricing. */
+  costOf(usage: NormalizedUsage): number;
+  /** Chat: whether the client asked for the usage chunk (`stream_options.include_usage`). */
+  clientWantsUsage: boolean;
+}
+
+/** Rewrites a provider's stream for the client, event by event, and keeps the usage it saw. */
+export interface StreamRewriter {
+  /** The event to send, or null to drop it. */
+  rewrite(ev: SseEvent): SseEvent | null;
+  /** Events that end the stream in this dialect after a mid-stream failure (spec 7.5). */
+  failure(err: GatewayError): SseEvent[];
+  /** Events still owed at a normal end (e.g. `[DONE]` when the provider sent none). */
+  end(): SseEvent[];
+  usage(): NormalizedUsage | null;
+  cost(): number | null;
+  /** True once the provider reported an error in-band. */
+  failed(): boolean;
+}
+
+export interface DialectAdapter {
+  /** The body to send to a provider of the same dialect. */
+  upstreamBody(body: Record<string, unknown>, input: { upstreamModel: string; hashUser(u: string): string }): Record<string, unknown>;
+  /** Rewrites a non-streaming provider answer in place for the client; returns its usage. */
+  finishBody(body: Record<string, unknown>, info: FinishInfo): { usage: NormalizedUsage | null; cost: number | null };
+  streamRewriter(info: FinishInfo): StreamRewriter;
+}

@@ -1,0 +1,67 @@
+import { GatewayError, type ErrorType } from './gateway-error';
+
+/** The API style a response is written in; decides the error envelope. */
+export type ApiStyle = 'standard' | 'messages';
+
+const GENERIC_500 = 'Internal server error';
+
+/** Spec 7.3: internal error_type → messages-style `error.type`. */
+const MESSAGES_TYPE: Partial<Record<ErrorType, string>> = {
+  authentication: 'authentication_error',
+  permission_denied: 'permission_error',
+  content_policy_violation: 'permission_error',
+  refusal: 'permission_error',
+  payment_required: 'billing_error',
+  not_found: 'not_found_error',
+  image_not_found: 'not_found_error',
+  rate_limit_exceeded: 'rate_limit_error',
+  provider_overloaded: 'overloaded_error',
+  timeout: 'timeout_error',
+  provider_unavailable: 'api_error',
+  server: 'api_error',
+  unmapped: 'api_error',
+};
+
+export function messagesErrorType(errorType: ErrorType): string {
+  return MESSAGES_TYPE[errorType] ?? 'invalid_request_error';
+}
+
+/**
+ * The HTTP status for an error in a given style. Messages style answers an overloaded provider with 529
+ * (spec 7.2), the standard style with 503 (7.4).
+ */
+export function statusFor(err: GatewayError, style: ApiStyle): number {
+  if (style === 'messages' && err.errorType === 'provider_overloaded' && err.status === 503) return 529;
+  return err.status;
+}
+
+/** Spec 7.4 rule 3: on a 500 the message is generic and provider details are dropped. */
+function publicParts(err: GatewayError): { message: string; metadata: Record<string, unknown> } {
+  if (err.status >= 500 && (err.errorType === 'server' || err.errorType === 'unmapped')) {
+    return { message: GENERIC_500, metadata: { error_type: err.errorType } };
+  }
+  return { message: err.message, metadata: { ...err.metadata, error_type: err.errorType } };
+}
+
+/** Standard envelope (7.1): `{error: {code, message, metadata}}`; `error_type` in `metadata`. */
+export function standardEnvelope(err: GatewayError, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  const { message, metadata } = publicParts(err);
+  return { error: { code: err.status, message, metadata }, ...extra };
+}
+
+/** Messages envelope (7.3): `{type: error, error: {type, message, error_type}, request_id, metadata?}`. */
+export function messagesEnvelope(err: GatewayError, requestId: string | null): Record<string, unknown> {
+  const { message, metadata } = publicParts(err);
+  const { error_type, ...rest } = metadata;
+  const body: Record<string, unknown> = {
+    type: 'error',
+    error: { type: messagesErrorType(err.errorType), message, error_type },
+    request_id: requestId,
+  };
+  if (Object.keys(rest).length > 0) body.metadata = rest;
+  return body;
+}
+
+export function errorBody(err: GatewayError, style: ApiStyle, requestId: string | null): Record<string, unknown> {
+  return style === 'messages' ? messagesEnvelope(err, requestId) : standardEnvelope(err);
+}

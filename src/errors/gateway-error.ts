@@ -1,0 +1,68 @@
+/**
+ * The one error type of the gateway. `errorType` is the stable vocabulary of spec 7.4; the HTTP status
+ * follows from it. Each API style serializes it with its own envelope (see envelope.ts).
+ *
+ * @example throw new GatewayError('invalid_request', '`temperature` must be <= 2', { metadata: { field: 'temperature' } });
+ */
+export const ERROR_STATUS = {
+  context_length_exceeded: 400,
+  max_tokens_exceeded: 400,
+  token_limit_exceeded: 400,
+  string_too_long: 400,
+  authentication: 401,
+  permission_denied: 403,
+  payment_required: 402,
+  rate_limit_exceeded: 429,
+  provider_overloaded: 503,
+  provider_unavailable: 502,
+  invalid_request: 400,
+  invalid_prompt: 400,
+  not_found: 404,
+  precondition_failed: 412,
+  payload_too_large: 413,
+  unprocessable: 422,
+  content_policy_violation: 403,
+  refusal: 403,
+  invalid_image: 400,
+  image_too_large: 400,
+  image_too_small: 400,
+  unsupported_image_format: 400,
+  image_not_found: 404,
+  image_download_failed: 400,
+  server: 500,
+  timeout: 504,
+  unmapped: 500,
+} as const;
+
+export type ErrorType = keyof typeof ERROR_STATUS;
+
+export interface GatewayErrorOptions {
+  metadata?: Record<string, unknown>;
+  /** Overrides the status derived from the error type (e.g. 408 for a client read timeout). */
+  status?: number;
+  /** Extra response headers, e.g. Retry-After. */
+  headers?: Record<string, string>;
+  cause?: unknown;
+}
+
+export class GatewayError extends Error {
+  readonly errorType: ErrorType;
+  readonly status: number;
+  readonly metadata: Record<string, unknown> | undefined;
+  readonly headers: Record<string, string> | undefined;
+
+  constructor(errorType: ErrorType, message: string, options: GatewayErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = 'GatewayError';
+    this.errorType = errorType;
+    this.status = options.status ?? ERROR_STATUS[errorType];
+    this.metadata = options.metadata;
+    this.headers = options.headers;
+  }
+}
+
+/** Any thrown value as a GatewayError; unknown exceptions become a typed 500 `server`. */
+export function toGatewayError(err: unknown): GatewayError {
+  if (err instanceof GatewayError) return err;
+  return new GatewayError('server', 'Internal server error', { cause: err });
+}

@@ -1,0 +1,192 @@
+#!/usr/bin/env node
+import { parseArgs } from 'node:util';
+import { registry } from '../plugins';
+import { ConfigError, loadConfig } from './config/load';
+import type { GatewayConfig } from './config/types';
+import { watchFile } from './config/watch';
+import { closeUpstreamPool, createGateway } from './server';
+import { generateKey, hashKey, maskKey } from './store/key-secret';
+import { openStore } from './store';
+import type { LimitReset, Store } from './store/types';
+import { createLogger } from './telemetry/log';
+import { startTelemetry } from './telemetry/otel';
+
+const USAGE = `Usage: gateway <command> [options]
+
+Commands:
+  serve [--config PATH]                 start the gateway (config: --config, $GATEWAY_CONFIG, ./gateway.yaml)
+  config check [--config PATH]          validate a config file and exit
+  keys create --name N [--management] [--workspace W] [--limit USD --limit-reset daily|weekly|monthly]
+              [--expires-at ISO]        create a key and print it once
+  keys list                             list keys (masked)
+  keys revoke ID                        revoke a key
+  credits add --account A --usd N       add credits to an account (id or name; "default" exists)
+`;
+
+const OPTIONS = {
+  config: { type: 'string' },
+  name: { type: 'string' },
+  management: { type: 'boolean' },
+  workspace: { type: 'string' },
+  limit: { type: 'string' },
+  'limit-reset': { type: 'string' },
+  'expires-at': { type: 'string' },
+  account: { type: 'string' },
+  usd: { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+/** A CLI mistake: printed without a stack, exit code 2. */
+class UsageError extends Error {}
+
+function configPath(value: string | undefined): string {
+  return value ?? process.env.GATEWAY_CONFIG ?? './gateway.yaml';
+}
+
+async function main(argv: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({ args: argv, options: OPTIONS, allowPositionals: true, strict: true });
+  const [command, sub, arg] = positionals;
+  if (values.help || !command) {
+    process.stdout.write(USAGE);
+    return command || values.help ? 0 : 2;
+  }
+  const file = configPath(values.config);
+  if (command === 'serve') return serve(file);
+  if (command === 'config' && sub === 'check') {
+    loadConfig(file, { registry });
+    process.stdout.write(`${file}: ok\n`);
+    return 0;
+  }
+  const config = loadConfig(file, { registry });
+  const store = await openStore(config.storage);
+  try {
+    if (command === 'keys' && sub === 'create') return await keysCreate(store, values);
+    if (command === 'keys' && sub === 'list') return await keysList(store);
+    if (command === 'keys' && sub === 'revoke') {
+      if (!arg) throw new UsageError('keys revoke needs the key id (see `gateway keys list`)');
+      if (!(await store.revokeKey(arg))) throw new UsageError(`no active key with id ${arg}`);
+      process.stdout.write(`revoked ${arg} (running gateways stop accepting it within 5 seconds)\n`);
+      return 0;
+    }
+    if (command === 'credits' && sub === 'add') return await creditsAdd(store, values);
+  } finally {
+    await store.close();
+  }
+  throw new UsageError(`unknown command: ${positionals.join(' ')}`);
+}
+
+type Values = { [K in keyof typeof OPTIONS]?: (typeof OPTIONS)[K]['type'] extends 'boolean' ? boolean : string };
+
+/** The default account and workspace every store has, so a first start needs no setup. */
+async function defaults(store: Store) {
+  const account = await store.ensureAccount('default');
+  const workspace = await store.ensureWorkspace('default', account.id);
+  return { account, workspace };
+}
+
+async function keysCreate(store: Store, v: Values): Promise<number> {
+  if (!v.name) throw new UsageError('keys create needs --name');
+  const limit = v.limit === undefined ? null : Number(v.limit);
+  if (limit !== null && !(Number.isFinite(limit) && limit >= 0)) throw new UsageError('--limit must be a non-negative number (USD)');
+  const reset = v['limit-reset'] as LimitReset | undefined;
+  if (reset !== undefined && !['daily', 'weekly', 'monthly'].includes(reset)) throw new UsageError('--limit-reset must be daily, weekly or monthly');
+  if (reset !== undefined && limit === null) throw new UsageError('--limit-reset needs --limit');
+  let expiresAt: string | null = null;
+  if (v['expires-at'] !== undefined) {
+    const t = Date.parse(v['expires-at']);
+    if (Number.isNaN(t)) throw new UsageError('--expires-at must be an ISO 8601 timestamp');
+    expiresAt = new Date(t).toISOString();
+  }
+  const { account } = await defaults(store);
+  const workspace = v.workspace ? await store.ensureWorkspace(v.workspace, account.id) : (await defaults(store)).workspace;
+  const secret = generateKey();
+  const key = await store.createKey({
+    hash: hashKey(secret),
+    label: maskKey(secret),
+    name: v.name,
+    workspaceId: workspace.id,
+    creatorUserId: 'cli',
+    isManagement: v.management === true,
+    limitUsd: limit,
+    limitReset: reset ?? null,
+    expiresAt,
+  });
+  process.stdout.write(`${secret}\n`);
+  process.stderr.write(`key ${key.id} (${key.label}) in workspace ${workspace.name}; store it now, it is not shown again\n`);
+  return 0;
+}
+
+async function keysList(store: Store): Promise<number> {
+  const rows = await store.listKeys();
+  const lines = rows.map((k) =>
+    [k.id, k.name, k.label, k.isManagement ? 'management' : 'regular', k.revokedAt ? 'revoked' : k.disabled ? 'disabled' : 'active', k.limitUsd === null ? '-' : `${k.limitUsd} ${k.limitReset ?? 'lifetime'}`, k.expiresAt ?? '-'].join('\t'),
+  );
+  process.stdout.write(['id\tname\tlabel\tkind\tstatus\tlimit\texpires_at', ...lines].join('\n') + '\n');
+  return 0;
+}
+
+async function creditsAdd(store: Store, v: Values): Promise<number> {
+  const usd = Number(v.usd);
+  if (!v.account || v.usd === undefined || !Number.isFinite(usd) || usd <= 0) throw new UsageError('credits add needs --account A and --usd N (N > 0)');
+  await defaults(store);
+  const account = await store.findAccount(v.account);
+  if (!account) throw new UsageError(`no account ${v.account}`);
+  const after = await store.addCredits(account.id, usd);
+  process.stdout.write(`account ${after.name}: balance ${after.balanceUsd} USD\n`);
+  return 0;
+}
+
+async function serve(file: string): Promise<number> {
+  const config = loadConfig(file, { registry });
+  const logger = createLogger(config.logging.level);
+  const telemetry = startTelemetry(config.telemetry);
+  const store = await openStore(config.storage);
+  await defaults(store);
+  if ((await store.countKeys()) === 0) {
+    const { workspace } = await defaults(store);
+    const secret = generateKey();
+    await store.createKey({ hash: hashKey(secret), label: maskKey(secret), name: 'bootstrap', workspaceId: workspace.id, creatorUserId: 'bootstrap', isManagement: true });
+    process.stdout.write(`\nFirst start: created a management key. It is shown only this once:\n\n  ${secret}\n\n`);
+  }
+  const gateway = await createGateway({ config, registry, store, logger, tracer: telemetry.tracer });
+  const { port } = await gateway.listen();
+  logger.info({ port, host: config.server.host, base_path: config.server.base_path }, 'gateway listening');
+  process.stdout.write(`Gateway listening on http://${config.server.host}:${port}${config.server.base_path}\n`);
+
+  const reload = (why: string) => {
+    let next: GatewayConfig;
+    try {
+      next = loadConfig(file, { registry });
+      gateway.reload(next);
+    } catch (err) {
+      logger.error({ reason: (err as Error).message, why }, 'config reload refused; the previous config keeps serving');
+      return;
+    }
+    logger.info({ why }, 'config reloaded');
+  };
+  const stopWatching = config.server.watch_config ? watchFile(file, () => reload('file changed')) : () => undefined;
+  process.on('SIGHUP', () => reload('SIGHUP'));
+  await new Promise<void>((resolve) => {
+    process.once('SIGTERM', resolve);
+    process.once('SIGINT', resolve);
+  });
+  logger.info('shutting down');
+  stopWatching();
+  await gateway.close();
+  await store.close();
+  await closeUpstreamPool();
+  await telemetry.shutdown();
+  return 0;
+}
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (err) => {
+    if (err instanceof ConfigError) process.stderr.write(`config error: ${err.message}\n`);
+    else if (err instanceof UsageError || (err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) {
+      process.stderr.write(`${(err as Error).message}\n\n${USAGE}`);
+      process.exit(2);
+    } else process.stderr.write(`error: ${(err as Error).message}\n`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,44 @@
+import compose from 'koa-compose';
+import { context, trace, SpanStatusCode, type Tracer } from '@opentelemetry/api';
+import type { GatewayContext, Stage, StageRegistry } from './types';
+
+export interface BuildPipelineInput<S> {
+  stageIds: readonly string[];
+  registry: StageRegistry;
+  /** Operator config per stage id (`plugins.<id>`), already validated against the stage's schema. */
+  stageConfigs: Readonly<Record<string, unknown>>;
+  services: S;
+  tracer: Tracer;
+  /** Core handlers appended after the configured stages (e.g. the GET /key answer). */
+  tail?: Stage[];
+}
+
+/**
+ * Builds one endpoint's pipeline once, at load: each stage is created with its config and wrapped in a
+ * `gateway.stage <id>` span, then the list is composed with koa-compose.
+ */
+export function buildPipeline<S>(input: BuildPipelineInput<S>): (ctx: GatewayContext) => Promise<void> {
+  const stages = input.stageIds.map((id) => {
+    const def = input.registry.get(id);
+    if (!def) throw new Error(`unknown stage "${id}"`);
+    return traced(id, def.create(input.stageConfigs[id] ?? {}, input.services), input.tracer);
+  });
+  const run = compose<GatewayContext>([...stages, ...(input.tail ?? [])]);
+  return (ctx) => run(ctx);
+}
+
+function traced(id: string, stage: Stage, tracer: Tracer): Stage {
+  const name = `gateway.stage ${id}`;
+  return async (ctx, next) => {
+    const span = tracer.startSpan(name, { attributes: { 'gateway.stage': id } }, context.active());
+    try {
+      await context.with(trace.setSpan(context.active(), span), () => stage(ctx, next));
+    } catch (err) {
+      span.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error)?.message });
+      span.setAttribute('gateway.error_type', String((err as { errorType?: string })?.errorType ?? 'server'));
+      throw err;
+    } finally {
+      span.end();
+    }
+  };
+}

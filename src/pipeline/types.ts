@@ -1,0 +1,92 @@
+import type { ParameterizedContext, Next } from 'koa';
+import type { Span } from '@opentelemetry/api';
+import type { ApiStyle } from '../errors/envelope';
+import type { KeyRecord } from '../store/types';
+
+/** The endpoints that run a pipeline. */
+export type EndpointId = 'messages' | 'chat_completions' | 'key' | 'models';
+
+/** One Server-Sent Event; `data` is the JSON text (or `[DONE]`). */
+export interface SseEvent {
+  event?: string;
+  data: string;
+}
+
+/** What a pipeline answers with. Post-stages may wrap `events` to transform a stream as it flows. */
+export type GatewayResponse =
+  | { kind: 'json'; status: number; body: unknown; headers?: Record<string, string> }
+  | { kind: 'sse'; status: number; events: AsyncIterable<SseEvent>; headers?: Record<string, string> };
+
+/** Token usage in one shape for both dialects. `inputTokens` includes cached and cache-write tokens. */
+export interface NormalizedUsage {
+  inputTokens: number;
+  outputTokens: number;
+  cachedTokens: number;
+  cacheWriteTokens: number;
+  reasoningTokens: number;
+}
+
+/** The provider endpoint a request was (finally) served by. */
+export interface RouteChoice {
+  model: string;
+  provider: string;
+  upstreamModel: string;
+  isByok: boolean;
+}
+
+export interface UpstreamAttempt {
+  provider: string;
+  upstreamModel: string;
+  outcome: 'success' | 'error';
+  errorType?: string;
+  status?: number;
+}
+
+/** Per-request data, `ctx.state.gateway`: one declared type every stage shares. */
+export interface GatewayState {
+  endpoint: EndpointId;
+  style: ApiStyle;
+  /** Parsed JSON body of POST endpoints (a JSON object; other JSON is refused by `validate`). */
+  body: Record<string, unknown> | null;
+  /** Authenticated key, set by `auth`. */
+  key: KeyRecord | null;
+  /** Generation id (`gen-…`), set once routing starts; errors before that carry `request_id: null`. */
+  requestId: string | null;
+  /** X-Gateway-Metadata: enabled (or the legacy header). */
+  metadataOptIn: boolean;
+  /** Aborted when the client goes away. */
+  signal: AbortSignal;
+  /** The request span; stages add attributes here (stage spans are made by the runner). */
+  span: Span;
+  route: RouteChoice | null;
+  attempts: UpstreamAttempt[];
+  /** Final usage and cost, set by the stage that produced the answer (for streams: when the stream ends). */
+  usage: NormalizedUsage | null;
+  costUsd: number | null;
+  /** How the request ended, for the ledger. */
+  outcome: 'completed' | 'failed' | 'cancelled';
+  response: GatewayResponse | null;
+}
+
+export type GatewayContext = ParameterizedContext<{ gateway: GatewayState }>;
+
+/** A pipeline stage: a plain Koa middleware. Pre-work before `await next()`, post-work after it. */
+export type Stage = (ctx: GatewayContext, next: Next) => Promise<void>;
+
+/**
+ * A plugin: one folder under `plugins/<id>/` exporting this definition.
+ *
+ * @example
+ * export const timing: StageDefinition<{ header: string }, Services> = {
+ *   id: 'timing', configSchema: schema,
+ *   create: (config) => async (ctx, next) => { const t = Date.now(); await next(); ctx.set(config.header, String(Date.now() - t)); },
+ * };
+ */
+export interface StageDefinition<C = any, S = any> {
+  id: string;
+  /** JSON Schema of the stage's operator config (`plugins.<id>` in gateway.yaml). */
+  configSchema: object;
+  create(config: C, services: S): Stage;
+}
+
+export type StageRegistry = ReadonlyMap<string, StageDefinition>;

@@ -1,0 +1,43 @@
+import type { AnthropicProviderConfig } from '../config/types';
+import { postUpstream, upstreamBytes } from './http';
+import { parseSse } from './sse';
+import type { Dialect, Provider, UpstreamCall, UpstreamReply } from './types';
+
+const DIALECTS: ReadonlySet<Dialect> = new Set(['messages']);
+/** Client headers the Anthropic API understands and that are safe to pass on. */
+const FORWARDED = ['anthropic-beta'];
+
+/**
+ * The Anthropic Messages API: `x-api-key` and `anthropic-version` headers, `/messages` path.
+ *
+ * @example createAnthropicProvider({ id: 'anthropic', kind: 'anthropic', base_url: 'https://api.anthropic.com/v1', api_key, anthropic_version: '2023-06-01', region: 'global', timeout_ms: 600000 })
+ */
+export function createAnthropicProvider(config: AnthropicProviderConfig): Provider {
+  const url = `${config.base_url.replace(/\/+$/, '')}/messages`;
+  const headers: Record<string, string> = { ...config.headers, 'anthropic-version': config.anthropic_version };
+  if (config.api_key) headers['x-api-key'] = config.api_key;
+  return {
+    id: config.id,
+    kind: 'anthropic',
+    region: config.region,
+    dialects: DIALECTS,
+    async send(call: UpstreamCall): Promise<UpstreamReply> {
+      const h: Record<string, string> = { ...headers };
+      for (const name of FORWARDED) {
+        const v = call.forwardHeaders?.[name];
+        if (v) h[name] = v;
+      }
+      if (call.stream) h.accept = 'text/event-stream';
+      const res = await postUpstream({
+        url,
+        headers: h,
+        body: JSON.stringify(call.body),
+        signal: call.signal,
+        timeoutMs: config.timeout_ms,
+        providerId: config.id,
+      });
+      if (call.stream) return { stream: true, events: parseSse(upstreamBytes(res.body, config.id)) };
+      return { stream: false, body: (await res.body.json()) as Record<string, unknown> };
+    },
+  };
+}

@@ -1,0 +1,18 @@
+import type { ProviderConfig } from '../config/types';
+import { createAnthropicProvider } from './anthropic';
+import { createOpenAIProvider } from './openai';
+import { createSimulatedProvider } from './simulated';
+import type { Provider } from './types';
+
+export type { Provider, Dialect, UpstreamCall, UpstreamReply } from './types';
+
+/** Builds the provider adapters declared in gateway.yaml, by id. */
+export function buildProviders(configs: ProviderConfig[]): Map<string, Provider> {
+  const out = new Map<string, Provider>();
+  for (const c of configs) {
+    if (c.kind === 'openai') out.set(c.id, createOpenAIProvider(c));
+    else if (c.kind === 'anthropic') out.set(c.id, createAnthropicProvider(c));
+    else out.set(c.id, createSimulatedProvider(c));
+  }
+  return out;
+}

@@ -1,0 +1,31 @@
+import type { SseEvent } from '../pipeline/types';
+
+/** The two wire formats a client or a provider can speak. */
+export type Dialect = 'messages' | 'chat_completions';
+
+/** One call to one provider endpoint. */
+export interface UpstreamCall {
+  dialect: Dialect;
+  /** Body in the provider's dialect, `model` already rewritten to the upstream model. */
+  body: Record<string, unknown>;
+  stream: boolean;
+  signal: AbortSignal;
+  /** Client headers a provider may forward (e.g. `anthropic-beta`). */
+  forwardHeaders?: Record<string, string>;
+}
+
+export type UpstreamReply =
+  | { stream: false; body: Record<string, unknown> }
+  | { stream: true; events: AsyncIterable<SseEvent> };
+
+/**
+ * A provider adapter. Errors are thrown as GatewayError, classified once here (see http.ts), with
+ * `metadata.provider_name` and, when known, `metadata.provider_code`.
+ */
+export interface Provider {
+  id: string;
+  kind: string;
+  region: string;
+  dialects: ReadonlySet<Dialect>;
+  send(call: UpstreamCall): Promise<UpstreamReply>;
+}

@@ -1,0 +1,193 @@
+import { Readable } from 'node:stream';
+import {
+  context,
+  propagation,
+  ROOT_CONTEXT,
+  SpanStatusCode,
+  trace,
+  TraceFlags,
+  type Context,
+  type Span,
+} from '@opentelemetry/api';
+import type { Middleware } from 'koa';
+import getRawBody from 'raw-body';
+import { errorBody, statusFor, type ApiStyle } from '../errors/envelope';
+import { GatewayError, toGatewayError } from '../errors/gateway-error';
+import type { EndpointId, GatewayContext, GatewayState, SseEvent } from '../pipeline/types';
+import { formatSse } from '../providers/sse';
+import type { Runtime } from '../runtime';
+import { recordLedger } from '../spend/ledger';
+
+export interface EndpointSpec {
+  id: EndpointId;
+  style: ApiStyle;
+  /** POST endpoints read and parse a JSON body before the pipeline runs. */
+  readsBody: boolean;
+}
+
+/**
+ * The one endpoint factory: reads the body, opens the request span, runs the endpoint's pipeline from the
+ * runtime current at arrival (a reload never changes a request in flight), writes JSON or SSE, writes
+ * the ledger row, and turns every error into the endpoint's envelope.
+ */
+export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware {
+  return async (koaCtx) => {
+    const ctx = koaCtx as unknown as GatewayContext;
+    const runtime = current();
+    const tracer = runtime.services.tracer;
+    const abort = new AbortController();
+    const onClose = () => {
+      if (!ctx.res.writableFinished) abort.abort();
+    };
+    ctx.res.once('close', onClose);
+
+    let body: Record<string, unknown> | null = null;
+    let span: Span | undefined;
+    let state: GatewayState | undefined;
+    try {
+      body = spec.readsBody ? await readJson(ctx, runtime.config.server.max_body_bytes) : null;
+      const parent = parentContext(ctx, body);
+      span = tracer.startSpan(spanName(spec.id, body), { attributes: spanAttributes(ctx, body) }, parent);
+      state = newState(spec, body, abort.signal, span, ctx);
+      ctx.state.gateway = state;
+      await context.with(trace.setSpan(parent, span), () => runtime.pipelines[spec.id](ctx));
+      const response = state.response;
+      if (!response) throw new GatewayError('server', 'The pipeline produced no response');
+      if (response.headers) ctx.set(response.headers);
+      ctx.status = response.status;
+      if (response.kind === 'json') {
+        ctx.body = response.body;
+        span.setAttribute('http.response.status_code', response.status);
+        await finish(runtime, state, span);
+      } else {
+        ctx.set({ 'cache-control': 'no-cache', 'x-accel-buffering': 'no', connection: 'keep-alive' });
+        ctx.type = 'text/event-stream';
+        ctx.body = Readable.from(sse(response.events, runtime, state, span), { objectMode: false });
+      }
+    } catch (err) {
+      const e = toGatewayError(err);
+      if (e.errorType === 'server') runtime.services.logger.error({ err: e.cause ?? e, path: ctx.path }, 'unexpected error');
+      const style = spec.style;
+      ctx.status = statusFor(e, style);
+      if (e.headers) ctx.set(e.headers);
+      ctx.body = errorBody(e, style, state?.requestId ?? null);
+      if (span) {
+        span.setStatus({ code: SpanStatusCode.ERROR, message: e.message });
+        span.setAttribute('gateway.error_type', e.errorType);
+        span.setAttribute('http.response.status_code', ctx.status);
+        if (state) await finish(runtime, state, span);
+        else span.end();
+      }
+    }
+  };
+}
+
+async function* sse(events: AsyncIterable<SseEvent>, runtime: Runtime, state: GatewayState, span: Span): AsyncGenerator<string> {
+  try {
+    for await (const ev of events) yield formatSse(ev);
+  } finally {
+    // Runs on normal end, on error, and when the client goes away (the Readable is destroyed).
+    if (state.signal.aborted && state.outcome === 'completed') state.outcome = 'cancelled';
+    span.setAttribute('gateway.outcome', state.outcome);
+    await finish(runtime, state, span);
+  }
+}
+
+async function finish(runtime: Runtime, state: GatewayState, span: Span): Promise<void> {
+  try {
+    await recordLedger(runtime.services.store, state);
+  } catch (err) {
+    runtime.services.logger.error({ err, generation_id: state.requestId }, 'ledger write failed');
+  } finally {
+    if (state.costUsd !== null) span.setAttribute('gateway.cost_usd', state.costUsd);
+    span.end();
+  }
+}
+
+function newState(spec: EndpointSpec, body: Record<string, unknown> | null, signal: AbortSignal, span: Span, ctx: GatewayContext): GatewayState {
+  const opt = ctx.get('x-gateway-metadata') || ctx.get('x-gateway-experimental-metadata');
+  return {
+    endpoint: spec.id,
+    style: spec.style,
+    body,
+    key: null,
+    requestId: null,
+    metadataOptIn: opt.toLowerCase() === 'enabled',
+    signal,
+    span,
+    route: null,
+    attempts: [],
+    usage: null,
+    costUsd: null,
+    outcome: 'completed',
+    response: null,
+  };
+}
+
+/** Reads the JSON body with the size limit applied while reading (a 10 GB upload is cut off, not buffered). */
+async function readJson(ctx: GatewayContext, limit: number): Promise<Record<string, unknown>> {
+  const type = ctx.get('content-type');
+  if (type && !/^application\/(.+\+)?json\b/i.test(type)) {
+    throw new GatewayError('invalid_request', `Content-Type must be application/json (got ${type.split(';')[0]})`);
+  }
+  let text: string;
+  try {
+    text = await getRawBody(ctx.req, { limit, encoding: 'utf8', length: ctx.get('content-length') || undefined });
+  } catch (err) {
+    const e = err as { type?: string; status?: number };
+    if (e.type === 'entity.too.large') {
+      throw new GatewayError('payload_too_large', `Request body exceeds the limit of ${limit} bytes`, { metadata: { limit_bytes: limit } });
+    }
+    throw new GatewayError('invalid_request', 'The request body could not be read', { cause: err });
+  }
+  if (text.trim() === '') throw new GatewayError('invalid_request', 'Request body is empty; a JSON object is required');
+  try {
+    return JSON.parse(text) as Record<string, unknown>;
+  } catch (err) {
+    throw new GatewayError('invalid_request', `Request body is not valid JSON: ${(err as Error).message}`);
+  }
+}
+
+const HEX32 = /^[0-9a-f]{32}$/;
+const HEX16 = /^[0-9a-f]{16}$/;
+
+/** The caller's trace: `trace.trace_id` + `trace.parent_span_id` in the body win over a `traceparent` header. */
+function parentContext(ctx: GatewayContext, body: Record<string, unknown> | null): Context {
+  const t = traceObject(body);
+  const traceId = typeof t?.trace_id === 'string' ? t.trace_id.toLowerCase() : '';
+  if (HEX32.test(traceId)) {
+    const spanId = typeof t?.parent_span_id === 'string' && HEX16.test(t.parent_span_id.toLowerCase()) ? t.parent_span_id.toLowerCase() : undefined;
+    if (spanId) return trace.setSpanContext(ROOT_CONTEXT, { traceId, spanId, traceFlags: TraceFlags.SAMPLED, isRemote: true });
+  }
+  if (ctx.get('traceparent')) return propagation.extract(ROOT_CONTEXT, ctx.headers);
+  return ROOT_CONTEXT;
+}
+
+function traceObject(body: Record<string, unknown> | null): Record<string, unknown> | undefined {
+  const t = body?.trace;
+  return t && typeof t === 'object' && !Array.isArray(t) ? (t as Record<string, unknown>) : undefined;
+}
+
+function spanName(id: EndpointId, body: Record<string, unknown> | null): string {
+  const t = traceObject(body);
+  if (typeof t?.span_name === 'string' && t.span_name) return t.span_name;
+  if (typeof t?.trace_name === 'string' && t.trace_name) return t.trace_name;
+  return `gateway.request ${id}`;
+}
+
+const KNOWN_TRACE_KEYS = new Set(['trace_id', 'parent_span_id', 'span_name', 'trace_name', 'generation_name']);
+
+function spanAttributes(ctx: GatewayContext, body: Record<string, unknown> | null): Record<string, string | number | boolean> {
+  const attrs: Record<string, string | number | boolean> = { 'http.request.method': ctx.method, 'url.path': ctx.path };
+  if (typeof body?.model === 'string') attrs['gateway.requested_model'] = body.model;
+  const t = traceObject(body);
+  if (t) {
+    if (typeof t.trace_name === 'string') attrs['gateway.trace_name'] = t.trace_name;
+    for (const [k, v] of Object.entries(t)) {
+      if (KNOWN_TRACE_KEYS.has(k)) continue;
+      if (typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean') attrs[`gateway.trace.${k}`] = v;
+      else if (v !== null && v !== undefined) attrs[`gateway.trace.${k}`] = JSON.stringify(v);
+    }
+  }
+  return attrs;
+}

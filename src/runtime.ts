@@ -1,0 +1,56 @@
+import type { Tracer } from '@opentelemetry/api';
+import type { Logger } from 'pino';
+import type { GatewayConfig, ModelConfig } from './config/types';
+import { buildPipeline } from './pipeline/build';
+import type { EndpointId, GatewayContext, StageRegistry } from './pipeline/types';
+import { buildProviders } from './providers';
+import { createDispatch } from './routing/dispatch';
+import { keyInfoStage } from './routes/key';
+import { modelsStage } from './routes/models';
+import type { KeyLookup, Services } from './services';
+import type { Store } from './store/types';
+
+/** Everything derived from one loaded gateway.yaml. Swapped as a whole on reload. */
+export interface Runtime {
+  config: GatewayConfig;
+  services: Services;
+  pipelines: Readonly<Record<EndpointId, (ctx: GatewayContext) => Promise<void>>>;
+}
+
+export interface RuntimeInput {
+  config: GatewayConfig;
+  registry: StageRegistry;
+  store: Store;
+  keys: KeyLookup;
+  tracer: Tracer;
+  logger: Logger;
+  hashUser(user: string): string;
+}
+
+/** Builds providers, models and every endpoint's pipeline once, ahead of any request. */
+export function buildRuntime(input: RuntimeInput): Runtime {
+  const { config, registry, tracer } = input;
+  const models = new Map<string, ModelConfig>(config.models.map((m) => [m.id, m]));
+  const providers = buildProviders(config.providers);
+  const services: Services = {
+    config,
+    store: input.store,
+    keys: input.keys,
+    models,
+    logger: input.logger,
+    tracer,
+    dispatch: createDispatch({ models, providers, tracer, hashUser: input.hashUser }),
+  };
+  const build = (stageIds: readonly string[], tail?: Parameters<typeof buildPipeline>[0]['tail']) =>
+    buildPipeline({ stageIds, registry, stageConfigs: config.plugins, services, tracer, tail });
+  return {
+    config,
+    services,
+    pipelines: {
+      messages: build(config.pipelines.messages ?? config.pipelines.default),
+      chat_completions: build(config.pipelines.chat_completions ?? config.pipelines.default),
+      key: build(['auth'], [keyInfoStage(services)]),
+      models: build(['auth'], [modelsStage(services)]),
+    },
+  };
+}

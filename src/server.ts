@@ -1,0 +1,121 @@
+import { createHash, randomBytes } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+import type { Server } from 'node:http';
+import Router from '@koa/router';
+import { trace, type Tracer } from '@opentelemetry/api';
+import Koa from 'koa';
+import type { Logger } from 'pino';
+import { createKeyLookup } from './auth/key-cache';
+import type { GatewayConfig } from './config/types';
+import { standardEnvelope } from './errors/envelope';
+import { GatewayError, toGatewayError } from './errors/gateway-error';
+import type { StageRegistry } from './pipeline/types';
+import { closeUpstreamPool } from './providers/http';
+import { endpoint } from './routes/endpoint';
+import { buildRuntime, type Runtime } from './runtime';
+import type { KeyLookup } from './services';
+import type { Store } from './store/types';
+
+export interface GatewayOptions {
+  config: GatewayConfig;
+  registry: StageRegistry;
+  store: Store;
+  logger: Logger;
+  tracer?: Tracer;
+}
+
+export interface Gateway {
+  app: Koa;
+  keys: KeyLookup;
+  /** The runtime new requests get. */
+  runtime(): Runtime;
+  /**
+   * Swaps in a new, already validated config: new pipelines, models and providers for new requests;
+   * requests in flight finish on the runtime they started with. Throws (and keeps the old one) if the
+   * new runtime cannot be built.
+   */
+  reload(config: GatewayConfig): void;
+  listen(port?: number, host?: string): Promise<{ port: number; server: Server }>;
+  close(): Promise<void>;
+}
+
+/**
+ * Builds the Koa app for a config. The caller owns the store and the telemetry SDK.
+ *
+ * @example const gw = await createGateway({ config, registry, store, logger }); await gw.listen();
+ */
+export async function createGateway(options: GatewayOptions): Promise<Gateway> {
+  const { store, logger, registry } = options;
+  const tracer = options.tracer ?? trace.getTracer('model-gateway');
+  const salt = options.config.server.user_hash_salt ?? (await store.settingOrInit('user_hash_salt', randomBytes(32).toString('hex')));
+  const hashUser = (user: string) => createHash('sha256').update(salt).update('\0').update(user).digest('hex');
+  const keys = createKeyLookup(store);
+  const build = (config: GatewayConfig) => buildRuntime({ config, registry, store, keys, tracer, logger, hashUser });
+  let current = build(options.config);
+  const runtime = () => current;
+
+  const app = new Koa();
+  app.use(async (ctx, next) => {
+    try {
+      await next();
+      if (ctx.status === 404 && ctx.body === undefined) {
+        throw new GatewayError('not_found', `No route for ${ctx.method} ${ctx.path}`);
+      }
+    } catch (err) {
+      const e = toGatewayError(err);
+      if (e.errorType === 'server') logger.error({ err: e.cause ?? e, path: ctx.path }, 'unexpected error');
+      ctx.status = e.status;
+      ctx.body = standardEnvelope(e);
+    }
+  });
+
+  const router = new Router({ prefix: options.config.server.base_path || undefined });
+  router.post('/messages', endpoint({ id: 'messages', style: 'messages', readsBody: true }, runtime));
+  router.post('/chat/completions', endpoint({ id: 'chat_completions', style: 'standard', readsBody: true }, runtime));
+  router.get('/key', endpoint({ id: 'key', style: 'standard', readsBody: false }, runtime));
+  router.get('/models', endpoint({ id: 'models', style: 'standard', readsBody: false }, runtime));
+  app.use(router.routes());
+  const health = new Router();
+  health.get('/healthz', (ctx) => {
+    ctx.body = { status: 'ok' };
+  });
+  app.use(health.routes());
+
+  let server: Server | undefined;
+  return {
+    app,
+    keys,
+    runtime,
+    reload(config) {
+      const before = current.config;
+      current = build(config);
+      for (const section of ['server', 'storage', 'state', 'telemetry'] as const) {
+        if (JSON.stringify(before[section]) !== JSON.stringify(config[section])) {
+          logger.warn({ section }, `config section "${section}" changed: it takes effect at the next restart`);
+        }
+      }
+    },
+    listen(port = options.config.server.port, host = options.config.server.host) {
+      return new Promise((resolve, reject) => {
+        const s = app.listen(port, host);
+        s.once('error', reject);
+        s.once('listening', () => {
+          server = s;
+          s.keepAliveTimeout = 65_000;
+          resolve({ port: (s.address() as AddressInfo).port, server: s });
+        });
+      });
+    },
+    async close() {
+      if (server) {
+        const s = server;
+        await new Promise<void>((resolve) => {
+          s.close(() => resolve());
+          s.closeIdleConnections();
+        });
+      }
+    },
+  };
+}
+
+export { closeUpstreamPool };

@@ -1,0 +1,26 @@
+import type { Tracer } from '@opentelemetry/api';
+import type { Logger } from 'pino';
+import type { GatewayConfig, ModelConfig } from './config/types';
+import type { Dispatch } from './routing/dispatch';
+import type { KeyRecord, Store } from './store/types';
+
+/** Looks a presented key up by its hash (cached; see auth/key-cache.ts). */
+export interface KeyLookup {
+  find(presentedKey: string): Promise<KeyRecord | null>;
+  /** Drops a key from the cache, e.g. after a revoke in this process. */
+  forget(keyId: string): void;
+}
+
+/**
+ * What stages get from the core through `create(config, services)`. One object per loaded config, so a
+ * reload hands new pipelines the new models and providers while old requests keep the old ones.
+ */
+export interface Services {
+  config: GatewayConfig;
+  store: Store;
+  keys: KeyLookup;
+  dispatch: Dispatch;
+  models: ReadonlyMap<string, ModelConfig>;
+  logger: Logger;
+  tracer: Tracer;
+}

@@ -1,0 +1,42 @@
+/**
+ * Opens the durable store named by the `storage` section of gateway.yaml.
+ *
+ * @example
+ * const store = await openStore({ driver: 'sqlite', path: './data/gateway.db' });
+ * const account = await store.ensureAccount('default');
+ * await store.close();
+ */
+
+import { PostgresStore } from './postgres';
+import { SqliteStore } from './sqlite';
+import type { Store } from './types';
+
+export type * from './types';
+export { PostgresStore } from './postgres';
+export { SqliteStore } from './sqlite';
+
+export type StorageConfig =
+  | { driver: 'sqlite'; path: string }
+  | { driver: 'postgres'; url: string; schema?: string; pool_max?: number };
+
+/** Constructs the configured store and applies pending migrations; the caller closes it. */
+export async function openStore(config: StorageConfig): Promise<Store> {
+  let store: Store;
+  switch (config.driver) {
+    case 'sqlite':
+      store = new SqliteStore({ path: config.path });
+      break;
+    case 'postgres':
+      store = new PostgresStore({ url: config.url, schema: config.schema, max: config.pool_max });
+      break;
+    default:
+      throw new Error(`unknown storage driver: ${String((config as { driver: unknown }).driver)}`);
+  }
+  try {
+    await store.init();
+  } catch (err) {
+    await store.close();
+    throw err;
+  }
+  return store;
+}

@@ -1,0 +1,284 @@
+/**
+ * Numbered schema migrations shared by both stores, and the row ⇄ record mapping of the tables they create.
+ *
+ * Each store applies, in `init()`, every migration whose id is not yet in `schema_migrations`, in id order,
+ * and records it there. To change the schema, append `{ id: 2, … }`; never edit a migration that has shipped.
+ *
+ * Column conventions (both engines compare the same way):
+ * - timestamps are integer epoch milliseconds (INTEGER in SQLite, BIGINT in PostgreSQL); records carry ISO strings;
+ * - money is REAL / double precision, in USD;
+ * - booleans are 0/1 INTEGER in SQLite, BOOLEAN in PostgreSQL;
+ * - `allowed_data_regions` is JSON text.
+ *
+ * @example
+ * for (const m of pendingMigrations(appliedIds)) db.exec(m.sqlite);
+ */
+
+import { windowEnd, windowStart, type WindowInterval } from '../spend/windows';
+import type { Account, KeyRecord, LedgerRow, LimitReset, UsageTotals, Workspace } from './types';
+
+export interface Migration {
+  id: number;
+  name: string;
+  sqlite: string;
+  postgres: string;
+}
+
+/** Created before any migration runs; the record of which migrations are applied. */
+export const MIGRATIONS_TABLE = {
+  sqlite: `CREATE TABLE IF NOT EXISTS schema_migrations (
+    id INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`,
+  postgres: `CREATE TABLE IF NOT EXISTS schema_migrations (
+    id INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)`,
+};
+
+export const MIGRATIONS: readonly Migration[] = [
+  {
+    id: 1,
+    name: 'settings, accounts, workspaces, api_keys, ledger',
+    sqlite: `
+      CREATE TABLE settings (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+      CREATE TABLE accounts (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        balance_usd REAL NOT NULL DEFAULT 0,
+        purchased_usd REAL NOT NULL DEFAULT 0,
+        created_at INTEGER NOT NULL
+      );
+      CREATE TABLE workspaces (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        account_id TEXT NOT NULL REFERENCES accounts(id),
+        created_at INTEGER NOT NULL
+      );
+      CREATE TABLE api_keys (
+        id TEXT PRIMARY KEY,
+        hash TEXT NOT NULL UNIQUE,
+        label TEXT NOT NULL,
+        name TEXT NOT NULL,
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        account_id TEXT NOT NULL REFERENCES accounts(id),
+        creator_user_id TEXT NOT NULL,
+        is_management INTEGER NOT NULL DEFAULT 0 CHECK (is_management IN (0, 1)),
+        is_provisioning INTEGER NOT NULL DEFAULT 0 CHECK (is_provisioning IN (0, 1)),
+        limit_usd REAL,
+        limit_reset TEXT CHECK (limit_reset IN ('daily', 'weekly', 'monthly')),
+        include_byok_in_limit INTEGER NOT NULL DEFAULT 0 CHECK (include_byok_in_limit IN (0, 1)),
+        allowed_data_regions TEXT NOT NULL DEFAULT '[]',
+        expires_at INTEGER,
+        disabled INTEGER NOT NULL DEFAULT 0 CHECK (disabled IN (0, 1)),
+        revoked_at INTEGER,
+        created_at INTEGER NOT NULL
+      );
+      CREATE INDEX api_keys_workspace ON api_keys (workspace_id);
+      CREATE TABLE ledger (
+        generation_id TEXT PRIMARY KEY,
+        key_id TEXT NOT NULL,
+        workspace_id TEXT NOT NULL,
+        account_id TEXT NOT NULL REFERENCES accounts(id),
+        endpoint TEXT NOT NULL,
+        model TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        upstream_model TEXT NOT NULL,
+        prompt_tokens INTEGER NOT NULL,
+        completion_tokens INTEGER NOT NULL,
+        cached_tokens INTEGER NOT NULL,
+        cache_write_tokens INTEGER NOT NULL,
+        reasoning_tokens INTEGER NOT NULL,
+        cost_usd REAL NOT NULL,
+        is_byok INTEGER NOT NULL CHECK (is_byok IN (0, 1)),
+        status TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+      );
+      -- Covering indexes: window sums read only the index, never the table.
+      CREATE INDEX ledger_key_time ON ledger (key_id, created_at, is_byok, cost_usd);
+      CREATE INDEX ledger_workspace_time ON ledger (workspace_id, created_at, is_byok, cost_usd);
+    `,
+    postgres: `
+      CREATE TABLE settings (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+      CREATE TABLE accounts (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        balance_usd DOUBLE PRECISION NOT NULL DEFAULT 0,
+        purchased_usd DOUBLE PRECISION NOT NULL DEFAULT 0,
+        created_at BIGINT NOT NULL
+      );
+      CREATE TABLE workspaces (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        account_id TEXT NOT NULL REFERENCES accounts(id),
+        created_at BIGINT NOT NULL
+      );
+      CREATE TABLE api_keys (
+        id TEXT PRIMARY KEY,
+        hash TEXT NOT NULL UNIQUE,
+        label TEXT NOT NULL,
+        name TEXT NOT NULL,
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        account_id TEXT NOT NULL REFERENCES accounts(id),
+        creator_user_id TEXT NOT NULL,
+        is_management BOOLEAN NOT NULL DEFAULT FALSE,
+        is_provisioning BOOLEAN NOT NULL DEFAULT FALSE,
+        limit_usd DOUBLE PRECISION,
+        limit_reset TEXT CHECK (limit_reset IN ('daily', 'weekly', 'monthly')),
+        include_byok_in_limit BOOLEAN NOT NULL DEFAULT FALSE,
+        allowed_data_regions TEXT NOT NULL DEFAULT '[]',
+        expires_at BIGINT,
+        disabled BOOLEAN NOT NULL DEFAULT FALSE,
+        revoked_at BIGINT,
+        created_at BIGINT NOT NULL
+      );
+      CREATE INDEX api_keys_workspace ON api_keys (workspace_id);
+      CREATE TABLE ledger (
+        generation_id TEXT PRIMARY KEY,
+        key_id TEXT NOT NULL,
+        workspace_id TEXT NOT NULL,
+        account_id TEXT NOT NULL REFERENCES accounts(id),
+        endpoint TEXT NOT NULL,
+        model TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        upstream_model TEXT NOT NULL,
+        prompt_tokens INTEGER NOT NULL,
+        completion_tokens INTEGER NOT NULL,
+        cached_tokens INTEGER NOT NULL,
+        cache_write_tokens INTEGER NOT NULL,
+        reasoning_tokens INTEGER NOT NULL,
+        cost_usd DOUBLE PRECISION NOT NULL,
+        is_byok BOOLEAN NOT NULL,
+        status TEXT NOT NULL,
+        created_at BIGINT NOT NULL
+      );
+      -- INCLUDE makes the window sums index-only scans.
+      CREATE INDEX ledger_key_time ON ledger (key_id, created_at) INCLUDE (is_byok, cost_usd);
+      CREATE INDEX ledger_workspace_time ON ledger (workspace_id, created_at) INCLUDE (is_byok, cost_usd);
+    `,
+  },
+];
+
+/** Migrations not yet applied, in id order. */
+export function pendingMigrations(applied: Iterable<number>): Migration[] {
+  const done = new Set(applied);
+  return [...MIGRATIONS].sort((a, b) => a.id - b.id).filter((m) => !done.has(m.id));
+}
+
+// ---- Row mapping: kept beside the DDL so a new column changes one file. ----
+// Both drivers go through Number()/Boolean(): pg returns BIGINT as a string and BOOLEAN as boolean,
+// better-sqlite3 returns numbers for both.
+
+type Row = Record<string, unknown>;
+
+/** ISO string → epoch ms; rejects strings that are not timestamps instead of storing NaN. */
+export function toMillis(iso: string): number {
+  const ms = Date.parse(iso);
+  if (Number.isNaN(ms)) throw new Error(`not an ISO 8601 timestamp: ${JSON.stringify(iso)}`);
+  return ms;
+}
+
+function iso(ms: unknown): string {
+  return new Date(Number(ms)).toISOString();
+}
+
+function isoOrNull(ms: unknown): string | null {
+  return ms === null || ms === undefined ? null : iso(ms);
+}
+
+export function rowToAccount(r: Row): Account {
+  return {
+    id: String(r.id),
+    name: String(r.name),
+    balanceUsd: Number(r.balance_usd),
+    purchasedUsd: Number(r.purchased_usd),
+    createdAt: iso(r.created_at),
+  };
+}
+
+export function rowToWorkspace(r: Row): Workspace {
+  return { id: String(r.id), name: String(r.name), accountId: String(r.account_id), createdAt: iso(r.created_at) };
+}
+
+export function rowToKey(r: Row): KeyRecord {
+  return {
+    id: String(r.id),
+    hash: String(r.hash),
+    label: String(r.label),
+    name: String(r.name),
+    workspaceId: String(r.workspace_id),
+    accountId: String(r.account_id),
+    creatorUserId: String(r.creator_user_id),
+    isManagement: Boolean(r.is_management),
+    isProvisioning: Boolean(r.is_provisioning),
+    limitUsd: r.limit_usd === null ? null : Number(r.limit_usd),
+    limitReset: (r.limit_reset as LimitReset | null) ?? null,
+    includeByokInLimit: Boolean(r.include_byok_in_limit),
+    allowedDataRegions: JSON.parse(String(r.allowed_data_regions)) as string[],
+    expiresAt: isoOrNull(r.expires_at),
+    disabled: Boolean(r.disabled),
+    revokedAt: isoOrNull(r.revoked_at),
+    createdAt: iso(r.created_at),
+  };
+}
+
+export function rowToLedger(r: Row): LedgerRow {
+  return {
+    generationId: String(r.generation_id),
+    keyId: String(r.key_id),
+    workspaceId: String(r.workspace_id),
+    accountId: String(r.account_id),
+    endpoint: r.endpoint as LedgerRow['endpoint'],
+    model: String(r.model),
+    provider: String(r.provider),
+    upstreamModel: String(r.upstream_model),
+    promptTokens: Number(r.prompt_tokens),
+    completionTokens: Number(r.completion_tokens),
+    cachedTokens: Number(r.cached_tokens),
+    cacheWriteTokens: Number(r.cache_write_tokens),
+    reasoningTokens: Number(r.reasoning_tokens),
+    costUsd: Number(r.cost_usd),
+    isByok: Boolean(r.is_byok),
+    status: r.status as LedgerRow['status'],
+    createdAt: iso(r.created_at),
+  };
+}
+
+export function rowToUsage(r: Row): UsageTotals {
+  return {
+    usage: Number(r.usage),
+    usageDaily: Number(r.usage_daily),
+    usageWeekly: Number(r.usage_weekly),
+    usageMonthly: Number(r.usage_monthly),
+    byokUsage: Number(r.byok_usage),
+    byokUsageDaily: Number(r.byok_usage_daily),
+    byokUsageWeekly: Number(r.byok_usage_weekly),
+    byokUsageMonthly: Number(r.byok_usage_monthly),
+  };
+}
+
+/**
+ * The SELECT list of `usageForKey`, the same for both engines given how each spells "is BYOK".
+ * Parameters: $1 key id; $2/$3 day, $4/$5 week, $6/$7 month as [start, end) in epoch ms.
+ * better-sqlite3 binds `$1`… from an object `{ 1: …, 2: … }`, pg from an array, so the text is shared.
+ */
+export function usageSelect(isByok: string, notByok: string): string {
+  const sum = (cond: string, window?: [number, number]) =>
+    `COALESCE(SUM(CASE WHEN ${cond}${window ? ` AND created_at >= $${window[0]} AND created_at < $${window[1]}` : ''}` +
+    ` THEN cost_usd END), 0)`;
+  return `SELECT
+      ${sum(notByok)} AS usage,
+      ${sum(notByok, [2, 3])} AS usage_daily,
+      ${sum(notByok, [4, 5])} AS usage_weekly,
+      ${sum(notByok, [6, 7])} AS usage_monthly,
+      ${sum(isByok)} AS byok_usage,
+      ${sum(isByok, [2, 3])} AS byok_usage_daily,
+      ${sum(isByok, [4, 5])} AS byok_usage_weekly,
+      ${sum(isByok, [6, 7])} AS byok_usage_monthly
+    FROM ledger WHERE key_id = $1`;
+}
+
+/** The parameters of `usageSelect` for one key at `now`, in $1…$7 order. */
+export function usageParams(keyId: string, now: Date): [string, ...number[]] {
+  const bounds = (['daily', 'weekly', 'monthly'] as WindowInterval[]).flatMap((w) => [
+    windowStart(w, now).getTime(),
+    windowEnd(w, now).getTime(),
+  ]);
+  return [keyId, ...bounds];
+}

@@ -1,0 +1,287 @@
+import { windowStart } from '../spend/windows';
+import { randomUUID } from 'node:crypto';
+import { Pool, type PoolClient } from 'pg';
+import {
+  MIGRATIONS_TABLE,
+  pendingMigrations,
+  rowToAccount,
+  rowToKey,
+  rowToLedger,
+  rowToUsage,
+  rowToWorkspace,
+  toMillis,
+  usageParams,
+  usageSelect,
+} from './migrations';
+import type { Account, KeyRecord, LedgerRow, NewKey, Store, UsageTotals, Workspace } from './types';
+
+type Row = Record<string, unknown>;
+
+export interface PostgresStoreOptions {
+  /** `postgres://user@host:5432/db` */
+  url: string;
+  /** Schema holding the tables; created at init when missing. Default: the server's search_path (`public`). */
+  schema?: string;
+  /** Pool size. Default 10. */
+  max?: number;
+  /** Errors of idle pooled connections (server restart, network). The pool discards the client either way. */
+  onIdleError?: (err: Error) => void;
+}
+
+const SCHEMA_NAME = /^[a-z_][a-z0-9_]*$/;
+
+const LEDGER_COLUMNS = `generation_id, key_id, workspace_id, account_id, endpoint, model, provider, upstream_model,
+  prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens, reasoning_tokens, cost_usd, is_byok, status,
+  created_at`;
+
+/**
+ * Why one statement: a data-modifying CTE runs as a single implicit transaction, so the ledger row and the
+ * balance change commit together in one round trip. The UPDATE only sees a row when the INSERT happened, so a
+ * duplicate generation id changes nothing. `balance_usd - cost` is computed under the row lock: concurrent
+ * inserts for one account never lose an update.
+ */
+const INSERT_LEDGER = `
+  WITH inserted AS (
+    INSERT INTO ledger (${LEDGER_COLUMNS})
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+    ON CONFLICT (generation_id) DO NOTHING
+    RETURNING account_id, cost_usd
+  )
+  UPDATE accounts SET balance_usd = accounts.balance_usd - inserted.cost_usd
+  FROM inserted WHERE accounts.id = inserted.account_id
+  RETURNING accounts.id`;
+
+const INSERT_KEY = `
+  INSERT INTO api_keys (id, hash, label, name, workspace_id, account_id, creator_user_id, is_management,
+    is_provisioning, limit_usd, limit_reset, include_byok_in_limit, allowed_data_regions, expires_at, created_at)
+  SELECT $1::text, $2::text, $3::text, $4::text, w.id, w.account_id, $6::text, $7::boolean, $8::boolean,
+    $9::double precision, $10::text, $11::boolean, $12::text, $13::bigint, $14::bigint
+  FROM workspaces w WHERE w.id = $5::text
+  RETURNING *`;
+
+const USAGE = usageSelect('is_byok', 'NOT is_byok');
+
+/**
+ * The durable store on PostgreSQL, for several gateway processes sharing one database.
+ *
+ * @example
+ * const store = new PostgresStore({ url: process.env.DATABASE_URL!, schema: 'gateway' });
+ * await store.init(); // creates the schema and applies pending migrations under an advisory lock
+ */
+export class PostgresStore implements Store {
+  readonly driver = 'postgres' as const;
+  private readonly pool: Pool;
+  private readonly schema?: string;
+  private ended = false;
+
+  constructor(options: PostgresStoreOptions) {
+    if (options.schema !== undefined && !SCHEMA_NAME.test(options.schema)) {
+      throw new Error(`invalid postgres schema name ${JSON.stringify(options.schema)}: use [a-z_][a-z0-9_]*`);
+    }
+    this.schema = options.schema;
+    this.pool = new Pool({
+      connectionString: options.url,
+      max: options.max ?? 10,
+      // Set per connection at startup, so every pooled client sees only this schema.
+      ...(options.schema ? { options: `-c search_path=${options.schema}` } : {}),
+    });
+    // Without a listener an idle client's error (e.g. the server restarting) would crash the process.
+    const onIdleError =
+      options.onIdleError ?? ((err: Error) => process.emitWarning(`postgres idle client error: ${err.message}`));
+    this.pool.on('error', onIdleError);
+  }
+
+  async init(): Promise<void> {
+    await this.transaction(async (c) => {
+      // Transaction-scoped: released at COMMIT/ROLLBACK, even if this process dies mid-migration.
+      await c.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`model-gateway:migrate:${this.schema ?? ''}`]);
+      if (this.schema) await c.query(`CREATE SCHEMA IF NOT EXISTS ${this.schema}`);
+      await c.query(MIGRATIONS_TABLE.postgres);
+      const applied = await c.query('SELECT id FROM schema_migrations');
+      for (const m of pendingMigrations(applied.rows.map((r: Row) => Number(r.id)))) {
+        await c.query(m.postgres);
+        await c.query('INSERT INTO schema_migrations (id, name, applied_at) VALUES ($1, $2, $3)', [
+          m.id,
+          m.name,
+          Date.now(),
+        ]);
+      }
+    });
+  }
+
+  async close(): Promise<void> {
+    if (this.ended) return;
+    this.ended = true;
+    await this.pool.end();
+  }
+
+  private async transaction<T>(fn: (client: PoolClient) => Promise<T>): Promise<T> {
+    const client = await this.pool.connect();
+    let broken: Error | undefined;
+    try {
+      await client.query('BEGIN');
+      const result = await fn(client);
+      await client.query('COMMIT');
+      return result;
+    } catch (err) {
+      // A failed ROLLBACK means the connection is unusable: hand it back as broken so the pool drops it.
+      await client.query('ROLLBACK').catch((e: Error) => (broken = e));
+      throw err;
+    } finally {
+      client.release(broken);
+    }
+  }
+
+  private async one(sql: string, params: unknown[]): Promise<Row | undefined> {
+    const result = await this.pool.query(sql, params);
+    return result.rows[0] as Row | undefined;
+  }
+
+  async settingOrInit(name: string, value: string): Promise<string> {
+    // Two statements on purpose: the SELECT takes a fresh snapshot, so it sees a concurrent first writer that
+    // committed while our INSERT waited on it (a single CTE statement would not).
+    const inserted = await this.one(
+      'INSERT INTO settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING RETURNING value',
+      [name, value],
+    );
+    if (inserted) return String(inserted.value);
+    const row = await this.one('SELECT value FROM settings WHERE name = $1', [name]);
+    return String(row!.value);
+  }
+
+  async ensureAccount(name: string): Promise<Account> {
+    const row =
+      (await this.one(
+        'INSERT INTO accounts (id, name, created_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING RETURNING *',
+        [randomUUID(), name, Date.now()],
+      )) ?? (await this.one('SELECT * FROM accounts WHERE name = $1', [name]));
+    return rowToAccount(row!);
+  }
+
+  async findAccount(idOrName: string): Promise<Account | null> {
+    const row = await this.one(
+      'SELECT * FROM accounts WHERE id = $1 OR name = $1 ORDER BY (id = $1) DESC LIMIT 1',
+      [idOrName],
+    );
+    return row ? rowToAccount(row) : null;
+  }
+
+  async addCredits(accountId: string, usd: number): Promise<Account> {
+    if (!Number.isFinite(usd)) throw new Error(`credits must be a finite number, got ${usd}`);
+    const row = await this.one(
+      `UPDATE accounts SET balance_usd = balance_usd + $1, purchased_usd = purchased_usd + $1
+       WHERE id = $2 RETURNING *`,
+      [usd, accountId],
+    );
+    if (!row) throw new Error(`unknown account: ${accountId}`);
+    return rowToAccount(row);
+  }
+
+  async ensureWorkspace(name: string, accountId: string): Promise<Workspace> {
+    const row =
+      (await this.one(
+        `INSERT INTO workspaces (id, name, account_id, created_at) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (name) DO NOTHING RETURNING *`,
+        [randomUUID(), name, accountId, Date.now()],
+      )) ?? (await this.one('SELECT * FROM workspaces WHERE name = $1', [name]));
+    return rowToWorkspace(row!);
+  }
+
+  async findWorkspace(idOrName: string): Promise<Workspace | null> {
+    const row = await this.one(
+      'SELECT * FROM workspaces WHERE id = $1 OR name = $1 ORDER BY (id = $1) DESC LIMIT 1',
+      [idOrName],
+    );
+    return row ? rowToWorkspace(row) : null;
+  }
+
+  async createKey(input: NewKey): Promise<KeyRecord> {
+    const row = await this.one(INSERT_KEY, [
+      randomUUID(),
+      input.hash,
+      input.label,
+      input.name,
+      input.workspaceId,
+      input.creatorUserId,
+      input.isManagement ?? false,
+      input.isProvisioning ?? false,
+      input.limitUsd ?? null,
+      input.limitReset ?? null,
+      input.includeByokInLimit ?? false,
+      JSON.stringify(input.allowedDataRegions ?? []),
+      input.expiresAt ? toMillis(input.expiresAt) : null,
+      Date.now(),
+    ]);
+    if (!row) throw new Error(`unknown workspace: ${input.workspaceId}`);
+    return rowToKey(row);
+  }
+
+  async findKeyByHash(hash: string): Promise<KeyRecord | null> {
+    const row = await this.one('SELECT * FROM api_keys WHERE hash = $1', [hash]);
+    return row ? rowToKey(row) : null;
+  }
+
+  async getKey(id: string): Promise<KeyRecord | null> {
+    const row = await this.one('SELECT * FROM api_keys WHERE id = $1', [id]);
+    return row ? rowToKey(row) : null;
+  }
+
+  async listKeys(): Promise<KeyRecord[]> {
+    const result = await this.pool.query('SELECT * FROM api_keys ORDER BY created_at, id');
+    return result.rows.map(rowToKey);
+  }
+
+  async revokeKey(id: string): Promise<boolean> {
+    const result = await this.pool.query(
+      'UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL',
+      [Date.now(), id],
+    );
+    return result.rowCount === 1;
+  }
+
+  async countKeys(): Promise<number> {
+    const row = await this.one('SELECT COUNT(*) AS n FROM api_keys', []);
+    return Number(row!.n);
+  }
+
+  async insertLedger(row: LedgerRow): Promise<boolean> {
+    if (!Number.isFinite(row.costUsd)) throw new Error(`ledger cost must be a finite number, got ${row.costUsd}`);
+    const result = await this.pool.query(INSERT_LEDGER, [
+      row.generationId,
+      row.keyId,
+      row.workspaceId,
+      row.accountId,
+      row.endpoint,
+      row.model,
+      row.provider,
+      row.upstreamModel,
+      row.promptTokens,
+      row.completionTokens,
+      row.cachedTokens,
+      row.cacheWriteTokens,
+      row.reasoningTokens,
+      row.costUsd,
+      row.isByok,
+      row.status,
+      toMillis(row.createdAt),
+    ]);
+    return result.rowCount === 1;
+  }
+
+  async getLedger(generationId: string): Promise<LedgerRow | null> {
+    const row = await this.one('SELECT * FROM ledger WHERE generation_id = $1', [generationId]);
+    return row ? rowToLedger(row) : null;
+  }
+
+  async usageForKey(keyId: string, now: Date = new Date()): Promise<UsageTotals> {
+    return rowToUsage((await this.one(USAGE, usageParams(keyId, now)))!);
+  }
+
+  async countFreeModelRequests(keyId: string, now: Date = new Date()): Promise<number> {
+    const row = await this.one(
+      "SELECT COUNT(*) AS n FROM ledger WHERE key_id = $1 AND created_at >= $2 AND right(model, 5) = ':free'",
+      [keyId, windowStart('daily', now).getTime()],
+    );
+    return Number(row?.n ?? 0);
+  }
+}

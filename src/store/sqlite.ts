@@ -1,0 +1,266 @@
+import Database from 'better-sqlite3';
+import { randomUUID } from 'node:crypto';
+import { mkdirSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import {
+  MIGRATIONS_TABLE,
+  pendingMigrations,
+  rowToAccount,
+  rowToKey,
+  rowToLedger,
+  rowToUsage,
+  rowToWorkspace,
+  toMillis,
+  usageParams,
+  usageSelect,
+} from './migrations';
+import { windowStart } from '../spend/windows';
+import type { Account, KeyRecord, LedgerRow, NewKey, Store, UsageTotals, Workspace } from './types';
+
+type Row = Record<string, unknown>;
+
+/** `:free` variants: the model id's last 5 characters (works the same in both engines). */
+const FREE_COUNT = "SELECT COUNT(*) FROM ledger WHERE key_id = ? AND created_at >= ? AND substr(model, length(model) - 4) = ':free'";
+
+export interface SqliteStoreOptions {
+  /** Database file; its folder is created when missing. `:memory:` for a throwaway store. */
+  path: string;
+}
+
+/** Every statement, prepared once after the migrations have created the tables. */
+function prepareAll(db: Database.Database) {
+  const s = {
+    settingInsert: db.prepare('INSERT INTO settings (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING'),
+    settingGet: db.prepare('SELECT value FROM settings WHERE name = ?').pluck(),
+
+    accountInsert: db.prepare(
+      'INSERT INTO accounts (id, name, created_at) VALUES (@id, @name, @created_at) ON CONFLICT (name) DO NOTHING',
+    ),
+    accountByName: db.prepare('SELECT * FROM accounts WHERE name = ?'),
+    // An id match wins over a name match when one account's name is another's id.
+    accountFind: db.prepare('SELECT * FROM accounts WHERE id = @v OR name = @v ORDER BY id = @v DESC LIMIT 1'),
+    accountCredit: db.prepare(
+      `UPDATE accounts SET balance_usd = balance_usd + @usd, purchased_usd = purchased_usd + @usd
+       WHERE id = @id RETURNING *`,
+    ),
+    accountDebit: db.prepare('UPDATE accounts SET balance_usd = balance_usd - @cost_usd WHERE id = @account_id'),
+
+    workspaceInsert: db.prepare(
+      `INSERT INTO workspaces (id, name, account_id, created_at) VALUES (@id, @name, @account_id, @created_at)
+       ON CONFLICT (name) DO NOTHING`,
+    ),
+    workspaceByName: db.prepare('SELECT * FROM workspaces WHERE name = ?'),
+    workspaceById: db.prepare('SELECT * FROM workspaces WHERE id = ?'),
+    workspaceFind: db.prepare('SELECT * FROM workspaces WHERE id = @v OR name = @v ORDER BY id = @v DESC LIMIT 1'),
+
+    keyInsert: db.prepare(
+      `INSERT INTO api_keys (id, hash, label, name, workspace_id, account_id, creator_user_id, is_management,
+         is_provisioning, limit_usd, limit_reset, include_byok_in_limit, allowed_data_regions, expires_at, created_at)
+       VALUES (@id, @hash, @label, @name, @workspace_id, @account_id, @creator_user_id, @is_management,
+         @is_provisioning, @limit_usd, @limit_reset, @include_byok_in_limit, @allowed_data_regions, @expires_at,
+         @created_at)
+       RETURNING *`,
+    ),
+    keyByHash: db.prepare('SELECT * FROM api_keys WHERE hash = ?'),
+    keyById: db.prepare('SELECT * FROM api_keys WHERE id = ?'),
+    keyList: db.prepare('SELECT * FROM api_keys ORDER BY created_at, id'),
+    keyRevoke: db.prepare('UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL'),
+    keyCount: db.prepare('SELECT COUNT(*) FROM api_keys').pluck(),
+
+    ledgerInsert: db.prepare(
+      `INSERT INTO ledger (generation_id, key_id, workspace_id, account_id, endpoint, model, provider, upstream_model,
+         prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens, reasoning_tokens, cost_usd, is_byok,
+         status, created_at)
+       VALUES (@generation_id, @key_id, @workspace_id, @account_id, @endpoint, @model, @provider, @upstream_model,
+         @prompt_tokens, @completion_tokens, @cached_tokens, @cache_write_tokens, @reasoning_tokens, @cost_usd,
+         @is_byok, @status, @created_at)
+       ON CONFLICT (generation_id) DO NOTHING`,
+    ),
+    ledgerGet: db.prepare('SELECT * FROM ledger WHERE generation_id = ?'),
+    usage: db.prepare(usageSelect('is_byok = 1', 'is_byok = 0')),
+    freeCount: db.prepare(FREE_COUNT).pluck(),
+  };
+  /** The ledger row and the balance change commit together, or neither does. */
+  const insertLedger = db.transaction((row: LedgerRow): boolean => {
+    const params = ledgerParams(row);
+    if (s.ledgerInsert.run(params).changes !== 1) return false;
+    s.accountDebit.run(params);
+    return true;
+  });
+  return { ...s, insertLedger };
+}
+
+type Statements = ReturnType<typeof prepareAll>;
+
+/**
+ * The default durable store: one SQLite file through better-sqlite3.
+ * WAL mode and a 5 s busy timeout let the CLI and a running server share the file.
+ *
+ * @example
+ * const store = new SqliteStore({ path: './data/gateway.db' });
+ * await store.init();
+ * const account = await store.ensureAccount('default');
+ */
+export class SqliteStore implements Store {
+  readonly driver = 'sqlite' as const;
+  private readonly db: Database.Database;
+  private statements?: Statements;
+
+  constructor(options: SqliteStoreOptions) {
+    if (options.path !== ':memory:' && options.path !== '') {
+      mkdirSync(dirname(resolve(options.path)), { recursive: true });
+    }
+    this.db = new Database(options.path);
+    // Busy timeout first: switching to WAL needs a lock that another process may be holding.
+    this.db.pragma('busy_timeout = 5000');
+    this.db.pragma('journal_mode = WAL');
+    // With WAL, NORMAL never corrupts the file; a power loss may drop the last commits, not break the db.
+    this.db.pragma('synchronous = NORMAL');
+    this.db.pragma('foreign_keys = ON');
+  }
+
+  async init(): Promise<void> {
+    // IMMEDIATE takes the write lock up front, so a second process starting at the same time waits
+    // (busy_timeout) and then finds the migrations already recorded.
+    this.db
+      .transaction(() => {
+        this.db.exec(MIGRATIONS_TABLE.sqlite);
+        const applied = this.db.prepare('SELECT id FROM schema_migrations').pluck().all() as number[];
+        const record = this.db.prepare('INSERT INTO schema_migrations (id, name, applied_at) VALUES (?, ?, ?)');
+        for (const m of pendingMigrations(applied)) {
+          this.db.exec(m.sqlite);
+          record.run(m.id, m.name, Date.now());
+        }
+      })
+      .immediate();
+    this.statements ??= prepareAll(this.db);
+  }
+
+  async close(): Promise<void> {
+    if (this.db.open) this.db.close();
+  }
+
+  private get s(): Statements {
+    if (!this.statements) throw new Error('SqliteStore: call init() before use');
+    return this.statements;
+  }
+
+  async settingOrInit(name: string, value: string): Promise<string> {
+    this.s.settingInsert.run(name, value);
+    return this.s.settingGet.get(name) as string;
+  }
+
+  async ensureAccount(name: string): Promise<Account> {
+    this.s.accountInsert.run({ id: randomUUID(), name, created_at: Date.now() });
+    return rowToAccount(this.s.accountByName.get(name) as Row);
+  }
+
+  async findAccount(idOrName: string): Promise<Account | null> {
+    const row = this.s.accountFind.get({ v: idOrName }) as Row | undefined;
+    return row ? rowToAccount(row) : null;
+  }
+
+  async addCredits(accountId: string, usd: number): Promise<Account> {
+    if (!Number.isFinite(usd)) throw new Error(`credits must be a finite number, got ${usd}`);
+    const row = this.s.accountCredit.get({ id: accountId, usd }) as Row | undefined;
+    if (!row) throw new Error(`unknown account: ${accountId}`);
+    return rowToAccount(row);
+  }
+
+  async ensureWorkspace(name: string, accountId: string): Promise<Workspace> {
+    this.s.workspaceInsert.run({ id: randomUUID(), name, account_id: accountId, created_at: Date.now() });
+    return rowToWorkspace(this.s.workspaceByName.get(name) as Row);
+  }
+
+  async findWorkspace(idOrName: string): Promise<Workspace | null> {
+    const row = this.s.workspaceFind.get({ v: idOrName }) as Row | undefined;
+    return row ? rowToWorkspace(row) : null;
+  }
+
+  async createKey(input: NewKey): Promise<KeyRecord> {
+    const ws = this.s.workspaceById.get(input.workspaceId) as Row | undefined;
+    if (!ws) throw new Error(`unknown workspace: ${input.workspaceId}`);
+    const row = this.s.keyInsert.get({
+      id: randomUUID(),
+      hash: input.hash,
+      label: input.label,
+      name: input.name,
+      workspace_id: input.workspaceId,
+      account_id: ws.account_id,
+      creator_user_id: input.creatorUserId,
+      is_management: input.isManagement ? 1 : 0,
+      is_provisioning: input.isProvisioning ? 1 : 0,
+      limit_usd: input.limitUsd ?? null,
+      limit_reset: input.limitReset ?? null,
+      include_byok_in_limit: input.includeByokInLimit ? 1 : 0,
+      allowed_data_regions: JSON.stringify(input.allowedDataRegions ?? []),
+      expires_at: input.expiresAt ? toMillis(input.expiresAt) : null,
+      created_at: Date.now(),
+    }) as Row;
+    return rowToKey(row);
+  }
+
+  async findKeyByHash(hash: string): Promise<KeyRecord | null> {
+    const row = this.s.keyByHash.get(hash) as Row | undefined;
+    return row ? rowToKey(row) : null;
+  }
+
+  async getKey(id: string): Promise<KeyRecord | null> {
+    const row = this.s.keyById.get(id) as Row | undefined;
+    return row ? rowToKey(row) : null;
+  }
+
+  async listKeys(): Promise<KeyRecord[]> {
+    return (this.s.keyList.all() as Row[]).map(rowToKey);
+  }
+
+  async revokeKey(id: string): Promise<boolean> {
+    return this.s.keyRevoke.run(Date.now(), id).changes === 1;
+  }
+
+  async countKeys(): Promise<number> {
+    return Number(this.s.keyCount.get());
+  }
+
+  async insertLedger(row: LedgerRow): Promise<boolean> {
+    return this.s.insertLedger(row);
+  }
+
+  async getLedger(generationId: string): Promise<LedgerRow | null> {
+    const row = this.s.ledgerGet.get(generationId) as Row | undefined;
+    return row ? rowToLedger(row) : null;
+  }
+
+  async usageForKey(keyId: string, now: Date = new Date()): Promise<UsageTotals> {
+    // `$1`… bind by number from an object in better-sqlite3.
+    const params = Object.fromEntries(usageParams(keyId, now).map((v, i) => [i + 1, v]));
+    return rowToUsage(this.s.usage.get(params) as Row);
+  }
+
+  async countFreeModelRequests(keyId: string, now: Date = new Date()): Promise<number> {
+    return Number(this.s.freeCount.get(keyId, windowStart('daily', now).getTime()));
+  }
+}
+
+function ledgerParams(row: LedgerRow): Record<string, string | number> {
+  if (!Number.isFinite(row.costUsd)) throw new Error(`ledger cost must be a finite number, got ${row.costUsd}`);
+  return {
+    generation_id: row.generationId,
+    key_id: row.keyId,
+    workspace_id: row.workspaceId,
+    account_id: row.accountId,
+    endpoint: row.endpoint,
+    model: row.model,
+    provider: row.provider,
+    upstream_model: row.upstreamModel,
+    prompt_tokens: row.promptTokens,
+    completion_tokens: row.completionTokens,
+    cached_tokens: row.cachedTokens,
+    cache_write_tokens: row.cacheWriteTokens,
+    reasoning_tokens: row.reasoningTokens,
+    cost_usd: row.costUsd,
+    is_byok: row.isByok ? 1 : 0,
+    status: row.status,
+    created_at: toMillis(row.createdAt),
+  };
+}

@@ -1,0 +1,136 @@
+/**
+ * The durable store: keys (hashed), accounts (credit balance), workspaces and the ledger.
+ * SQLite (default) and PostgreSQL implement the same interface and pass the same test suite.
+ *
+ * Money is USD as a JS number; timestamps are ISO 8601 strings in records.
+ */
+
+export type LimitReset = 'daily' | 'weekly' | 'monthly';
+
+export interface Account {
+  id: string; // uuid
+  name: string; // unique, human name ("default")
+  balanceUsd: number; // credit balance; goes down with every ledger row's cost
+  purchasedUsd: number; // all-time credits added
+  createdAt: string;
+}
+
+export interface Workspace {
+  id: string; // uuid
+  name: string; // unique
+  accountId: string;
+  createdAt: string;
+}
+
+export interface KeyRecord {
+  id: string; // uuid
+  hash: string; // sha256 hex of the full key; the key itself is never stored
+  label: string; // masked form shown by GET /key and `keys list`
+  name: string;
+  workspaceId: string;
+  accountId: string;
+  creatorUserId: string;
+  isManagement: boolean;
+  isProvisioning: boolean;
+  limitUsd: number | null;
+  limitReset: LimitReset | null;
+  includeByokInLimit: boolean;
+  allowedDataRegions: string[];
+  expiresAt: string | null;
+  disabled: boolean;
+  revokedAt: string | null;
+  createdAt: string;
+}
+
+export interface NewKey {
+  hash: string;
+  label: string;
+  name: string;
+  workspaceId: string;
+  creatorUserId: string;
+  isManagement?: boolean;
+  isProvisioning?: boolean;
+  limitUsd?: number | null;
+  limitReset?: LimitReset | null;
+  includeByokInLimit?: boolean;
+  allowedDataRegions?: string[];
+  expiresAt?: string | null;
+}
+
+export interface LedgerRow {
+  generationId: string; // primary key: a second insert of the same id is ignored
+  keyId: string;
+  workspaceId: string;
+  accountId: string;
+  endpoint: 'messages' | 'chat_completions';
+  model: string; // gateway model id
+  provider: string; // provider id from gateway.yaml
+  upstreamModel: string;
+  promptTokens: number;
+  completionTokens: number;
+  cachedTokens: number;
+  cacheWriteTokens: number;
+  reasoningTokens: number;
+  costUsd: number;
+  isByok: boolean;
+  status: 'completed' | 'failed' | 'cancelled';
+  createdAt: string;
+}
+
+/**
+ * Spend sums for one key over the UTC windows of spec 8.4.
+ * The two families are disjoint: `usage*` sums only non-BYOK ledger rows (spend of gateway credits) and
+ * `byokUsage*` only BYOK rows (spend through the caller's own provider keys). A caller that needs the combined
+ * figure (e.g. `include_byok_in_limit`) adds them. The day/week/month windows are [start, next reset) around
+ * `now`; the all-time sums count every row of the key.
+ */
+export interface UsageTotals {
+  usage: number;
+  usageDaily: number;
+  usageWeekly: number;
+  usageMonthly: number;
+  byokUsage: number;
+  byokUsageDaily: number;
+  byokUsageWeekly: number;
+  byokUsageMonthly: number;
+}
+
+export interface Store {
+  readonly driver: 'sqlite' | 'postgres';
+  /** Applies pending numbered migrations. Safe to call on every start. */
+  init(): Promise<void>;
+  close(): Promise<void>;
+
+  /** Reads a setting; stores `value` first when absent. Returns the stored value (first writer wins). */
+  settingOrInit(name: string, value: string): Promise<string>;
+
+  ensureAccount(name: string): Promise<Account>;
+  /** By id or by name. */
+  findAccount(idOrName: string): Promise<Account | null>;
+  /** Adds to balance and to purchased credits; returns the updated account. Throws if unknown. */
+  addCredits(accountId: string, usd: number): Promise<Account>;
+
+  /** Creates the workspace in the given account when missing (by name). */
+  ensureWorkspace(name: string, accountId: string): Promise<Workspace>;
+  /** By id or by name. */
+  findWorkspace(idOrName: string): Promise<Workspace | null>;
+
+  createKey(input: NewKey): Promise<KeyRecord>;
+  findKeyByHash(hash: string): Promise<KeyRecord | null>;
+  getKey(id: string): Promise<KeyRecord | null>;
+  listKeys(): Promise<KeyRecord[]>;
+  /** Marks the key revoked; false when no such key or already revoked. */
+  revokeKey(id: string): Promise<boolean>;
+  countKeys(): Promise<number>;
+
+  /**
+   * Writes one ledger row and deducts its cost from the account balance in one transaction.
+   * Idempotent by generation id: returns false (and changes nothing) when the id already exists.
+   */
+  insertLedger(row: LedgerRow): Promise<boolean>;
+  getLedger(generationId: string): Promise<LedgerRow | null>;
+  /** Spend of one key: all time and the current UTC day, week (from Monday) and month. */
+  usageForKey(keyId: string, now?: Date): Promise<UsageTotals>;
+  /** Requests of one key to free model variants (model id ending in `:free`) since 00:00 UTC today. */
+  countFreeModelRequests(keyId: string, now?: Date): Promise<number>;
+}

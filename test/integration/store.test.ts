@@ -1,0 +1,405 @@
+import Database from 'better-sqlite3';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Client } from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openStore, PostgresStore, type LedgerRow, type StorageConfig, type Store } from '../../src/store';
+import { generateKey, hashKey, maskKey } from '../../src/store/key-secret';
+import { MIGRATIONS } from '../../src/store/migrations';
+
+const PG_URL = process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+
+type RawRow = Record<string, unknown>;
+
+/** One engine under test: where its store lives, and a way to read tables behind the store's back. */
+interface Engine {
+  name: 'sqlite' | 'postgres';
+  setup(): Promise<StorageConfig>;
+  raw(sql: string): Promise<RawRow[]>;
+  teardown(): Promise<void>;
+}
+
+function sqliteEngine(): Engine {
+  let dir = '';
+  let path = '';
+  return {
+    name: 'sqlite',
+    async setup() {
+      dir = mkdtempSync(join(tmpdir(), 'gw-store-'));
+      path = join(dir, 'nested', 'gateway.db'); // the store must create `nested/`
+      return { driver: 'sqlite', path };
+    },
+    async raw(sql) {
+      const db = new Database(path);
+      try {
+        return db.prepare(sql).all() as RawRow[];
+      } finally {
+        db.close();
+      }
+    },
+    async teardown() {
+      if (dir) rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+function postgresEngine(): Engine {
+  const schema = `gw_test_${randomBytes(6).toString('hex')}`;
+  const client = new Client({ connectionString: PG_URL });
+  return {
+    name: 'postgres',
+    async setup() {
+      await client.connect();
+      await client.query(`SET search_path TO ${schema}`);
+      return { driver: 'postgres', url: PG_URL, schema, pool_max: 5 };
+    },
+    async raw(sql) {
+      return (await client.query(sql)).rows as RawRow[];
+    },
+    async teardown() {
+      await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+      await client.end();
+    },
+  };
+}
+
+let ledgerSeq = 0;
+function ledgerRow(ids: { keyId: string; workspaceId: string; accountId: string }, over: Partial<LedgerRow> = {}): LedgerRow {
+  return {
+    generationId: `gen-${process.pid}-${++ledgerSeq}-${randomBytes(4).toString('hex')}`,
+    ...ids,
+    endpoint: 'chat_completions',
+    model: 'openai/gpt-4o-mini',
+    provider: 'openai',
+    upstreamModel: 'gpt-4o-mini',
+    promptTokens: 10,
+    completionTokens: 20,
+    cachedTokens: 0,
+    cacheWriteTokens: 0,
+    reasoningTokens: 0,
+    costUsd: 0.5,
+    isByok: false,
+    status: 'completed',
+    createdAt: '2025-06-15T12:00:00.000Z',
+    ...over,
+  };
+}
+
+describe.each([sqliteEngine(), postgresEngine()])('Store on $name', (engine) => {
+  let config: StorageConfig;
+  let store: Store;
+  let second: Store;
+
+  beforeAll(async () => {
+    config = await engine.setup();
+    // Two stores starting together on an empty database: migrations must still be applied exactly once.
+    [store, second] = await Promise.all([openStore(config), openStore(config)]);
+  });
+
+  afterAll(async () => {
+    await second?.close();
+    await store?.close();
+    await engine.teardown();
+  });
+
+  /** A fresh account, workspace and key, so each test's balances and sums are its own. */
+  async function fixture(tag: string) {
+    const account = await store.ensureAccount(`acct-${tag}`);
+    const workspace = await store.ensureWorkspace(`ws-${tag}`, account.id);
+    const key = await store.createKey({
+      hash: hashKey(generateKey()),
+      label: 'sk-gw-v1-...test',
+      name: tag,
+      workspaceId: workspace.id,
+      creatorUserId: 'user-1',
+    });
+    return { account, workspace, key, ids: { keyId: key.id, workspaceId: workspace.id, accountId: account.id } };
+  }
+
+  it('applies each migration once, however often init runs', async () => {
+    expect(store.driver).toBe(engine.name);
+    await store.init();
+    await second.init();
+    const rows = await engine.raw('SELECT id, name FROM schema_migrations ORDER BY id');
+    expect(rows.map((r) => Number(r.id))).toEqual(MIGRATIONS.map((m) => m.id));
+    expect(rows[0].name).toBe(MIGRATIONS[0].name);
+  });
+
+  it('settingOrInit: the first writer wins, also when writers race', async () => {
+    expect(await store.settingOrInit('instance_id', 'first')).toBe('first');
+    expect(await store.settingOrInit('instance_id', 'second')).toBe('first');
+    expect(await second.settingOrInit('instance_id', 'third')).toBe('first');
+
+    const raced = await Promise.all(
+      Array.from({ length: 10 }, (_, i) => (i % 2 ? store : second).settingOrInit('raced', `v${i}`)),
+    );
+    expect(new Set(raced).size).toBe(1);
+    expect(raced[0]).toMatch(/^v\d$/);
+  });
+
+  it('ensureAccount is idempotent and findAccount matches id or name', async () => {
+    const a = await store.ensureAccount('default');
+    expect(a).toMatchObject({ name: 'default', balanceUsd: 0, purchasedUsd: 0 });
+    expect(Number.isNaN(Date.parse(a.createdAt))).toBe(false);
+    expect(await store.ensureAccount('default')).toEqual(a);
+    expect(await store.findAccount(a.id)).toEqual(a);
+    expect(await store.findAccount('default')).toEqual(a);
+    expect(await store.findAccount('no-such-account')).toBeNull();
+
+    const raced = await Promise.all(
+      Array.from({ length: 8 }, (_, i) => (i % 2 ? store : second).ensureAccount('raced-account')),
+    );
+    expect(new Set(raced.map((r) => r.id)).size).toBe(1);
+  });
+
+  it('ensureWorkspace is idempotent and findWorkspace matches id or name', async () => {
+    const account = await store.ensureAccount('ws-owner');
+    const w = await store.ensureWorkspace('team', account.id);
+    expect(w).toMatchObject({ name: 'team', accountId: account.id });
+    expect(await store.ensureWorkspace('team', account.id)).toEqual(w);
+    expect(await store.findWorkspace(w.id)).toEqual(w);
+    expect(await store.findWorkspace('team')).toEqual(w);
+    expect(await store.findWorkspace('nope')).toBeNull();
+    await expect(store.ensureWorkspace('orphan', 'no-such-account')).rejects.toThrow();
+
+    const raced = await Promise.all(
+      Array.from({ length: 8 }, (_, i) => (i % 2 ? store : second).ensureWorkspace('raced-ws', account.id)),
+    );
+    expect(new Set(raced.map((r) => r.id)).size).toBe(1);
+  });
+
+  it('addCredits raises balance and purchased credits', async () => {
+    const a = await store.ensureAccount('buyer');
+    const after = await store.addCredits(a.id, 10);
+    expect(after).toMatchObject({ id: a.id, balanceUsd: 10, purchasedUsd: 10 });
+    expect(await store.addCredits(a.id, 2.5)).toMatchObject({ balanceUsd: 12.5, purchasedUsd: 12.5 });
+    expect(await store.findAccount(a.id)).toMatchObject({ balanceUsd: 12.5, purchasedUsd: 12.5 });
+    await expect(store.addCredits('no-such-account', 1)).rejects.toThrow(/unknown account/);
+  });
+
+  it('creates, finds, lists, counts and revokes keys; stores the hash, never the key', async () => {
+    const account = await store.ensureAccount('keys');
+    const ws = await store.ensureWorkspace('keys-ws', account.id);
+    const countBefore = await store.countKeys();
+    const secret = generateKey();
+    const full = await store.createKey({
+      hash: hashKey(secret),
+      label: maskKey(secret),
+      name: 'ci',
+      workspaceId: ws.id,
+      creatorUserId: 'user-1',
+      isManagement: true,
+      isProvisioning: true,
+      limitUsd: 5.5,
+      limitReset: 'monthly',
+      includeByokInLimit: true,
+      allowedDataRegions: ['europe', 'us'],
+      expiresAt: '2030-01-02T03:04:05.000Z',
+    });
+    expect(full).toMatchObject({
+      hash: hashKey(secret),
+      label: maskKey(secret),
+      name: 'ci',
+      workspaceId: ws.id,
+      accountId: account.id,
+      creatorUserId: 'user-1',
+      isManagement: true,
+      isProvisioning: true,
+      limitUsd: 5.5,
+      limitReset: 'monthly',
+      includeByokInLimit: true,
+      allowedDataRegions: ['europe', 'us'],
+      expiresAt: '2030-01-02T03:04:05.000Z',
+      disabled: false,
+      revokedAt: null,
+    });
+    const minimal = await store.createKey({
+      hash: hashKey(generateKey()),
+      label: 'sk-gw-v1-...min',
+      name: 'minimal',
+      workspaceId: ws.id,
+      creatorUserId: 'user-2',
+    });
+    expect(minimal).toMatchObject({
+      isManagement: false,
+      isProvisioning: false,
+      limitUsd: null,
+      limitReset: null,
+      includeByokInLimit: false,
+      allowedDataRegions: [],
+      expiresAt: null,
+      disabled: false,
+      revokedAt: null,
+    });
+
+    expect(await store.findKeyByHash(hashKey(secret))).toEqual(full);
+    expect(await store.findKeyByHash(hashKey('sk-gw-v1-wrong'))).toBeNull();
+    expect(await store.getKey(full.id)).toEqual(full);
+    expect(await store.getKey('no-such-key')).toBeNull();
+    const listed = await store.listKeys();
+    expect(listed).toContainEqual(full);
+    expect(listed).toContainEqual(minimal);
+    expect(await store.countKeys()).toBe(countBefore + 2);
+
+    // The plaintext key, or even its random part, appears in no column of any api_keys row.
+    const rows = await engine.raw('SELECT * FROM api_keys');
+    const mine = rows.find((r) => r.id === full.id)!;
+    expect(mine.hash).toBe(hashKey(secret));
+    for (const row of rows) {
+      for (const value of Object.values(row)) {
+        expect(String(value)).not.toContain(secret);
+        expect(String(value)).not.toContain(secret.slice('sk-gw-v1-'.length, -4));
+      }
+    }
+
+    await expect(
+      store.createKey({ hash: hashKey(secret), label: 'dup', name: 'dup', workspaceId: ws.id, creatorUserId: 'u' }),
+    ).rejects.toThrow();
+    await expect(
+      store.createKey({ hash: 'h', label: 'l', name: 'n', workspaceId: 'no-such-ws', creatorUserId: 'u' }),
+    ).rejects.toThrow(/unknown workspace/);
+
+    expect(await store.revokeKey(full.id)).toBe(true);
+    expect(await store.revokeKey(full.id)).toBe(false);
+    expect(await store.revokeKey('no-such-key')).toBe(false);
+    const revoked = await store.getKey(full.id);
+    expect(Number.isNaN(Date.parse(revoked!.revokedAt!))).toBe(false);
+    expect(await store.countKeys()).toBe(countBefore + 2); // revoked keys still count
+  });
+
+  it('insertLedger is idempotent by generation id and deducts the cost once', async () => {
+    const { account, ids } = await fixture('idem');
+    await store.addCredits(account.id, 10);
+    const row = ledgerRow(ids, { costUsd: 1.25 });
+    expect(await store.insertLedger(row)).toBe(true);
+    expect(await store.insertLedger(row)).toBe(false);
+    expect(await second.insertLedger({ ...row, costUsd: 3 })).toBe(false);
+    expect((await store.findAccount(account.id))!.balanceUsd).toBe(8.75);
+    expect((await store.getLedger(row.generationId))!.costUsd).toBe(1.25);
+  });
+
+  it('getLedger round-trips every field', async () => {
+    const { ids } = await fixture('roundtrip');
+    const row: LedgerRow = {
+      generationId: 'gen-roundtrip-1',
+      ...ids,
+      endpoint: 'messages',
+      model: 'anthropic/claude-sonnet',
+      provider: 'anthropic',
+      upstreamModel: 'claude-sonnet-4-20250514',
+      promptTokens: 1234,
+      completionTokens: 567,
+      cachedTokens: 89,
+      cacheWriteTokens: 10,
+      reasoningTokens: 11,
+      costUsd: 0.0123456789,
+      isByok: true,
+      status: 'failed',
+      createdAt: '2025-03-04T05:06:07.089Z',
+    };
+    expect(await store.insertLedger(row)).toBe(true);
+    expect(await store.getLedger(row.generationId)).toEqual(row);
+    expect(await store.getLedger('no-such-generation')).toBeNull();
+  });
+
+  it('usageForKey sums all-time and UTC day/week/month windows; BYOK apart', async () => {
+    const { ids } = await fixture('usage');
+    const other = await fixture('usage-other');
+    // Powers of two: every sum names exactly which rows it counted.
+    const rows: [string, number, boolean][] = [
+      ['2025-06-15T00:00:00.000Z', 1, false], // day start (Sunday)
+      ['2025-06-14T23:59:59.999Z', 2, false], // just before the day
+      ['2025-06-09T00:00:00.000Z', 4, false], // week start (Monday)
+      ['2025-06-08T23:59:59.999Z', 8, false], // just before the week
+      ['2025-06-01T00:00:00.000Z', 16, false], // month start
+      ['2025-05-31T23:59:59.999Z', 32, false], // just before the month; also the week of 2025-05-26
+      ['2025-06-16T00:00:00.000Z', 64, false], // next day and week, same month
+      ['2025-06-15T06:00:00.000Z', 128, true], // BYOK, today
+      ['2025-05-20T00:00:00.000Z', 256, true], // BYOK, last month
+    ];
+    for (const [createdAt, costUsd, isByok] of rows) {
+      await store.insertLedger(ledgerRow(ids, { createdAt, costUsd, isByok }));
+    }
+    await store.insertLedger(ledgerRow(other.ids, { createdAt: '2025-06-15T01:00:00.000Z', costUsd: 512 }));
+
+    expect(await store.usageForKey(ids.keyId, new Date('2025-06-15T12:00:00.000Z'))).toEqual({
+      usage: 127,
+      usageDaily: 1,
+      usageWeekly: 1 + 2 + 4,
+      usageMonthly: 1 + 2 + 4 + 8 + 16 + 64,
+      byokUsage: 384,
+      byokUsageDaily: 128,
+      byokUsageWeekly: 128,
+      byokUsageMonthly: 128,
+    });
+    // Sunday 1 June: the week (from Monday 26 May) began before the month did.
+    expect(await second.usageForKey(ids.keyId, new Date('2025-06-01T05:00:00.000Z'))).toEqual({
+      usage: 127,
+      usageDaily: 16,
+      usageWeekly: 16 + 32,
+      usageMonthly: 1 + 2 + 4 + 8 + 16 + 64,
+      byokUsage: 384,
+      byokUsageDaily: 0,
+      byokUsageWeekly: 0,
+      byokUsageMonthly: 128,
+    });
+    expect(await store.usageForKey('no-such-key')).toEqual({
+      usage: 0,
+      usageDaily: 0,
+      usageWeekly: 0,
+      usageMonthly: 0,
+      byokUsage: 0,
+      byokUsageDaily: 0,
+      byokUsageWeekly: 0,
+      byokUsageMonthly: 0,
+    });
+  });
+
+  it('usageForKey defaults `now` to the current time', async () => {
+    const { ids } = await fixture('usage-now');
+    await store.insertLedger(ledgerRow(ids, { createdAt: new Date().toISOString(), costUsd: 0.75 }));
+    expect(await store.usageForKey(ids.keyId)).toMatchObject({ usage: 0.75, usageDaily: 0.75, usageMonthly: 0.75 });
+  });
+
+  it('50 parallel ledger inserts (each sent twice) leave the exact balance', async () => {
+    const { account, ids } = await fixture('parallel');
+    await store.addCredits(account.id, 100);
+    // Costs are multiples of 1/8, exact in binary floating point, so any summation order gives one answer.
+    const rows = Array.from({ length: 50 }, (_, i) => ledgerRow(ids, { costUsd: 0.125 * ((i % 4) + 1) }));
+    const results = await Promise.all(
+      rows.flatMap((r) => [store.insertLedger(r), second.insertLedger(r)]),
+    );
+    expect(results.filter(Boolean)).toHaveLength(50);
+    const spent = rows.reduce((sum, r) => sum + r.costUsd, 0);
+    expect(spent).toBe(15.375);
+    expect((await store.findAccount(account.id))!.balanceUsd).toBe(100 - 15.375);
+    expect((await store.usageForKey(ids.keyId, new Date('2025-06-15T12:00:00.000Z'))).usageDaily).toBe(15.375);
+  });
+});
+
+describe('engine specifics', () => {
+  it('sqlite: creates the parent folder and uses WAL with a busy timeout', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-store-'));
+    try {
+      const path = join(dir, 'a', 'b', 'gateway.db');
+      const store = await openStore({ driver: 'sqlite', path });
+      await store.close();
+      expect(existsSync(path)).toBe(true);
+      const db = new Database(path);
+      try {
+        expect(db.pragma('journal_mode', { simple: true })).toBe('wal'); // persisted in the file
+      } finally {
+        db.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('postgres: rejects a schema name that is not a plain identifier', () => {
+    expect(() => new PostgresStore({ url: PG_URL, schema: 'x; DROP TABLE y' })).toThrow(/invalid postgres schema/);
+    expect(() => new PostgresStore({ url: PG_URL, schema: 'Public' })).toThrow(/invalid postgres schema/);
+  });
+});
