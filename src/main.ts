@@ -2,7 +2,7 @@
 import { parseArgs } from 'node:util';
 import { registry } from '../plugins';
 import { ConfigError, loadConfig } from './config/load';
-import type { GatewayConfig } from './config/types';
+import { configReloader } from './config/reload';
 import { watchFile } from './config/watch';
 import { closeUpstreamPool, createGateway } from './server';
 import { generateKey, hashKey, maskKey } from './store/key-secret';
@@ -153,17 +153,7 @@ async function serve(file: string): Promise<number> {
   logger.info({ port, host: config.server.host, base_path: config.server.base_path }, 'gateway listening');
   process.stdout.write(`Gateway listening on http://${config.server.host}:${port}${config.server.base_path}\n`);
 
-  const reload = (why: string) => {
-    let next: GatewayConfig;
-    try {
-      next = loadConfig(file, { registry });
-      gateway.reload(next);
-    } catch (err) {
-      logger.error({ reason: (err as Error).message, why }, 'config reload refused; the previous config keeps serving');
-      return;
-    }
-    logger.info({ why }, 'config reloaded');
-  };
+  const reload = configReloader({ file, registry, gateway, logger });
   const stopWatching = config.server.watch_config ? watchFile(file, () => reload('file changed')) : () => undefined;
   process.on('SIGHUP', () => reload('SIGHUP'));
   await new Promise<void>((resolve) => {

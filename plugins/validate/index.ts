@@ -1,18 +1,21 @@
 import { GatewayError } from '../../src/errors/gateway-error';
 import type { StageDefinition } from '../../src/pipeline/types';
 import type { Services } from '../../src/services';
-import { compileRequestValidators } from './request-validators';
+import { compileRequestValidators, type RequestKind, type RequestValidator } from './request-validators';
 import schema from './schema.json';
 
 /**
  * `validate`: checks the body against the endpoint's JSON Schema (schemas/*.schema.json), compiled once
  * when the pipeline is built. A violation is a 400 `invalid_request` naming the field.
  */
+/** The request schemas never change while the process runs: compile once, share across config reloads. */
+let compiled: Record<RequestKind, RequestValidator> | undefined;
+
 export const validate: StageDefinition<Record<string, never>, Services> = {
   id: 'validate',
   configSchema: schema,
   create() {
-    const validators = compileRequestValidators();
+    const validators = (compiled ??= compileRequestValidators());
     return async (ctx, next) => {
       const state = ctx.state.gateway;
       if (state.endpoint === 'messages' || state.endpoint === 'chat_completions') {

@@ -53,6 +53,12 @@ function describe(errors: ErrorObject[]): string {
   const pick = (specific.length ? specific : errors).reduce((a, b) =>
     b.instancePath.length > a.instancePath.length ? b : a,
   );
+  if (pick.keyword === 'discriminator') {
+    const tag = String(pick.params.tag);
+    const branches = ((pick.parentSchema as { oneOf?: { properties?: Record<string, { const?: unknown }> }[] })?.oneOf ?? []);
+    const allowed = branches.map((b) => b.properties?.[tag]?.const).filter((v) => v !== undefined);
+    return `${fieldPath(pick.instancePath, tag)}: must be one of ${allowed.join(', ')}`;
+  }
   if (pick.keyword === 'additionalProperties') {
     return `${fieldPath(pick.instancePath, String(pick.params.additionalProperty))}: unknown field`;
   }
@@ -76,7 +82,7 @@ export function validateConfig(raw: unknown, options: LoadOptions): GatewayConfi
   const schema = JSON.parse(readFileSync(findPackageFile('schemas/gateway.schema.json'), 'utf8'));
   schema.definitions.stageId.enum = [...options.registry.keys()];
   // coerceTypes: `port: ${PORT:-8080}` interpolates to a string; the schema's type turns it back into a number.
-  const ajv = new Ajv({ useDefaults: true, allErrors: true, strict: false, coerceTypes: true });
+  const ajv = new Ajv({ useDefaults: true, allErrors: true, strict: false, coerceTypes: true, discriminator: true, verbose: true });
   const validate = ajv.compile<GatewayConfig>(schema);
   if (!validate(raw)) throw new ConfigError(describe(validate.errors ?? []));
   const config = raw;

@@ -11,7 +11,7 @@ export interface GatewayConfig {
     watch_config: boolean;
   };
   storage: StorageConfig;
-  state: { driver: 'memory' | 'redis'; url?: string };
+  state: { driver: 'memory' };
   telemetry: { exporter: 'none' | 'console' | 'otlp'; endpoint?: string; service_name: string };
   logging: { level: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent' };
   providers: ProviderConfig[];

@@ -1,0 +1,123 @@
+import Anthropic from '@anthropic-ai/sdk';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startFakeUpstream, type FakeUpstream } from '../fixtures/fake-upstream';
+import { startTestGateway, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+
+let upstream: FakeUpstream;
+let gw: TestGateway;
+let openai: OpenAI;
+let anthropic: Anthropic;
+
+beforeAll(async () => {
+  upstream = await startFakeUpstream();
+  gw = await startTestGateway({ yaml: testConfigYaml(upstream.url) });
+  openai = new OpenAI({ baseURL: gw.url, apiKey: gw.key, maxRetries: 0 });
+  // The Anthropic SDK appends /v1/messages to its base URL.
+  anthropic = new Anthropic({ baseURL: gw.url.replace(/\/v1$/, ''), apiKey: gw.key, maxRetries: 0 });
+});
+
+afterAll(async () => {
+  await gw.close();
+  await upstream.close();
+});
+
+describe('official openai SDK', () => {
+  for (const model of ['sim/chat', 'fake/gpt']) {
+    it(`completes through ${model}`, async () => {
+      const res = await openai.chat.completions.create({ model, messages: [{ role: 'user', content: 'Say hello' }] });
+      expect(res.object).toBe('chat.completion');
+      expect(res.id).toMatch(/^gen-\d+-[A-Za-z0-9]{20}$/);
+      expect(res.model).toBe(model);
+      expect(res.choices[0].message.content).toMatch(/\w+/);
+      expect(res.usage!.total_tokens).toBeGreaterThan(0);
+      expect((res.usage as any).cost).toBeGreaterThan(0);
+    });
+
+    it(`streams through ${model} with usage`, async () => {
+      const stream = await openai.chat.completions.create({
+        model,
+        messages: [{ role: 'user', content: 'Say hello' }],
+        stream: true,
+        stream_options: { include_usage: true },
+      });
+      let text = '';
+      let usage: any;
+      let finish: string | null = null;
+      for await (const chunk of stream) {
+        expect(chunk.object).toBe('chat.completion.chunk');
+        text += chunk.choices[0]?.delta?.content ?? '';
+        finish = chunk.choices[0]?.finish_reason ?? finish;
+        if (chunk.usage) usage = chunk.usage;
+      }
+      expect(text.length).toBeGreaterThan(5);
+      expect(finish).toBe('stop');
+      expect(usage.cost).toBeGreaterThan(0);
+    });
+  }
+
+  it('streams without a usage chunk when the client did not ask for one', async () => {
+    const stream = await openai.chat.completions.create({ model: 'fake/gpt', messages: [{ role: 'user', content: 'hi' }], stream: true });
+    const chunks = [];
+    for await (const chunk of stream) chunks.push(chunk);
+    expect(chunks.some((c) => c.usage)).toBe(false);
+    expect(upstream.received.at(-1)!.body.stream_options).toEqual({ include_usage: true });
+  });
+
+  it('raises a typed APIError the SDK understands', async () => {
+    const bad = new OpenAI({ baseURL: gw.url, apiKey: 'sk-gw-v1-nope', maxRetries: 0 });
+    const err = await bad.chat.completions.create({ model: 'sim/chat', messages: [{ role: 'user', content: 'x' }] }).catch((e) => e);
+    expect(err).toBeInstanceOf(OpenAI.AuthenticationError);
+    expect(err.status).toBe(401);
+  });
+
+  it('lists the configured models', async () => {
+    const ids = [];
+    for await (const m of openai.models.list()) ids.push(m.id);
+    expect(ids).toEqual(expect.arrayContaining(['sim/chat', 'fake/gpt', 'fake/claude']));
+  });
+});
+
+describe('official anthropic SDK', () => {
+  for (const model of ['sim/chat', 'fake/claude']) {
+    it(`creates a message through ${model}`, async () => {
+      const msg = await anthropic.messages.create({ model, max_tokens: 64, messages: [{ role: 'user', content: 'Say hello' }] });
+      expect(msg.type).toBe('message');
+      expect(msg.id).toMatch(/^gen-/);
+      expect(msg.model).toBe(model);
+      expect(msg.content[0].type).toBe('text');
+      expect((msg.usage as any).cost).toBeGreaterThan(0);
+    });
+
+    it(`streams a message through ${model}`, async () => {
+      const stream = anthropic.messages.stream({ model, max_tokens: 64, messages: [{ role: 'user', content: 'Say hello' }] });
+      let text = '';
+      stream.on('text', (t) => (text += t));
+      const final = await stream.finalMessage();
+      expect(text.length).toBeGreaterThan(5);
+      expect(final.content[0]).toMatchObject({ type: 'text', text });
+      expect(final.stop_reason).toBe('end_turn');
+      expect(final.usage.output_tokens).toBeGreaterThan(0);
+    });
+  }
+
+  it('authenticates with Authorization: Bearer too (authToken)', async () => {
+    const client = new Anthropic({ baseURL: gw.url.replace(/\/v1$/, ''), authToken: gw.key, apiKey: null, maxRetries: 0 });
+    const msg = await client.messages.create({ model: 'sim/chat', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] });
+    expect(msg.role).toBe('assistant');
+  });
+
+  it('raises a typed error with the messages envelope', async () => {
+    const err = await anthropic.messages.create({ model: 'sim/chat', max_tokens: 8, messages: [], fallbacks: [{ model: 'a' }, { model: 'b' }, { model: 'c' }, { model: 'd' }] } as any).catch((e) => e);
+    expect(err).toBeInstanceOf(Anthropic.BadRequestError);
+    expect(err.error).toMatchObject({ type: 'error', error: { type: 'invalid_request_error', error_type: 'invalid_request' }, request_id: null });
+  });
+
+  it('reports a mid-stream provider failure as an error event', async () => {
+    upstream.faults.push({ kind: 'midstream' });
+    const stream = anthropic.messages.stream({ model: 'fake/claude', max_tokens: 64, messages: [{ role: 'user', content: 'hi' }] });
+    const err = await stream.finalMessage().catch((e) => e);
+    expect(err).toBeInstanceOf(Error);
+    expect(String(err.message)).toMatch(/provider|reach|error/i);
+  });
+});

@@ -1,0 +1,203 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startFakeUpstream, type FakeUpstream } from '../fixtures/fake-upstream';
+import { post, startTestGateway, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+
+let upstream: FakeUpstream;
+let gw: TestGateway;
+const chatBody = { model: 'sim/chat', messages: [{ role: 'user', content: 'hi' }] };
+const msgBody = { model: 'sim/chat', max_tokens: 16, messages: [{ role: 'user', content: 'hi' }] };
+
+beforeAll(async () => {
+  upstream = await startFakeUpstream();
+  gw = await startTestGateway({ yaml: testConfigYaml(upstream.url) });
+});
+afterAll(async () => {
+  await gw.close();
+  await upstream.close();
+});
+
+const chat = (key: string | null, body: unknown, headers?: Record<string, string>) => post(`${gw.url}/chat/completions`, key, body, headers);
+const messages = (key: string | null, body: unknown, headers?: Record<string, string>) => post(`${gw.url}/messages`, key, body, headers);
+
+function expectStandard(res: Awaited<ReturnType<typeof post>>, status: number, errorType: string) {
+  expect(res.status).toBe(status);
+  expect(res.json.error.code).toBe(status);
+  expect(typeof res.json.error.message).toBe('string');
+  expect(res.json.error.metadata.error_type).toBe(errorType);
+}
+
+function expectMessages(res: Awaited<ReturnType<typeof post>>, status: number, type: string, errorType: string, requestId: 'null' | 'gen') {
+  expect(res.status).toBe(status);
+  expect(res.json.type).toBe('error');
+  expect(res.json.error).toMatchObject({ type, error_type: errorType });
+  expect(typeof res.json.error.message).toBe('string');
+  if (requestId === 'null') expect(res.json.request_id).toBeNull();
+  else expect(res.json.request_id).toMatch(/^gen-\d+-[A-Za-z0-9]{20}$/);
+}
+
+describe('authentication (401)', () => {
+  it('missing header: the spec message, in both envelopes', async () => {
+    const a = await chat(null, chatBody);
+    expectStandard(a, 401, 'authentication');
+    expect(a.json.error.message).toBe('Missing Authentication header');
+    const b = await messages(null, msgBody);
+    expectMessages(b, 401, 'authentication_error', 'authentication', 'null');
+    expect(b.json.error.message).toBe('Missing Authentication header');
+    const c = await fetch(`${gw.url}/key`);
+    expect(c.status).toBe(401);
+    expect(((await c.json()) as any).error.message).toBe('Missing Authentication header');
+  });
+
+  it('unknown, revoked, disabled-by-expiry and malformed keys get one identical body', async () => {
+    const revoked = await gw.createKey();
+    await gw.store.revokeKey(revoked.record.id);
+    gw.gateway.keys.forget(revoked.record.id);
+    const expired = await gw.createKey({ expiresAt: new Date(Date.now() - 1000).toISOString() });
+    const bodies = [];
+    for (const key of ['sk-gw-v1-unknown', revoked.secret, expired.secret]) {
+      const res = await chat(key, chatBody);
+      expectStandard(res, 401, 'authentication');
+      bodies.push(res.text);
+    }
+    const malformed = await chat(null, chatBody, { authorization: 'Basic abc' });
+    expectStandard(malformed, 401, 'authentication');
+    bodies.push(malformed.text);
+    expect(new Set(bodies).size).toBe(1);
+  });
+
+  it('a revoked key stops working at once in the process that revoked it', async () => {
+    const k = await gw.createKey();
+    expect((await chat(k.secret, chatBody)).status).toBe(200);
+    await gw.store.revokeKey(k.record.id);
+    gw.gateway.keys.forget(k.record.id);
+    expect((await chat(k.secret, chatBody)).status).toBe(401);
+  });
+});
+
+describe('request validation (400)', () => {
+  it('names the field on chat completions', async () => {
+    const res = await chat(gw.key, { ...chatBody, temperature: 3 });
+    expectStandard(res, 400, 'invalid_request');
+    expect(res.json.error.message).toContain('temperature');
+  });
+
+  it('names the field on messages, with request_id null', async () => {
+    const res = await messages(gw.key, { ...msgBody, models: ['a'], fallbacks: [{ model: 'b' }] });
+    expectMessages(res, 400, 'invalid_request_error', 'invalid_request', 'null');
+    expect(res.json.error.message).toMatch(/models.*fallbacks/);
+  });
+
+  it('rejects malformed JSON, non-object JSON, empty bodies and the wrong content type', async () => {
+    expectStandard(await chat(gw.key, '{"model": '), 400, 'invalid_request');
+    expectStandard(await chat(gw.key, '[1,2]'), 400, 'invalid_request');
+    expectStandard(await chat(gw.key, ''), 400, 'invalid_request');
+    expectMessages(await messages(gw.key, '{oops'), 400, 'invalid_request_error', 'invalid_request', 'null');
+    const res = await chat(gw.key, JSON.stringify(chatBody), { 'content-type': 'text/plain' });
+    expectStandard(res, 400, 'invalid_request');
+    expect(res.json.error.message).toMatch(/Content-Type/);
+  });
+
+  it('answers 413 for a body over the configured limit (64 KiB in tests)', async () => {
+    const big = { ...chatBody, messages: [{ role: 'user', content: 'x'.repeat(70_000) }] };
+    expectStandard(await chat(gw.key, big), 413, 'payload_too_large');
+    expectMessages(await messages(gw.key, { ...msgBody, messages: big.messages }), 413, 'invalid_request_error', 'payload_too_large', 'null');
+  });
+});
+
+describe('routing errors', () => {
+  it('404 not_found for a model the gateway does not serve', async () => {
+    expectStandard(await chat(gw.key, { ...chatBody, model: 'nope/nope' }), 404, 'not_found');
+    expectMessages(await messages(gw.key, { ...msgBody, model: 'nope/nope' }), 404, 'not_found_error', 'not_found', 'null');
+  });
+
+  it('400 when the model is served only in the other API style', async () => {
+    const res = await chat(gw.key, { ...chatBody, model: 'fake/claude' });
+    expectStandard(res, 400, 'invalid_request');
+    expect(res.json.error.message).toMatch(/messages API/);
+    expectMessages(await messages(gw.key, { ...msgBody, model: 'fake/gpt' }), 400, 'invalid_request_error', 'invalid_request', 'null');
+  });
+
+  it('404 for an unknown route', async () => {
+    const res = await fetch(`${gw.url}/nothing-here`);
+    expect(res.status).toBe(404);
+    expect(((await res.json()) as any).error.metadata.error_type).toBe('not_found');
+  });
+});
+
+describe('upstream errors are classified once (spec 7.4)', () => {
+  const cases: [number, string, number, string][] = [
+    [400, 'invalid_request', 400, 'invalid_request_error'],
+    [401, 'provider_unavailable', 502, 'api_error'],
+    [429, 'rate_limit_exceeded', 429, 'rate_limit_error'],
+    [500, 'provider_unavailable', 502, 'api_error'],
+    [503, 'provider_overloaded', 503, 'overloaded_error'],
+    [504, 'timeout', 504, 'timeout_error'],
+  ];
+  for (const [upstreamStatus, errorType, status, messagesType] of cases) {
+    it(`upstream ${upstreamStatus} → ${status} ${errorType}`, async () => {
+      upstream.faults.push({ kind: 'status', status: upstreamStatus, body: { error: { message: 'upstream says no' } } });
+      const res = await chat(gw.key, { ...chatBody, model: 'fake/gpt' });
+      expectStandard(res, status, errorType);
+      expect(res.json.error.metadata.provider_code).toBe(upstreamStatus);
+      upstream.faults.push({ kind: 'status', status: upstreamStatus, body: { error: { message: 'upstream says no' } } });
+      const m = await messages(gw.key, { ...msgBody, model: 'fake/claude' });
+      // Messages style answers an overloaded provider with 529 (spec 7.2).
+      expectMessages(m, upstreamStatus === 503 ? 529 : status, messagesType, errorType, 'gen');
+    });
+  }
+
+  it('keeps the upstream message for a caller mistake and detects context length', async () => {
+    upstream.faults.push({ kind: 'status', status: 400, body: { error: { message: "This model's maximum context length is 8192 tokens" } } });
+    const res = await chat(gw.key, { ...chatBody, model: 'fake/gpt' });
+    expectStandard(res, 400, 'context_length_exceeded');
+    expect(res.json.error.message).toMatch(/maximum context length/);
+  });
+
+  it('passes Retry-After of a rate-limited provider on', async () => {
+    upstream.faults.push({ kind: 'status', status: 429, headers: { 'retry-after': '7' } });
+    const res = await chat(gw.key, { ...chatBody, model: 'fake/gpt' });
+    expect(res.status).toBe(429);
+    expect(res.headers.get('retry-after')).toBe('7');
+  });
+
+  it('fails over to the next endpoint of the same model before answering', async () => {
+    const res = await chat(gw.key, { ...chatBody, model: 'fake/failover' });
+    expect(res.status).toBe(200);
+    expect(res.json.provider).toBe('fake-openai');
+  });
+
+  it('a stream whose provider fails before any output is answered with a real error status', async () => {
+    upstream.faults.push({ kind: 'status', status: 500 });
+    const res = await chat(gw.key, { ...chatBody, model: 'fake/gpt', stream: true });
+    expectStandard(res, 502, 'provider_unavailable');
+  });
+
+  it('a provider dying mid-stream ends the chat stream with an error chunk (7.5)', async () => {
+    upstream.faults.push({ kind: 'midstream' });
+    const res = await chat(gw.key, { ...chatBody, model: 'fake/gpt', stream: true });
+    expect(res.status).toBe(200);
+    const datas = res.text.split('\n\n').filter(Boolean).map((b) => b.replace(/^data: /, ''));
+    expect(datas.at(-1)).toBe('[DONE]');
+    const last = JSON.parse(datas.at(-2)!);
+    expect(last).toMatchObject({ object: 'chat.completion.chunk', error: { code: 502, metadata: { error_type: 'provider_unavailable' } } });
+    expect(last.choices[0].finish_reason).toBe('error');
+  });
+});
+
+describe('500 is generic', () => {
+  it('an unexpected exception becomes a typed 500 without details', async () => {
+    const original = gw.store.usageForKey.bind(gw.store);
+    gw.store.usageForKey = async () => {
+      throw new Error('secret internal detail at /var/lib/db');
+    };
+    try {
+      const res = await fetch(`${gw.url}/key`, { headers: { authorization: `Bearer ${gw.key}` } });
+      const body = (await res.json()) as any;
+      expect(res.status).toBe(500);
+      expect(body.error).toEqual({ code: 500, message: 'Internal server error', metadata: { error_type: 'server' } });
+      expect(JSON.stringify(body)).not.toContain('secret internal detail');
+    } finally {
+      gw.store.usageForKey = original;
+    }
+  });
+});

@@ -1,0 +1,182 @@
+import { createHash } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startFakeUpstream, type FakeUpstream } from '../fixtures/fake-upstream';
+import { post, sseEvents, startTestGateway, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+
+let upstream: FakeUpstream;
+let gw: TestGateway;
+
+beforeAll(async () => {
+  upstream = await startFakeUpstream();
+  gw = await startTestGateway({ yaml: testConfigYaml(upstream.url) });
+});
+afterAll(async () => {
+  await gw.close();
+  await upstream.close();
+});
+
+describe('same-dialect pass-through: chat completions → OpenAI-compatible', () => {
+  it('rewrites the model, strips gateway-only fields, keeps unknown fields, hashes user', async () => {
+    const body = {
+      model: 'fake/gpt',
+      messages: [{ role: 'user', content: 'hi' }],
+      temperature: 0.5,
+      user: 'alice@example.com',
+      session_id: 'sess-1',
+      provider: { allow_fallbacks: true },
+      plugins: [{ id: 'web' }],
+      trace: { trace_name: 't' },
+      some_future_field: { nested: [1, 2] },
+    };
+    const res = await post(`${gw.url}/chat/completions`, gw.key, body);
+    expect(res.status).toBe(200);
+    const got = upstream.received.at(-1)!;
+    expect(got.path).toBe('/v1/chat/completions');
+    expect(got.headers.authorization).toBe('Bearer sk-upstream-openai-secret');
+    expect(got.body.model).toBe('gpt-upstream');
+    expect(got.body.temperature).toBe(0.5);
+    expect(got.body.some_future_field).toEqual({ nested: [1, 2] });
+    for (const f of ['session_id', 'provider', 'plugins', 'trace']) expect(got.body).not.toHaveProperty(f);
+    expect(got.body.user).toMatch(/^[0-9a-f]{64}$/);
+    expect(got.body.user).not.toContain('alice');
+    // salted: not the plain sha256 of the id
+    expect(got.body.user).not.toBe(createHash('sha256').update('alice@example.com').digest('hex'));
+  });
+
+  it('hashes the same user to the same value (stable per gateway)', async () => {
+    const send = () => post(`${gw.url}/chat/completions`, gw.key, { model: 'fake/gpt', user: 'bob', messages: [{ role: 'user', content: 'x' }] });
+    await send();
+    const a = upstream.received.at(-1)!.body.user;
+    await send();
+    expect(upstream.received.at(-1)!.body.user).toBe(a);
+  });
+
+  it('answers with the gateway id, model, provider and cost from the model pricing', async () => {
+    const res = await post(`${gw.url}/chat/completions`, gw.key, { model: 'fake/gpt', messages: [{ role: 'user', content: 'x' }] });
+    expect(res.json).toMatchObject({ object: 'chat.completion', model: 'fake/gpt', provider: 'fake-openai', system_fingerprint: 'fp_fake' });
+    // 10 prompt tokens of which 4 cached: 6 × $1 + 4 × $0.5 + 5 × $2 per 1M
+    expect(res.json.usage.cost).toBeCloseTo((6 * 1 + 4 * 0.5 + 5 * 2) / 1e6, 12);
+    expect(res.json.usage.is_byok).toBe(false);
+    const row = await gw.store.getLedger(res.json.id);
+    expect(row).toMatchObject({ model: 'fake/gpt', provider: 'fake-openai', upstreamModel: 'gpt-upstream', promptTokens: 10, completionTokens: 5, cachedTokens: 4, status: 'completed', keyId: gw.keyRecord.id });
+    expect(row!.costUsd).toBeCloseTo(res.json.usage.cost, 12);
+  });
+
+  it('streams chunks stamped with the generation id, and bills the stream', async () => {
+    const res = await post(`${gw.url}/chat/completions`, gw.key, { model: 'fake/gpt', stream: true, stream_options: { include_usage: true }, messages: [{ role: 'user', content: 'x' }] });
+    expect(res.headers.get('content-type')).toMatch(/^text\/event-stream/);
+    const events = sseEvents(res.text);
+    expect(events.at(-1)!.data).toBe('[DONE]');
+    const chunks = events.slice(0, -1).map((e) => JSON.parse(e.data));
+    const ids = new Set(chunks.map((c) => c.id));
+    expect(ids.size).toBe(1);
+    const id = [...ids][0];
+    expect(id).toMatch(/^gen-/);
+    expect(chunks.every((c) => c.model === 'fake/gpt' && c.provider === 'fake-openai')).toBe(true);
+    const usage = chunks.at(-1).usage;
+    expect(usage.cost).toBeGreaterThan(0);
+    const row = await gw.store.getLedger(id);
+    expect(row?.costUsd).toBeCloseTo(usage.cost, 12);
+  });
+});
+
+describe('same-dialect pass-through: messages → Anthropic', () => {
+  it('sends x-api-key and anthropic-version, forwards anthropic-beta, hashes metadata.user_id, drops user', async () => {
+    const body = {
+      model: 'fake/claude',
+      max_tokens: 32,
+      messages: [{ role: 'user', content: 'hi' }],
+      metadata: { user_id: 'carol' },
+      user: 'carol',
+      fallbacks: [{ model: 'sim/chat' }],
+      thinking: { type: 'enabled', budget_tokens: 1024 },
+      unknown_anthropic_field: true,
+    };
+    const res = await post(`${gw.url}/messages`, gw.key, body, { 'anthropic-beta': 'some-beta-2025' });
+    expect(res.status).toBe(200);
+    const got = upstream.received.at(-1)!;
+    expect(got.path).toBe('/v1/messages');
+    expect(got.headers['x-api-key']).toBe('sk-upstream-anthropic-secret');
+    expect(got.headers['anthropic-version']).toBe('2023-06-01');
+    expect(got.headers['anthropic-beta']).toBe('some-beta-2025');
+    expect(got.headers.authorization).toBeUndefined();
+    expect(got.body.model).toBe('claude-upstream');
+    expect(got.body.thinking).toEqual({ type: 'enabled', budget_tokens: 1024 });
+    expect(got.body.unknown_anthropic_field).toBe(true);
+    expect(got.body).not.toHaveProperty('user');
+    expect(got.body).not.toHaveProperty('fallbacks');
+    expect(got.body.metadata.user_id).toMatch(/^[0-9a-f]{64}$/);
+    expect(res.json).toMatchObject({ type: 'message', model: 'fake/claude', provider: 'fake-anthropic' });
+    // input 6 + cache read 4 (at 0.3) + output 5 (at 15)
+    expect(res.json.usage.cost).toBeCloseTo((6 * 3 + 4 * 0.3 + 5 * 15) / 1e6, 12);
+  });
+
+  it('streams the Anthropic event sequence with cost in message_delta and [DONE] at the end', async () => {
+    const res = await post(`${gw.url}/messages`, gw.key, { model: 'fake/claude', max_tokens: 32, stream: true, messages: [{ role: 'user', content: 'hi' }] });
+    const events = sseEvents(res.text);
+    expect(events.map((e) => e.event ?? e.data)).toEqual([
+      'message_start', 'content_block_start', 'ping',
+      'content_block_delta', 'content_block_delta', 'content_block_delta', 'content_block_delta', 'content_block_delta',
+      'content_block_stop', 'message_delta', 'message_stop', '[DONE]',
+    ]);
+    const start = JSON.parse(events[0].data);
+    expect(start.message.id).toMatch(/^gen-/);
+    const delta = JSON.parse(events[9].data);
+    expect(delta.usage.cost).toBeCloseTo((6 * 3 + 4 * 0.3 + 5 * 15) / 1e6, 12);
+    const row = await gw.store.getLedger(start.message.id);
+    expect(row).toMatchObject({ promptTokens: 10, completionTokens: 5, cachedTokens: 4, status: 'completed' });
+  });
+
+  it('bills what was delivered when the provider dies mid-stream (status failed)', async () => {
+    upstream.faults.push({ kind: 'midstream' });
+    const res = await post(`${gw.url}/messages`, gw.key, { model: 'fake/claude', max_tokens: 32, stream: true, messages: [{ role: 'user', content: 'hi' }] });
+    const events = sseEvents(res.text);
+    const start = JSON.parse(events[0].data);
+    const error = events.find((e) => e.event === 'error')!;
+    expect(JSON.parse(error.data)).toMatchObject({ type: 'error', error: { type: 'api_error', error_type: 'provider_unavailable' } });
+    const row = await gw.store.getLedger(start.message.id);
+    expect(row?.status).toBe('failed');
+  });
+});
+
+describe('GET /key', () => {
+  it('reports every field of spec 2.1 with usage summed from the ledger', async () => {
+    const k = await gw.createKey({ limitUsd: 1, limitReset: 'monthly' });
+    await post(`${gw.url}/chat/completions`, k.secret, { model: 'fake/gpt', messages: [{ role: 'user', content: 'x' }] });
+    const res = await fetch(`${gw.url}/key`, { headers: { authorization: `Bearer ${k.secret}` } });
+    const { data } = (await res.json()) as any;
+    const cost = (6 * 1 + 4 * 0.5 + 5 * 2) / 1e6;
+    for (const f of [
+      'allowed_data_regions', 'budgets', 'byok_usage', 'byok_usage_daily', 'byok_usage_weekly', 'byok_usage_monthly', 'creator_user_id',
+      'expires_at', 'free_model_daily_requests', 'include_byok_in_limit', 'is_free_tier', 'is_management_key', 'is_provisioning_key',
+      'label', 'limit', 'limit_remaining', 'limit_reset', 'organization_id', 'workspace_id', 'rate_limit', 'usage', 'usage_daily',
+      'usage_weekly', 'usage_monthly',
+    ]) expect(data).toHaveProperty(f);
+    expect(data.usage).toBeCloseTo(cost, 12);
+    expect(data.usage_daily).toBeCloseTo(cost, 12);
+    expect(data.limit).toBe(1);
+    expect(data.limit_reset).toBe('monthly');
+    expect(data.limit_remaining).toBeCloseTo(1 - cost, 12);
+    expect(data.label).toBe(`${k.secret.slice(0, 9)}...${k.secret.slice(-4)}`);
+    expect(JSON.stringify(data)).not.toContain(k.secret);
+    expect(data.budgets).toHaveLength(1);
+    expect(data.effective_budget).toMatchObject({ scope: 'key_limit', limit_usd: 1, budget_id: null, reset_interval: 'monthly' });
+    expect(data.effective_budget.resets_at).toMatch(/^\d{4}-\d{2}-01T00:00:00.000Z$/);
+    expect(data.is_management_key).toBe(false);
+  });
+
+  it('counts free-model requests of today', async () => {
+    const yaml = testConfigYaml(upstream.url).replace('models:\n', 'models:\n  - { id: sim/free:free, endpoints: [{ provider: local, upstream_model: sim-free }] }\n');
+    const g = await startTestGateway({ yaml });
+    try {
+      await post(`${g.url}/chat/completions`, g.key, { model: 'sim/free:free', messages: [{ role: 'user', content: 'x' }] });
+      await post(`${g.url}/chat/completions`, g.key, { model: 'sim/chat', messages: [{ role: 'user', content: 'x' }] });
+      const { data } = (await (await fetch(`${g.url}/key`, { headers: { authorization: `Bearer ${g.key}` } })).json()) as any;
+      expect(data.free_model_daily_requests).toEqual({ limit: 50, remaining: 49, used: 1 });
+      expect(data.budgets).toEqual([]);
+      expect(data).not.toHaveProperty('effective_budget');
+    } finally {
+      await g.close();
+    }
+  });
+});

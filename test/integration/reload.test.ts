@@ -1,0 +1,130 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import pino from 'pino';
+import { afterEach, describe, expect, it } from 'vitest';
+import { registry } from '../../plugins';
+import { loadConfig } from '../../src/config/load';
+import { configReloader } from '../../src/config/reload';
+import { watchFile } from '../../src/config/watch';
+import { startFakeUpstream } from '../fixtures/fake-upstream';
+import { post, startTestGateway, type TestGateway } from '../fixtures/gateway';
+
+/** A config with the simulated provider and the given models. */
+function yaml(models: string[]): string {
+  return `
+server: { port: 0, watch_config: false }
+storage: { driver: sqlite, path: ':memory:' }
+providers:
+  - { id: local, kind: simulated }
+models:
+${models.map((m) => `  - { id: ${m}, endpoints: [{ provider: local, upstream_model: ${m.replace('/', '-')}-up }] }`).join('\n')}
+pipelines:
+  default: [auth, validate, upstream]
+`;
+}
+
+let gw: TestGateway | undefined;
+let dir: string | undefined;
+afterEach(async () => {
+  await gw?.close();
+  gw = undefined;
+  if (dir) rmSync(dir, { recursive: true, force: true });
+  dir = undefined;
+});
+
+const ask = (model: string) => post(`${gw!.url}/chat/completions`, gw!.key, { model, messages: [{ role: 'user', content: 'hi' }] });
+
+/** Polls until `check` passes or the deadline passes (then the last failure is thrown). */
+async function eventually(check: () => Promise<void>, timeoutMs = 5000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      return await check();
+    } catch (err) {
+      if (Date.now() > end) throw err;
+      await new Promise((r) => setTimeout(r, 25));
+    }
+  }
+}
+
+describe('config reload', () => {
+  it('swaps models for new requests while a request in flight finishes on the old config', async () => {
+    const upstream = await startFakeUpstream();
+    const withFake = (models: string[]) =>
+      yaml(models).replace('providers:\n', `providers:\n  - { id: fake, kind: openai, base_url: '${upstream.url}' }\n`).replace(/provider: local/g, 'provider: fake');
+    gw = await startTestGateway({ yaml: withFake(['m/a']) });
+    let release!: () => void;
+    upstream.faults.push({ kind: 'hold', until: new Promise<void>((r) => (release = r)) });
+    const inFlight = ask('m/a');
+    await eventually(async () => expect(upstream.received).toHaveLength(1)); // the request is at the provider now
+    gw.gateway.reload(loadConfig(writeTemp(withFake(['m/b'])), { registry }));
+    release();
+    const old = await inFlight;
+    expect(old.status).toBe(200);
+    expect(old.json.model).toBe('m/a');
+    expect((await ask('m/b')).status).toBe(200);
+    expect((await ask('m/a')).status).toBe(404);
+    await upstream.close();
+  });
+
+  it('loses no request under traffic across many reloads', async () => {
+    gw = await startTestGateway({ yaml: yaml(['m/a']) });
+    const file = writeTemp(yaml(['m/a', 'm/b']));
+    let stop = false;
+    const statuses: number[] = [];
+    const traffic = Promise.all(
+      Array.from({ length: 8 }, async () => {
+        while (!stop) statuses.push((await ask('m/a')).status);
+      }),
+    );
+    for (let i = 0; i < 20; i++) {
+      writeFileSync(file, yaml(i % 2 ? ['m/a'] : ['m/a', 'm/b']));
+      gw.gateway.reload(loadConfig(file, { registry }));
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    stop = true;
+    await traffic;
+    expect(statuses.length).toBeGreaterThan(20);
+    expect(statuses.filter((s) => s !== 200)).toEqual([]);
+  });
+
+  it('refuses a bad file, logs why, and keeps serving the old config', async () => {
+    gw = await startTestGateway({ yaml: yaml(['m/a']) });
+    const file = writeTemp(yaml(['m/a', 'm/b']));
+    const lines: string[] = [];
+    const logger = pino({ level: 'info' }, { write: (l: string) => lines.push(l) } as any);
+    const reload = configReloader({ file, registry, gateway: gw.gateway, logger });
+    expect(reload('test')).toBe(true);
+    expect((await ask('m/b')).status).toBe(200);
+    writeFileSync(file, yaml(['m/c']).replace('pipelines:\n  default: [auth, validate, upstream]', 'pipelines:\n  default: [auth, no-such-stage, upstream]'));
+    expect(reload('test')).toBe(false);
+    expect(lines.join('')).toMatch(/config reload refused/);
+    expect(lines.join('')).toMatch(/pipelines\.default/);
+    expect((await ask('m/b')).status).toBe(200);
+    expect((await ask('m/c')).status).toBe(404);
+  });
+
+  it('picks up a file written by an editor (replace by rename) through the watcher', async () => {
+    gw = await startTestGateway({ yaml: yaml(['m/a']) });
+    const file = writeTemp(yaml(['m/a']));
+    const reload = configReloader({ file, registry, gateway: gw.gateway, logger: pino({ level: 'silent' }) });
+    const stop = watchFile(file, () => reload('file changed'), 20);
+    try {
+      const tmp = `${file}.tmp`;
+      writeFileSync(tmp, yaml(['m/a', 'm/new']));
+      const { renameSync } = await import('node:fs');
+      renameSync(tmp, file);
+      await eventually(async () => expect((await ask('m/new')).status).toBe(200));
+    } finally {
+      stop();
+    }
+  });
+});
+
+function writeTemp(text: string): string {
+  dir ??= mkdtempSync(path.join(tmpdir(), 'gw-reload-'));
+  const file = path.join(dir, 'gateway.yaml');
+  writeFileSync(file, text);
+  return file;
+}

@@ -1,0 +1,233 @@
+import { SpanStatusCode } from '@opentelemetry/api';
+import { InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startFakeUpstream, type FakeUpstream } from '../fixtures/fake-upstream';
+import { post, startTestGateway, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+import { startTelemetry, type Telemetry } from '../../src/telemetry/otel';
+
+/**
+ * The span tree of real requests (spec 4.2 `trace`): OpenTelemetry runs in-process with an in-memory
+ * exporter, the gateway listens on a loopback port and is called over HTTP.
+ */
+
+const exporter = new InMemorySpanExporter();
+let telemetry: Telemetry;
+let upstream: FakeUpstream;
+let gw: TestGateway;
+
+const HEX32 = /^[0-9a-f]{32}$/;
+const HEX16 = /^[0-9a-f]{16}$/;
+const CHAT = { model: 'sim/chat', messages: [{ role: 'user', content: 'hello spans' }] };
+
+beforeAll(async () => {
+  telemetry = startTelemetry({ exporter: 'none', service_name: 't' }, [new SimpleSpanProcessor(exporter)]);
+  upstream = await startFakeUpstream();
+  gw = await startTestGateway({ yaml: testConfigYaml(upstream.url), tracer: telemetry.tracer });
+});
+
+afterAll(async () => {
+  await gw?.close();
+  await upstream?.close();
+  await telemetry?.shutdown();
+});
+
+function spans(): ReadableSpan[] {
+  return exporter.getFinishedSpans();
+}
+
+/** Polls the exporter (spans of a stream end after the last byte is sent) until `pick` finds something. */
+async function waitForSpans<T>(pick: (all: ReadableSpan[]) => T | undefined, timeoutMs = 5000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const found = pick(spans());
+    if (found !== undefined) return found;
+    if (Date.now() > deadline) throw new Error(`span not exported within ${timeoutMs} ms; have: ${spans().map((s) => s.name).join(', ')}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** The finished request span carrying `generationId`, and every span of its trace. */
+async function traceOfGeneration(generationId: string) {
+  const request = await waitForSpans((all) => all.find((s) => s.attributes['gateway.generation_id'] === generationId));
+  const traceId = request.spanContext().traceId;
+  return { request, inTrace: spans().filter((s) => s.spanContext().traceId === traceId) };
+}
+
+const idOf = (s: ReadableSpan) => s.spanContext().spanId;
+const parentOf = (s: ReadableSpan) => s.parentSpanContext?.spanId;
+
+function byName(list: ReadableSpan[], name: string): ReadableSpan {
+  const found = list.filter((s) => s.name === name);
+  expect(found.map((s) => s.name), `exactly one span "${name}"`).toEqual([name]);
+  return found[0];
+}
+
+describe('span tree of a chat request', () => {
+  it('nests request → auth → validate → upstream stage → upstream attempt in one trace', async () => {
+    const res = await post(`${gw.url}/chat/completions`, gw.key, CHAT);
+    expect(res.status).toBe(200);
+    const { request, inTrace } = await traceOfGeneration(res.json.id);
+
+    expect(request.name).toBe('gateway.request chat_completions');
+    expect(request.parentSpanContext).toBeUndefined();
+    const auth = byName(inTrace, 'gateway.stage auth');
+    const validate = byName(inTrace, 'gateway.stage validate');
+    const stage = byName(inTrace, 'gateway.stage upstream');
+    const attempt = byName(inTrace, 'gateway.upstream local');
+    expect(parentOf(auth)).toBe(idOf(request));
+    expect(parentOf(validate)).toBe(idOf(auth));
+    expect(parentOf(stage)).toBe(idOf(validate));
+    expect(parentOf(attempt)).toBe(idOf(stage));
+    expect(inTrace).toHaveLength(5);
+
+    expect(request.attributes).toMatchObject({
+      'gateway.generation_id': res.json.id,
+      'gateway.key_id': gw.keyRecord.id,
+      'gateway.workspace_id': gw.keyRecord.workspaceId,
+      'gateway.requested_model': 'sim/chat',
+      'http.request.method': 'POST',
+      'url.path': '/api/v1/chat/completions',
+      'http.response.status_code': 200,
+    });
+    expect(request.attributes['gateway.cost_usd']).toBeCloseTo(res.json.usage.cost, 12);
+    expect(request.status.code).not.toBe(SpanStatusCode.ERROR);
+    expect(auth.attributes['gateway.stage']).toBe('auth');
+    expect(attempt.attributes).toMatchObject({
+      'gateway.provider': 'local',
+      'gateway.model': 'sim/chat',
+      'gateway.upstream_model': 'sim-1',
+      'gateway.attempt': 1,
+    });
+    expect(attempt.status.code).not.toBe(SpanStatusCode.ERROR);
+  });
+
+  it('ends the request span of a stream with the cost and outcome set', async () => {
+    const res = await post(`${gw.url}/chat/completions`, gw.key, { ...CHAT, stream: true });
+    expect(res.status).toBe(200);
+    expect(res.text).toContain('data: [DONE]');
+    const generationId = JSON.parse(res.text.split('\n').find((l) => l.startsWith('data: {'))!.slice(6)).id as string;
+    const { request, inTrace } = await traceOfGeneration(generationId);
+    expect(request.name).toBe('gateway.request chat_completions');
+    expect(request.attributes['gateway.outcome']).toBe('completed');
+    expect(typeof request.attributes['gateway.cost_usd']).toBe('number');
+    expect(request.attributes['gateway.cost_usd'] as number).toBeGreaterThan(0);
+    const attempt = byName(inTrace, 'gateway.upstream local');
+    expect(attempt.status.code).not.toBe(SpanStatusCode.ERROR);
+    expect(attempt.ended).toBe(true);
+  });
+});
+
+describe('the body `trace` object', () => {
+  it('makes the request span a child of trace_id + parent_span_id', async () => {
+    const traceId = 'AB'.repeat(16); // upper case: ids are compared in lower case
+    const parentSpanId = '0123456789abcdef';
+    const res = await post(`${gw.url}/chat/completions`, gw.key, { ...CHAT, trace: { trace_id: traceId, parent_span_id: parentSpanId } });
+    expect(res.status).toBe(200);
+    const { request, inTrace } = await traceOfGeneration(res.json.id);
+    expect(request.spanContext().traceId).toMatch(HEX32);
+    expect(request.spanContext().traceId).toBe(traceId.toLowerCase());
+    expect(request.parentSpanContext?.spanId).toMatch(HEX16);
+    expect(request.parentSpanContext?.spanId).toBe(parentSpanId);
+    // The whole tree joins the caller's trace.
+    expect(inTrace.map((s) => s.name).sort()).toEqual(
+      ['gateway.request chat_completions', 'gateway.stage auth', 'gateway.stage upstream', 'gateway.stage validate', 'gateway.upstream local'],
+    );
+  });
+
+  it('renames the request span (span_name) and the attempt span (generation_name)', async () => {
+    const res = await post(`${gw.url}/chat/completions`, gw.key, {
+      ...CHAT,
+      trace: { span_name: 'my-request', generation_name: 'my-generation' },
+    });
+    expect(res.status).toBe(200);
+    const { request, inTrace } = await traceOfGeneration(res.json.id);
+    expect(request.name).toBe('my-request');
+    const attempt = byName(inTrace, 'my-generation');
+    expect(attempt.attributes['gateway.provider']).toBe('local');
+    expect(inTrace.some((s) => s.name.startsWith('gateway.upstream'))).toBe(false);
+    expect(inTrace.some((s) => s.name.startsWith('gateway.request'))).toBe(false);
+  });
+
+  it('turns extra keys into gateway.trace.<key> attributes, and known keys into none', async () => {
+    const res = await post(`${gw.url}/chat/completions`, gw.key, {
+      ...CHAT,
+      trace: { trace_name: 'nightly', environment: 'staging', run: 7, canary: true, tags: ['a', 'b'], generation_name: 'g' },
+    });
+    expect(res.status).toBe(200);
+    const { request } = await traceOfGeneration(res.json.id);
+    expect(request.attributes).toMatchObject({
+      'gateway.trace.environment': 'staging',
+      'gateway.trace.run': 7,
+      'gateway.trace.canary': true,
+      'gateway.trace.tags': '["a","b"]',
+      'gateway.trace_name': 'nightly',
+    });
+    expect(request.name).toBe('nightly'); // trace_name names the span when span_name is absent
+    expect(Object.keys(request.attributes).filter((k) => k.startsWith('gateway.trace.')).sort()).toEqual(
+      ['gateway.trace.canary', 'gateway.trace.environment', 'gateway.trace.run', 'gateway.trace.tags'],
+    );
+  });
+});
+
+describe('failures', () => {
+  it('marks the request span of a 401 with error status and error_type authentication', async () => {
+    const marker = `unauthenticated-${Date.now()}`;
+    const res = await post(`${gw.url}/chat/completions`, 'sk-gw-v1-' + '0'.repeat(48), { ...CHAT, trace: { marker } });
+    expect(res.status).toBe(401);
+    const request = await waitForSpans((all) => all.find((s) => s.attributes['gateway.trace.marker'] === marker));
+    expect(request.name).toBe('gateway.request chat_completions');
+    expect(request.status.code).toBe(SpanStatusCode.ERROR);
+    expect(request.attributes['gateway.error_type']).toBe('authentication');
+    expect(request.attributes['http.response.status_code']).toBe(401);
+    expect(request.attributes['gateway.key_id']).toBeUndefined();
+    const inTrace = spans().filter((s) => s.spanContext().traceId === request.spanContext().traceId);
+    const auth = byName(inTrace, 'gateway.stage auth');
+    expect(parentOf(auth)).toBe(idOf(request));
+    expect(auth.status.code).toBe(SpanStatusCode.ERROR);
+    expect(auth.attributes['gateway.error_type']).toBe('authentication');
+    expect(inTrace.map((s) => s.name)).not.toContain('gateway.stage validate');
+  });
+
+  it('records one attempt span per endpoint when the first one is dead (fake/failover)', async () => {
+    const res = await post(`${gw.url}/chat/completions`, gw.key, { ...CHAT, model: 'fake/failover' });
+    expect(res.status).toBe(200);
+    expect(res.json.provider).toBe('fake-openai');
+    const { request, inTrace } = await traceOfGeneration(res.json.id);
+    const stage = byName(inTrace, 'gateway.stage upstream');
+    const dead = byName(inTrace, 'gateway.upstream dead-openai');
+    const live = byName(inTrace, 'gateway.upstream fake-openai');
+    expect(parentOf(dead)).toBe(idOf(stage));
+    expect(parentOf(live)).toBe(idOf(stage));
+    expect(dead.status.code).toBe(SpanStatusCode.ERROR);
+    expect(typeof dead.attributes['gateway.error_type']).toBe('string');
+    expect(dead.attributes['gateway.attempt']).toBe(1);
+    expect(live.status.code).not.toBe(SpanStatusCode.ERROR);
+    expect(live.attributes['gateway.attempt']).toBe(2);
+    expect(live.attributes['gateway.upstream_model']).toBe('gpt-upstream');
+    // The caller got an answer: the request itself is not an error.
+    expect(request.status.code).not.toBe(SpanStatusCode.ERROR);
+  });
+});
+
+describe('secrets', () => {
+  it('never puts a plaintext API key (gateway or upstream) into a span attribute', async () => {
+    // One more request with the management key, so both gateway keys have been presented.
+    const res = await post(`${gw.url}/chat/completions`, gw.managementKey, { ...CHAT, model: 'fake/gpt' });
+    expect(res.status).toBe(200);
+    await traceOfGeneration(res.json.id);
+    const secrets = [gw.key, gw.managementKey, 'sk-upstream-openai-secret', 'sk-upstream-anthropic-secret'];
+    const all = spans();
+    expect(all.length).toBeGreaterThan(5);
+    for (const span of all) {
+      const values = [
+        span.name,
+        ...Object.values(span.attributes).map((v) => (typeof v === 'string' ? v : JSON.stringify(v))),
+        ...span.events.flatMap((e) => Object.values(e.attributes ?? {}).map((v) => String(v))),
+        span.status.message ?? '',
+      ];
+      for (const secret of secrets) {
+        expect(values.filter((v) => v.includes(secret)), `span "${span.name}" leaks a key`).toEqual([]);
+      }
+    }
+  });
+});

@@ -1,0 +1,219 @@
+import { describe, it, expect } from 'vitest';
+import { DONE, formatSse, parseSse } from '../../src/providers/sse';
+import type { SseEvent } from '../../src/pipeline/types';
+
+const encoder = new TextEncoder();
+
+async function* fromChunks<T>(chunks: readonly T[]): AsyncGenerator<T> {
+  for (const c of chunks) yield c;
+}
+
+async function parseAll(chunks: readonly (Uint8Array | string)[]): Promise<SseEvent[]> {
+  const out: SseEvent[] = [];
+  for await (const ev of parseSse(fromChunks(chunks))) out.push(ev);
+  return out;
+}
+
+/** Deterministic PRNG (mulberry32) so a failing chunking can be reproduced from its seed. */
+function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function byteByByte(text: string): Uint8Array[] {
+  const bytes = encoder.encode(text);
+  return Array.from(bytes, (_b, i) => bytes.subarray(i, i + 1));
+}
+
+function randomChunks(text: string, seed: number, maxLen = 7): Uint8Array[] {
+  const bytes = encoder.encode(text);
+  const rand = prng(seed);
+  const out: Uint8Array[] = [];
+  let i = 0;
+  while (i < bytes.length) {
+    const len = 1 + Math.floor(rand() * maxLen);
+    out.push(bytes.slice(i, i + len));
+    i += len;
+  }
+  return out;
+}
+
+/** Every split of `text` into two byte chunks. */
+function allTwoWaySplits(text: string): Uint8Array[][] {
+  const bytes = encoder.encode(text);
+  const out: Uint8Array[][] = [];
+  for (let i = 0; i <= bytes.length; i++) out.push([bytes.slice(0, i), bytes.slice(i)]);
+  return out;
+}
+
+/** Parses `text` whole, byte by byte, at every two-way split and in 50 random chunkings; all must agree. */
+async function parseEveryWay(text: string): Promise<SseEvent[]> {
+  const whole = await parseAll([encoder.encode(text)]);
+  expect(await parseAll(byteByByte(text))).toEqual(whole);
+  for (const split of allTwoWaySplits(text)) expect(await parseAll(split)).toEqual(whole);
+  for (let seed = 1; seed <= 50; seed++) expect(await parseAll(randomChunks(text, seed))).toEqual(whole);
+  return whole;
+}
+
+// A stream mixing everything: event names, a comment, multi-line data, \n / \r\n / \r line ends,
+// multi-byte characters (2-, 3- and 4-byte UTF-8), ignored fields and [DONE].
+const MIXED =
+  ': keep-alive comment\n\n' +
+  'event: message_start\n' +
+  'data: {"type":"message_start"}\n\n' +
+  'event: content_block_delta\r\n' +
+  'data: {"text":"héllo 日本 🎉"}\r\n\r\n' +
+  'data: line one\r' +
+  'data: line two\r' +
+  ': a comment between data lines\r' +
+  'data: line three\r\r' +
+  'id: 7\nretry: 100\ndata:no-space\n\n' +
+  'data: [DONE]\n\n';
+
+const MIXED_EVENTS: SseEvent[] = [
+  { event: 'message_start', data: '{"type":"message_start"}' },
+  { event: 'content_block_delta', data: '{"text":"héllo 日本 🎉"}' },
+  { data: 'line one\nline two\nline three' },
+  { data: 'no-space' },
+  { data: '[DONE]' },
+];
+
+describe('parseSse', () => {
+  it('parses a mixed stream fed whole', async () => {
+    expect(await parseAll([encoder.encode(MIXED)])).toEqual(MIXED_EVENTS);
+  });
+
+  it('gives the same events byte by byte, at every split point and in random chunkings', async () => {
+    expect(await parseEveryWay(MIXED)).toEqual(MIXED_EVENTS);
+  });
+
+  it('accepts string chunks and a mix of strings and bytes', async () => {
+    expect(await parseAll([MIXED])).toEqual(MIXED_EVENTS);
+    const half = Math.floor(MIXED.length / 2);
+    expect(await parseAll([MIXED.slice(0, half), encoder.encode(MIXED.slice(half))])).toEqual(MIXED_EVENTS);
+  });
+
+  it('treats \\n, \\r\\n and \\r line ends alike', async () => {
+    const expected: SseEvent[] = [
+      { event: 'a', data: '1\n2' },
+      { data: '3' },
+    ];
+    for (const eol of ['\n', '\r\n', '\r']) {
+      const text = `event: a${eol}data: 1${eol}data: 2${eol}${eol}data: 3${eol}${eol}`;
+      expect(await parseEveryWay(text), JSON.stringify(eol)).toEqual(expected);
+    }
+  });
+
+  it('does not see an extra blank line when \\r\\n is split between two chunks', async () => {
+    // If the '\r' at the end of a chunk were taken as a full line end, the '\n' opening the next chunk
+    // would be an empty line and dispatch "a" early, splitting it from "b".
+    const events = await parseAll(['data: a\r', '\ndata: b\r\n', '\r\n']);
+    expect(events).toEqual([{ data: 'a\nb' }]);
+  });
+
+  it('handles \\r\\r (a \\r line end followed by a blank line) split between chunks', async () => {
+    expect(await parseAll(['data: a\r', '\r', 'data: b\r\r'])).toEqual([{ data: 'a' }, { data: 'b' }]);
+  });
+
+  it('joins multi-line data with \\n and keeps empty data lines', async () => {
+    expect(await parseEveryWay('data: {\ndata:   "a": 1\ndata\ndata: }\n\n')).toEqual([{ data: '{\n  "a": 1\n\n}' }]);
+  });
+
+  it('strips exactly one space after the colon', async () => {
+    expect(await parseAll(['data:x\n\ndata: x\n\ndata:  x\n\n'])).toEqual([{ data: 'x' }, { data: 'x' }, { data: ' x' }]);
+  });
+
+  it('ignores comment lines and comment-only blocks', async () => {
+    expect(await parseEveryWay(': ping\n\n:\n\n: data: not data\ndata: real\n\n')).toEqual([{ data: 'real' }]);
+  });
+
+  it('applies the event name to its own block only', async () => {
+    expect(await parseAll(['event: first\ndata: 1\n\ndata: 2\n\nevent: third\ndata: 3\n\n'])).toEqual([
+      { event: 'first', data: '1' },
+      { data: '2' },
+      { event: 'third', data: '3' },
+    ]);
+  });
+
+  it('does not yield a block without data (event name only)', async () => {
+    expect(await parseAll(['event: lonely\n\ndata: x\n\n'])).toEqual([{ data: 'x' }]);
+  });
+
+  it('yields the last event when the stream has no trailing blank line', async () => {
+    const cases: Record<string, SseEvent[]> = {
+      'data: a\n\nevent: end\ndata: [DONE]': [{ data: 'a' }, { event: 'end', data: '[DONE]' }],
+      'data: a\n\nevent: end\ndata: [DONE]\n': [{ data: 'a' }, { event: 'end', data: '[DONE]' }],
+      'data: a\r\n\r\ndata: [DONE]\r\n': [{ data: 'a' }, { data: '[DONE]' }],
+      'data: a\n\ndata: x\ndata: y': [{ data: 'a' }, { data: 'x\ny' }],
+    };
+    for (const [text, expected] of Object.entries(cases)) {
+      expect(await parseEveryWay(text), JSON.stringify(text)).toEqual(expected);
+    }
+  });
+
+  // BUG: src/providers/sse.ts:39 — at end of stream a leftover buffer that ends in '\r' is dropped
+  // (`!buffer.endsWith('\r')`), so a last `data:` line ended by a lone '\r' (no blank line after it) is
+  // lost, while the same stream with '\n' or '\r\n' yields the event.
+  it('yields the last event when the stream ends with a lone \\r line end and no blank line', async () => {
+    expect(await parseAll(['data: a\r\rdata: [DONE]\r'])).toEqual([{ data: 'a' }, { data: '[DONE]' }]);
+  });
+
+  it('decodes multi-byte UTF-8 characters split across chunks', async () => {
+    const text = 'data: {"t":"é日🎉ß"}\n\n';
+    const bytes = encoder.encode(text);
+    const start = bytes.indexOf(0xf0); // first byte of the 4-byte emoji
+    // Split inside the emoji after 1, 2 and 3 of its bytes.
+    for (const cut of [start + 1, start + 2, start + 3]) {
+      const events = await parseAll([bytes.slice(0, cut), bytes.slice(cut)]);
+      expect(events).toEqual([{ data: '{"t":"é日🎉ß"}' }]);
+    }
+    expect(await parseAll(byteByByte(text))).toEqual([{ data: '{"t":"é日🎉ß"}' }]);
+  });
+
+  it('passes [DONE] through as plain data', async () => {
+    const events = await parseAll(['data: {"a":1}\n\ndata: [DONE]\n\n']);
+    expect(events.at(-1)).toEqual({ data: '[DONE]' });
+    expect(events.at(-1)).toEqual(DONE);
+  });
+
+  it('yields nothing for an empty stream or a stream of blank lines', async () => {
+    expect(await parseAll([])).toEqual([]);
+    expect(await parseAll(['\n\n\r\n\r'])).toEqual([]);
+  });
+});
+
+describe('formatSse', () => {
+  it('writes data-only and named events with a terminating blank line', () => {
+    expect(formatSse({ data: '{"a":1}' })).toBe('data: {"a":1}\n\n');
+    expect(formatSse({ event: 'ping', data: '{}' })).toBe('event: ping\ndata: {}\n\n');
+    expect(formatSse(DONE)).toBe('data: [DONE]\n\n');
+  });
+
+  it('round-trips formatSse → parseSse in any chunking', async () => {
+    const events: SseEvent[] = [
+      { event: 'message_start', data: JSON.stringify({ type: 'message_start', message: { id: 'gen-1' } }) },
+      { event: 'content_block_delta', data: JSON.stringify({ delta: { text: 'ünïcødé 🎉\nnew line in JSON' } }) },
+      { data: JSON.stringify({ choices: [{ delta: { content: ': not a comment' } }] }) },
+      { data: ' leading space' },
+      { data: '' },
+      DONE,
+    ];
+    const wire = events.map(formatSse).join('');
+    expect(await parseEveryWay(wire)).toEqual(events);
+  });
+
+  // BUG: src/providers/sse.ts:59 — formatSse writes `data` verbatim after one `data: ` prefix; data that
+  // contains '\n' (what parseSse produces from a multi-line `data:` block, and what the messages dialect
+  // relays unchanged for events such as content_block_delta) comes out as extra lines with unknown field
+  // names, so the client receives only the first line. Each line needs its own `data: ` prefix.
+  it('round-trips multi-line data', async () => {
+    const ev: SseEvent = { event: 'content_block_delta', data: '{\n  "type": "content_block_delta"\n}' };
+    expect(await parseAll([formatSse(ev)])).toEqual([ev]);
+  });
+});
