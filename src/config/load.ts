@@ -38,16 +38,16 @@ export function interpolateEnv(value: unknown, env: NodeJS.ProcessEnv, at = ''):
   return value;
 }
 
-/** `/providers/1/kind` → `providers[1].kind` */
-function fieldPath(instancePath: string, extra?: string): string {
+/** `/providers/1/kind` → `providers[1].kind`; `prefix` roots the path (e.g. `plugins.upstream`). */
+function fieldPath(instancePath: string, extra?: string, prefix = ''): string {
   const parts = instancePath.split('/').slice(1);
   if (extra) parts.push(extra);
-  let out = '';
+  let out = prefix;
   for (const p of parts) out += /^\d+$/.test(p) ? `[${p}]` : out ? `.${p}` : p;
   return out || '(root)';
 }
 
-function describe(errors: ErrorObject[]): string {
+function describe(errors: ErrorObject[], prefix = ''): string {
   // ajv reports every failed oneOf branch; the most specific error is the deepest non-oneOf one.
   const specific = errors.filter((e) => e.keyword !== 'oneOf' && e.keyword !== 'if');
   const pick = (specific.length ? specific : errors).reduce((a, b) =>
@@ -57,19 +57,19 @@ function describe(errors: ErrorObject[]): string {
     const tag = String(pick.params.tag);
     const branches = ((pick.parentSchema as { oneOf?: { properties?: Record<string, { const?: unknown }> }[] })?.oneOf ?? []);
     const allowed = branches.map((b) => b.properties?.[tag]?.const).filter((v) => v !== undefined);
-    return `${fieldPath(pick.instancePath, tag)}: must be one of ${allowed.join(', ')}`;
+    return `${fieldPath(pick.instancePath, tag, prefix)}: must be one of ${allowed.join(', ')}`;
   }
   if (pick.keyword === 'additionalProperties') {
-    return `${fieldPath(pick.instancePath, String(pick.params.additionalProperty))}: unknown field`;
+    return `${fieldPath(pick.instancePath, String(pick.params.additionalProperty), prefix)}: unknown field`;
   }
   if (pick.keyword === 'required') {
-    return `${fieldPath(pick.instancePath, String(pick.params.missingProperty))}: is required`;
+    return `${fieldPath(pick.instancePath, String(pick.params.missingProperty), prefix)}: is required`;
   }
   if (pick.keyword === 'enum' || pick.keyword === 'const') {
     const allowed = (pick.params.allowedValues ?? [pick.params.allowedValue]) as unknown[];
-    return `${fieldPath(pick.instancePath)}: must be one of ${allowed.join(', ')}`;
+    return `${fieldPath(pick.instancePath, undefined, prefix)}: must be one of ${allowed.join(', ')}`;
   }
-  return `${fieldPath(pick.instancePath)}: ${pick.message ?? 'is invalid'}`;
+  return `${fieldPath(pick.instancePath, undefined, prefix)}: ${pick.message ?? 'is invalid'}`;
 }
 
 export interface LoadOptions {
@@ -92,7 +92,7 @@ export function validateConfig(raw: unknown, options: LoadOptions): GatewayConfi
     if (!def) throw new ConfigError(`plugins.${id}: unknown stage id (known: ${[...options.registry.keys()].join(', ')})`);
     const check = ajv.compile(def.configSchema);
     const value = stageConfig ?? {};
-    if (!check(value)) throw new ConfigError(`plugins.${id}.${describe(check.errors ?? []).replace('(root)', '').replace(/^\.?/, '')}`);
+    if (!check(value)) throw new ConfigError(describe(check.errors ?? [], `plugins.${id}`));
     config.plugins[id] = value;
   }
   // Give every stage in use its defaults even when the operator wrote no config for it.

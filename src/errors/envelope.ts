@@ -9,8 +9,6 @@ const GENERIC_500 = 'Internal server error';
 const MESSAGES_TYPE: Partial<Record<ErrorType, string>> = {
   authentication: 'authentication_error',
   permission_denied: 'permission_error',
-  content_policy_violation: 'permission_error',
-  refusal: 'permission_error',
   payment_required: 'billing_error',
   not_found: 'not_found_error',
   image_not_found: 'not_found_error',

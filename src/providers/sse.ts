@@ -11,39 +11,44 @@ export async function* parseSse(body: AsyncIterable<Uint8Array | string>): Async
   let buffer = '';
   let event: string | undefined;
   let data: string[] = [];
+  /** Applies one line; returns the finished event on a blank line. */
+  const line = (text: string): SseEvent | undefined => {
+    if (text === '') {
+      const done = data.length > 0 ? (event === undefined ? { data: data.join('\n') } : { event, data: data.join('\n') }) : undefined;
+      event = undefined;
+      data = [];
+      return done;
+    }
+    if (text.charCodeAt(0) === 58 /* : comment */) return undefined;
+    const colon = text.indexOf(':');
+    const field = colon < 0 ? text : text.slice(0, colon);
+    let value = colon < 0 ? '' : text.slice(colon + 1);
+    if (value.charCodeAt(0) === 32) value = value.slice(1);
+    if (field === 'data') data.push(value);
+    else if (field === 'event') event = value;
+    return undefined;
+  };
   for await (const chunk of body) {
     buffer += typeof chunk === 'string' ? chunk : decoder.decode(chunk, { stream: true });
     let start = 0;
     for (;;) {
       const nl = nextLineEnd(buffer, start);
       if (nl < 0) break;
-      const line = buffer.slice(start, nl);
+      const ev = line(buffer.slice(start, nl));
       start = nl + (buffer[nl] === '\r' && buffer[nl + 1] === '\n' ? 2 : 1);
-      if (line === '') {
-        if (data.length > 0) yield event === undefined ? { data: data.join('\n') } : { event, data: data.join('\n') };
-        event = undefined;
-        data = [];
-        continue;
-      }
-      if (line.charCodeAt(0) === 58 /* : */) continue;
-      const colon = line.indexOf(':');
-      const field = colon < 0 ? line : line.slice(0, colon);
-      let value = colon < 0 ? '' : line.slice(colon + 1);
-      if (value.charCodeAt(0) === 32) value = value.slice(1);
-      if (field === 'data') data.push(value);
-      else if (field === 'event') event = value;
+      if (ev) yield ev;
     }
+    // What is left is a partial line (a lone '\r' at the end may be the first half of '\r\n').
     buffer = buffer.slice(start);
-    // A lone '\r' at the end may be the first half of '\r\n': keep it for the next chunk.
   }
+  // End of stream: the unfinished line still counts, and an event without its blank line is delivered.
   buffer += decoder.decode();
-  if (buffer.length > 0 && !buffer.endsWith('\r')) {
-    for (const line of buffer.split(/\r\n|\r|\n/)) {
-      if (line.startsWith('data:')) data.push(line.slice(5).replace(/^ /, ''));
-      else if (line.startsWith('event:')) event = line.slice(6).replace(/^ /, '');
-    }
+  for (const rest of buffer.split(/\r\n|\r|\n/)) {
+    const ev = line(rest);
+    if (ev) yield ev;
   }
-  if (data.length > 0) yield event === undefined ? { data: data.join('\n') } : { event, data: data.join('\n') };
+  const last = line('');
+  if (last) yield last;
 }
 
 function nextLineEnd(s: string, from: number): number {
@@ -57,7 +62,9 @@ function nextLineEnd(s: string, from: number): number {
 
 /** One event in wire form. */
 export function formatSse(ev: SseEvent): string {
-  return ev.event === undefined ? `data: ${ev.data}\n\n` : `event: ${ev.event}\ndata: ${ev.data}\n\n`;
+  // JSON text has no raw line breaks, so the common case is one `data:` line; other text is split.
+  const data = ev.data.includes('\n') ? ev.data.split('\n').join('\ndata: ') : ev.data;
+  return ev.event === undefined ? `data: ${data}\n\n` : `event: ${ev.event}\ndata: ${data}\n\n`;
 }
 
 export const DONE: SseEvent = { data: '[DONE]' };

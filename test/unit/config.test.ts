@@ -100,10 +100,9 @@ describe('parseConfigText: defaults', () => {
     expect(c.telemetry.exporter).toBe('console');
   });
 
-  // BUG: src/config/load.ts:75 compiles with ajv `useDefaults`, which ignores `default` inside `oneOf`
-  // branches (schemas/gateway.schema.json provider definition). An anthropic provider without base_url
-  // keeps base_url undefined (createAnthropicProvider then throws on `config.base_url.replace`), and
-  // anthropic_version / timeout_ms / latency_ms / chunk_delay_ms are undefined instead of their defaults.
+  // Regression: ajv `useDefaults` ignores `default` inside a plain `oneOf`; without the `discriminator` on
+  // `kind`, an anthropic provider kept base_url undefined (createAnthropicProvider threw on
+  // `config.base_url.replace`) and timeout_ms / anthropic_version / latency_ms were undefined.
   it('fills the provider defaults of each kind', () => {
     const c = parse(
       config({
@@ -124,8 +123,8 @@ describe('parseConfigText: defaults', () => {
     });
   });
 
-  // BUG: same cause as above (default inside `oneOf`): `storage: { driver: sqlite }` keeps `path`
-  // undefined, and SqliteStore then calls resolve(undefined); postgres gets no pool_max.
+  // Regression, same cause as above: `storage: { driver: sqlite }` kept `path` undefined (SqliteStore then
+  // called resolve(undefined)); postgres got no pool_max.
   it('fills storage defaults inside the chosen driver', () => {
     expect(parse(config({ extra: 'storage: { driver: sqlite }' })).storage).toEqual({ driver: 'sqlite', path: './data/gateway.db' });
     expect(parse(config({ extra: 'storage: { driver: postgres, url: "postgres://u@h/db" }' })).storage).toEqual({
@@ -216,9 +215,8 @@ describe('parseConfigText: errors name the field path', () => {
     expectPathError(config({ providers: '  - { id: local, kind: simulated }\n  - { id: two, kind: nope }' }), 'providers[1].kind');
   });
 
-  // BUG: src/config/load.ts:50 (describe) picks the deepest ajv error, which for an openai provider
-  // without base_url is the `const` failure of the *other* oneOf branches at /providers/0/kind, so the
-  // message is "providers[0].kind: must be one of anthropic" instead of naming providers[0].base_url.
+  // Regression: with a plain `oneOf`, the deepest ajv error was the `const` failure of the *other* branches
+  // at /providers/0/kind, so the message named providers[0].kind instead of providers[0].base_url.
   it('openai provider without base_url', () => {
     expectPathError(config({ providers: '  - { id: oa, kind: openai }', models: '  - { id: m1, endpoints: [{ provider: oa, upstream_model: x }] }' }), 'providers[0].base_url');
   });
@@ -265,8 +263,7 @@ describe('parseConfigText: errors name the field path', () => {
     expectPathError(config({ extra: 'plugins:\n  auth: { accept_x_api_key: "maybe" }' }), 'plugins.auth.accept_x_api_key');
   });
 
-  // BUG: src/config/load.ts:84 — when a plugin config fails at its root (not an object), the path is
-  // built as `plugins.upstream.` + '' and the message reads "plugins.upstream.: must be object".
+  // Regression: a plugin config failing at its root was reported as "plugins.upstream.: must be object".
   it('plugin config that is not an object', () => {
     expectPathError(config({ extra: 'plugins:\n  upstream: 5' }), 'plugins.upstream');
   });

@@ -157,11 +157,23 @@ describe('parseSse', () => {
     }
   });
 
-  // BUG: src/providers/sse.ts:39 — at end of stream a leftover buffer that ends in '\r' is dropped
-  // (`!buffer.endsWith('\r')`), so a last `data:` line ended by a lone '\r' (no blank line after it) is
-  // lost, while the same stream with '\n' or '\r\n' yields the event.
+  // Regression: a leftover buffer ending in '\r' used to be dropped at end of stream, so a last `data:`
+  // line ended by a lone '\r' was lost while the same stream with '\n' or '\r\n' yielded the event.
   it('yields the last event when the stream ends with a lone \\r line end and no blank line', async () => {
     expect(await parseAll(['data: a\r\rdata: [DONE]\r'])).toEqual([{ data: 'a' }, { data: '[DONE]' }]);
+  });
+
+  it('gives the same last event with or without the final blank line', async () => {
+    for (const text of ['data: a\ndata:', 'event: e\ndata: x', 'data: x\n: trailing comment', 'data: a\rdata: b']) {
+      expect(await parseAll([text]), JSON.stringify(text)).toEqual(await parseAll([`${text}\n\n`]));
+    }
+  });
+
+  // Regression: src/providers/sse.ts:40-43 — the end-of-stream flush re-parses the last line with its own rules
+  // (`startsWith('data:')`), so a final bare `data` line (a field with an empty value, which adds an empty
+  // line mid-stream) is ignored: 'data: a\ndata' at end of stream gives 'a', with '\n\n' after it 'a\n'.
+  it('treats a bare `data` line at end of stream like mid-stream', async () => {
+    expect(await parseAll(['data: a\ndata'])).toEqual([{ data: 'a\n' }]);
   });
 
   it('decodes multi-byte UTF-8 characters split across chunks', async () => {
@@ -208,10 +220,9 @@ describe('formatSse', () => {
     expect(await parseEveryWay(wire)).toEqual(events);
   });
 
-  // BUG: src/providers/sse.ts:59 — formatSse writes `data` verbatim after one `data: ` prefix; data that
-  // contains '\n' (what parseSse produces from a multi-line `data:` block, and what the messages dialect
-  // relays unchanged for events such as content_block_delta) comes out as extra lines with unknown field
-  // names, so the client receives only the first line. Each line needs its own `data: ` prefix.
+  // Regression: formatSse once wrote multi-line data after a single `data: ` prefix, so the client got
+  // only the first line (parseSse produces such data from a multi-line block, and the messages dialect
+  // relays events like content_block_delta unchanged).
   it('round-trips multi-line data', async () => {
     const ev: SseEvent = { event: 'content_block_delta', data: '{\n  "type": "content_block_delta"\n}' };
     expect(await parseAll([formatSse(ev)])).toEqual([ev]);
