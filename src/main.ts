@@ -36,6 +36,8 @@ const OPTIONS = {
   help: { type: 'boolean', short: 'h' },
 } as const;
 
+const ISO_8601 = /^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$/;
+
 /** A CLI mistake: printed without a stack, exit code 2. */
 class UsageError extends Error {}
 
@@ -93,8 +95,9 @@ async function keysCreate(store: Store, v: Values): Promise<number> {
   if (reset !== undefined && limit === null) throw new UsageError('--limit-reset needs --limit');
   let expiresAt: string | null = null;
   if (v['expires-at'] !== undefined) {
-    const t = Date.parse(v['expires-at']);
-    if (Number.isNaN(t)) throw new UsageError('--expires-at must be an ISO 8601 timestamp');
+    // Date.parse alone accepts "5" (as a year-month); require an ISO 8601 date or date-time.
+    const t = ISO_8601.test(v['expires-at']) ? Date.parse(v['expires-at']) : Number.NaN;
+    if (Number.isNaN(t)) throw new UsageError('--expires-at must be an ISO 8601 timestamp, e.g. 2027-01-31T00:00:00Z');
     expiresAt = new Date(t).toISOString();
   }
   const { account } = await defaults(store);
@@ -149,17 +152,18 @@ async function serve(file: string): Promise<number> {
     process.stdout.write(`\nFirst start: created a management key. It is shown only this once:\n\n  ${secret}\n\n`);
   }
   const gateway = await createGateway({ config, registry, store, logger, tracer: telemetry.tracer });
-  const { port } = await gateway.listen();
-  logger.info({ port, host: config.server.host, base_path: config.server.base_path }, 'gateway listening');
-  process.stdout.write(`Gateway listening on http://${config.server.host}:${port}${config.server.base_path}\n`);
-
+  // Signal handlers go in before the listening line is printed: a supervisor may act on that line at once.
   const reload = configReloader({ file, registry, gateway, logger });
-  const stopWatching = config.server.watch_config ? watchFile(file, () => reload('file changed')) : () => undefined;
   process.on('SIGHUP', () => reload('SIGHUP'));
-  await new Promise<void>((resolve) => {
+  const stopped = new Promise<void>((resolve) => {
     process.once('SIGTERM', resolve);
     process.once('SIGINT', resolve);
   });
+  const stopWatching = config.server.watch_config ? watchFile(file, () => reload('file changed')) : () => undefined;
+  const { port } = await gateway.listen();
+  logger.info({ port, host: config.server.host, base_path: config.server.base_path }, 'gateway listening');
+  process.stdout.write(`Gateway listening on http://${config.server.host}:${port}${config.server.base_path}\n`);
+  await stopped;
   logger.info('shutting down');
   stopWatching();
   await gateway.close();

@@ -33,6 +33,7 @@ export interface EndpointSpec {
 export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware {
   return async (koaCtx) => {
     const ctx = koaCtx as unknown as GatewayContext;
+    const started = performance.now();
     const runtime = current();
     const tracer = runtime.services.tracer;
     const abort = new AbortController();
@@ -58,11 +59,11 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       if (response.kind === 'json') {
         ctx.body = response.body;
         span.setAttribute('http.response.status_code', response.status);
-        await finish(runtime, state, span);
+        await finish(runtime, state, span, { status: response.status, started });
       } else {
         ctx.set({ 'cache-control': 'no-cache', 'x-accel-buffering': 'no', connection: 'keep-alive' });
         ctx.type = 'text/event-stream';
-        ctx.body = Readable.from(sse(response.events, runtime, state, span), { objectMode: false });
+        ctx.body = Readable.from(sse(response.events, runtime, state, span, started), { objectMode: false });
       }
     } catch (err) {
       const e = toGatewayError(err);
@@ -71,36 +72,60 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       ctx.status = statusFor(e, style);
       if (e.headers) ctx.set(e.headers);
       ctx.body = errorBody(e, style, state?.requestId ?? null);
+      if (!state) runtime.services.logger.info({ endpoint: spec.id, status: ctx.status, error_type: e.errorType }, 'request');
       if (span) {
         span.setStatus({ code: SpanStatusCode.ERROR, message: e.message });
         span.setAttribute('gateway.error_type', e.errorType);
         span.setAttribute('http.response.status_code', ctx.status);
-        if (state) await finish(runtime, state, span);
+        if (state) await finish(runtime, state, span, { status: ctx.status, started, errorType: e.errorType });
         else span.end();
       }
     }
   };
 }
 
-async function* sse(events: AsyncIterable<SseEvent>, runtime: Runtime, state: GatewayState, span: Span): AsyncGenerator<string> {
+async function* sse(events: AsyncIterable<SseEvent>, runtime: Runtime, state: GatewayState, span: Span, started: number): AsyncGenerator<string> {
   try {
     for await (const ev of events) yield formatSse(ev);
   } finally {
     // Runs on normal end, on error, and when the client goes away (the Readable is destroyed).
     if (state.signal.aborted && state.outcome === 'completed') state.outcome = 'cancelled';
     span.setAttribute('gateway.outcome', state.outcome);
-    await finish(runtime, state, span);
+    await finish(runtime, state, span, { status: 200, started });
   }
 }
 
-async function finish(runtime: Runtime, state: GatewayState, span: Span): Promise<void> {
+interface Ending {
+  status: number;
+  started: number;
+  errorType?: string;
+}
+
+/** The end of every request that got past body parsing: ledger row, access log line, span end. */
+async function finish(runtime: Runtime, state: GatewayState, span: Span, end: Ending): Promise<void> {
+  const { logger, store } = runtime.services;
   try {
-    await recordLedger(runtime.services.store, state);
+    await recordLedger(store, state);
   } catch (err) {
-    runtime.services.logger.error({ err, generation_id: state.requestId }, 'ledger write failed');
+    logger.error({ err, generation_id: state.requestId }, 'ledger write failed');
   } finally {
     if (state.costUsd !== null) span.setAttribute('gateway.cost_usd', state.costUsd);
     span.end();
+    logger.info(
+      {
+        endpoint: state.endpoint,
+        status: end.status,
+        ms: Math.round((performance.now() - end.started) * 10) / 10,
+        generation_id: state.requestId,
+        key_id: state.key?.id,
+        model: state.route?.model,
+        provider: state.route?.provider,
+        outcome: state.route ? state.outcome : undefined,
+        error_type: end.errorType,
+        cost_usd: state.costUsd ?? undefined,
+      },
+      'request',
+    );
   }
 }
 

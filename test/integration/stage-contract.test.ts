@@ -1,0 +1,76 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { STAGES } from '../../plugins';
+import type { SseEvent, StageDefinition } from '../../src/pipeline/types';
+import { post, sseEvents, startTestGateway, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+
+/**
+ * A plugin written the way a plugin author would: pre-work before next(), post-work after it, and a
+ * stream transformed as it flows (text deltas upper-cased), without touching the core.
+ */
+const shout: StageDefinition<{ header: string }> = {
+  id: 'shout',
+  configSchema: { type: 'object', additionalProperties: false, properties: { header: { type: 'string', default: 'x-shout' } } },
+  create(config) {
+    return async (ctx, next) => {
+      ctx.set(config.header, 'before');
+      await next();
+      const response = ctx.state.gateway.response;
+      if (response?.kind === 'json') {
+        const body = response.body as any;
+        body.choices[0].message.content = String(body.choices[0].message.content).toUpperCase();
+      } else if (response?.kind === 'sse') {
+        const inner = response.events;
+        response.events = (async function* (): AsyncGenerator<SseEvent> {
+          for await (const ev of inner) {
+            if (ev.data === '[DONE]') yield ev;
+            else {
+              const chunk = JSON.parse(ev.data);
+              for (const c of chunk.choices ?? []) if (c.delta?.content) c.delta.content = c.delta.content.toUpperCase();
+              yield { ...ev, data: JSON.stringify(chunk) };
+            }
+          }
+        })();
+      }
+    };
+  },
+};
+
+let gw: TestGateway;
+beforeAll(async () => {
+  const registry = new Map([...STAGES, shout].map((s) => [s.id, s]));
+  gw = await startTestGateway({
+    registry,
+    yaml: testConfigYaml(undefined, '[auth, validate, shout, upstream]') + 'plugins:\n  shout: { header: x-test-shout }\n',
+  });
+});
+afterAll(() => gw.close());
+
+describe('the stage contract', () => {
+  it('lets a configured plugin act before and after next() on a JSON answer', async () => {
+    const res = await post(`${gw.url}/chat/completions`, gw.key, { model: 'sim/chat', messages: [{ role: 'user', content: 'hello you' }] });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-test-shout')).toBe('before');
+    expect(res.json.choices[0].message.content).toBe('SIMULATED REPLY FROM SIM-1. YOU SAID: HELLO YOU');
+  });
+
+  it('lets a plugin transform a stream as it flows, and the request is still billed', async () => {
+    const res = await post(`${gw.url}/chat/completions`, gw.key, { model: 'sim/chat', stream: true, messages: [{ role: 'user', content: 'hello you' }] });
+    const events = sseEvents(res.text);
+    const text = events.slice(0, -1).map((e) => JSON.parse(e.data).choices[0]?.delta?.content ?? '').join('');
+    expect(text).toBe('SIMULATED REPLY FROM SIM-1. YOU SAID: HELLO YOU');
+    const id = JSON.parse(events[0].data).id;
+    expect((await gw.store.getLedger(id))?.completionTokens).toBe(8);
+  });
+});
+
+describe('secrets stay out of logs', () => {
+  it('no log line contains a gateway key or an upstream provider key', async () => {
+    await post(`${gw.url}/chat/completions`, gw.key, { model: 'sim/chat', messages: [{ role: 'user', content: 'x' }] });
+    await post(`${gw.url}/chat/completions`, 'sk-gw-v1-wrong-key-for-logging-test', { model: 'sim/chat', messages: [] });
+    const all = gw.logs.join('');
+    expect(all).toContain('"msg":"request"');
+    for (const secret of [gw.key, gw.managementKey, 'sk-gw-v1-wrong-key-for-logging-test', 'sk-upstream-openai-secret', 'sk-upstream-anthropic-secret']) {
+      expect(all).not.toContain(secret);
+    }
+  });
+});
