@@ -1,6 +1,5 @@
 import type { AnthropicProviderConfig } from '../config/types';
-import { postUpstream, upstreamBytes } from './http';
-import { parseSse } from './sse';
+import { sendJson } from './http';
 import type { Dialect, Provider, UpstreamCall, UpstreamReply } from './types';
 
 const DIALECTS: ReadonlySet<Dialect> = new Set(['messages']);
@@ -27,17 +26,7 @@ export function createAnthropicProvider(config: AnthropicProviderConfig): Provid
         const v = call.forwardHeaders?.[name];
         if (v) h[name] = v;
       }
-      if (call.stream) h.accept = 'text/event-stream';
-      const res = await postUpstream({
-        url,
-        headers: h,
-        body: JSON.stringify(call.body),
-        signal: call.signal,
-        timeoutMs: config.timeout_ms,
-        providerId: config.id,
-      });
-      if (call.stream) return { stream: true, events: parseSse(upstreamBytes(res.body, config.id)) };
-      return { stream: false, body: (await res.body.json()) as Record<string, unknown> };
+      return sendJson({ url, headers: h, call, timeoutMs: config.timeout_ms, providerId: config.id });
     },
   };
 }

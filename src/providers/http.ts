@@ -1,5 +1,7 @@
 import { Agent, request, errors as undiciErrors } from 'undici';
 import { GatewayError, type ErrorType } from '../errors/gateway-error';
+import { parseSse } from './sse';
+import type { UpstreamCall, UpstreamReply } from './types';
 
 /** One keep-alive connection pool per upstream origin, shared by every provider and every config reload. */
 const agent = new Agent({ keepAliveTimeout: 30_000, keepAliveMaxTimeout: 600_000, connections: 256, pipelining: 1 });
@@ -38,6 +40,27 @@ export async function postUpstream(input: PostInput): Promise<PostResult> {
   if (res.statusCode >= 200 && res.statusCode < 300) return { status: res.statusCode, headers: res.headers, body: res.body };
   const text = await res.body.text().catch(() => '');
   throw classifyUpstreamError(res.statusCode, text, input.providerId, res.headers['retry-after']);
+}
+
+/** Sends one call as JSON and returns the parsed answer, or its events when streaming. */
+export async function sendJson(input: {
+  url: string;
+  headers: Record<string, string>;
+  call: UpstreamCall;
+  timeoutMs: number;
+  providerId: string;
+}): Promise<UpstreamReply> {
+  const { call, providerId } = input;
+  const res = await postUpstream({
+    url: input.url,
+    headers: call.stream ? { ...input.headers, accept: 'text/event-stream' } : input.headers,
+    body: JSON.stringify(call.body),
+    signal: call.signal,
+    timeoutMs: input.timeoutMs,
+    providerId,
+  });
+  if (call.stream) return { stream: true, events: parseSse(upstreamBytes(res.body, providerId)) };
+  return { stream: false, body: (await res.body.json()) as Record<string, unknown> };
 }
 
 /** Wraps a body iterator so network failures mid-stream surface as GatewayErrors too. */

@@ -1,6 +1,5 @@
 import type { OpenAIProviderConfig } from '../config/types';
-import { postUpstream, upstreamBytes } from './http';
-import { parseSse } from './sse';
+import { sendJson } from './http';
 import type { Dialect, Provider, UpstreamCall, UpstreamReply } from './types';
 
 const DIALECTS: ReadonlySet<Dialect> = new Set(['chat_completions']);
@@ -19,17 +18,7 @@ export function createOpenAIProvider(config: OpenAIProviderConfig): Provider {
     kind: 'openai',
     region: config.region,
     dialects: DIALECTS,
-    async send(call: UpstreamCall): Promise<UpstreamReply> {
-      const res = await postUpstream({
-        url,
-        headers: call.stream ? { ...headers, accept: 'text/event-stream' } : headers,
-        body: JSON.stringify(call.body),
-        signal: call.signal,
-        timeoutMs: config.timeout_ms,
-        providerId: config.id,
-      });
-      if (call.stream) return { stream: true, events: parseSse(upstreamBytes(res.body, config.id)) };
-      return { stream: false, body: (await res.body.json()) as Record<string, unknown> };
-    },
+    send: (call: UpstreamCall): Promise<UpstreamReply> =>
+      sendJson({ url, headers, call, timeoutMs: config.timeout_ms, providerId: config.id }),
   };
 }
