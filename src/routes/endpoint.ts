@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { Readable } from 'node:stream';
 import {
   context,
@@ -63,6 +64,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       } else {
         ctx.set({ 'cache-control': 'no-cache', 'x-accel-buffering': 'no', connection: 'keep-alive' });
         ctx.type = 'text/event-stream';
+        span.setAttribute('http.response.status_code', response.status);
         ctx.body = Readable.from(sse(response.events, runtime, state, span, started), { objectMode: false });
       }
     } catch (err) {
@@ -181,8 +183,10 @@ function parentContext(ctx: GatewayContext, body: Record<string, unknown> | null
   const t = traceObject(body);
   const traceId = typeof t?.trace_id === 'string' ? t.trace_id.toLowerCase() : '';
   if (HEX32.test(traceId)) {
-    const spanId = typeof t?.parent_span_id === 'string' && HEX16.test(t.parent_span_id.toLowerCase()) ? t.parent_span_id.toLowerCase() : undefined;
-    if (spanId) return trace.setSpanContext(ROOT_CONTEXT, { traceId, spanId, traceFlags: TraceFlags.SAMPLED, isRemote: true });
+    // Without parent_span_id the request still joins the caller's trace, under a stand-in remote parent id.
+    const given = typeof t?.parent_span_id === 'string' ? t.parent_span_id.toLowerCase() : '';
+    const spanId = HEX16.test(given) ? given : randomBytes(8).toString('hex');
+    return trace.setSpanContext(ROOT_CONTEXT, { traceId, spanId, traceFlags: TraceFlags.SAMPLED, isRemote: true });
   }
   if (ctx.get('traceparent')) return propagation.extract(ROOT_CONTEXT, ctx.headers);
   return ROOT_CONTEXT;
