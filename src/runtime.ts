@@ -8,6 +8,7 @@ import { createDispatch } from './routing/dispatch';
 import { keyInfoStage } from './routes/key';
 import { modelsStage } from './routes/models';
 import type { KeyLookup, Services } from './services';
+import type { LedgerWriter } from './spend/ledger';
 import type { Store } from './store/types';
 
 /** Everything derived from one loaded gateway.yaml. Swapped as a whole on reload. */
@@ -21,6 +22,7 @@ export interface RuntimeInput {
   config: GatewayConfig;
   registry: StageRegistry;
   store: Store;
+  ledger: LedgerWriter;
   keys: KeyLookup;
   tracer: Tracer;
   logger: Logger;
@@ -35,6 +37,7 @@ export function buildRuntime(input: RuntimeInput): Runtime {
   const services: Services = {
     config,
     store: input.store,
+    ledger: input.ledger,
     keys: input.keys,
     models,
     logger: input.logger,

@@ -14,6 +14,7 @@ import { closeUpstreamPool } from './providers/http';
 import { endpoint } from './routes/endpoint';
 import { buildRuntime, type Runtime } from './runtime';
 import type { KeyLookup } from './services';
+import { LedgerWriter } from './spend/ledger';
 import type { Store } from './store/types';
 
 export interface GatewayOptions {
@@ -27,6 +28,8 @@ export interface GatewayOptions {
 export interface Gateway {
   app: Koa;
   keys: KeyLookup;
+  /** The batching ledger writer; `flush()` makes every finished request's row visible in the store. */
+  ledger: LedgerWriter;
   /** The runtime new requests get. */
   runtime(): Runtime;
   /**
@@ -50,7 +53,9 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const salt = options.config.server.user_hash_salt ?? (await store.settingOrInit('user_hash_salt', randomBytes(32).toString('hex')));
   const hashUser = (user: string) => createHash('sha256').update(salt).update('\0').update(user).digest('hex');
   const keys = createKeyLookup(store);
-  const build = (config: GatewayConfig) => buildRuntime({ config, registry, store, keys, tracer, logger, hashUser });
+  // Batching settings are read at start (a reload keeps the writer, so no queued row is orphaned).
+  const ledger = new LedgerWriter(store, logger, { flushMs: options.config.ledger.flush_ms, maxBatch: options.config.ledger.max_batch });
+  const build = (config: GatewayConfig) => buildRuntime({ config, registry, store, ledger, keys, tracer, logger, hashUser });
   let current = build(options.config);
   const runtime = () => current;
 
@@ -85,11 +90,12 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   return {
     app,
     keys,
+    ledger,
     runtime,
     reload(config) {
       const before = current.config;
       current = build(config);
-      for (const section of ['server', 'storage', 'state', 'telemetry'] as const) {
+      for (const section of ['server', 'storage', 'state', 'telemetry', 'ledger'] as const) {
         if (JSON.stringify(before[section]) !== JSON.stringify(config[section])) {
           logger.warn({ section }, `config section "${section}" changed: it takes effect at the next restart`);
         }
@@ -114,6 +120,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
           s.closeIdleConnections();
         });
       }
+      // After the server has drained: every finished request's row is queued, now write them all.
+      await ledger.close();
     },
   };
 }

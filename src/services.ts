@@ -2,6 +2,7 @@ import type { Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import type { GatewayConfig, ModelConfig } from './config/types';
 import type { Dispatch } from './routing/dispatch';
+import type { LedgerWriter } from './spend/ledger';
 import type { KeyRecord, Store } from './store/types';
 
 /** Looks a presented key up by its hash (cached; see auth/key-cache.ts). */
@@ -18,6 +19,7 @@ export interface KeyLookup {
 export interface Services {
   config: GatewayConfig;
   store: Store;
+  ledger: LedgerWriter;
   keys: KeyLookup;
   dispatch: Dispatch;
   models: ReadonlyMap<string, ModelConfig>;

@@ -14,6 +14,7 @@ export interface GatewayConfig {
   state: { driver: 'memory' };
   telemetry: { exporter: 'none' | 'console' | 'otlp'; endpoint?: string; service_name: string };
   logging: { level: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent' };
+  ledger: { flush_ms: number; max_batch: number };
   providers: ProviderConfig[];
   models: ModelConfig[];
   pipelines: { default: string[]; messages?: string[]; chat_completions?: string[] };

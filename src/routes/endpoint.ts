@@ -17,7 +17,7 @@ import { GatewayError, toGatewayError } from '../errors/gateway-error';
 import type { EndpointId, GatewayContext, GatewayState, SseEvent } from '../pipeline/types';
 import { formatSse } from '../providers/sse';
 import type { Runtime } from '../runtime';
-import { recordLedger } from '../spend/ledger';
+import { ledgerRowOf } from '../spend/ledger';
 
 export interface EndpointSpec {
   id: EndpointId;
@@ -105,11 +105,10 @@ interface Ending {
 
 /** The end of every request that got past body parsing: ledger row, access log line, span end. */
 async function finish(runtime: Runtime, state: GatewayState, span: Span, end: Ending): Promise<void> {
-  const { logger, store } = runtime.services;
+  const { logger, ledger } = runtime.services;
   try {
-    await recordLedger(store, state);
-  } catch (err) {
-    logger.error({ err, generation_id: state.requestId }, 'ledger write failed');
+    const row = ledgerRowOf(state);
+    if (row) ledger.add(row);
   } finally {
     if (state.costUsd !== null) span.setAttribute('gateway.cost_usd', state.costUsd);
     span.end();

@@ -47,6 +47,8 @@ export function keyInfoStage(services: Services): Stage {
     const state = ctx.state.gateway;
     const key = state.key!;
     const now = new Date();
+    // Read your own writes: rows of requests that already finished are written before the sums are read.
+    await services.ledger.flush();
     const [usage, account] = await Promise.all([
       services.store.usageForKey(key.id, now),
       services.store.findAccount(key.accountId),

@@ -1,15 +1,13 @@
+import type { Logger } from 'pino';
 import type { GatewayState } from '../pipeline/types';
-import type { Store } from '../store/types';
+import type { LedgerRow, Store } from '../store/types';
 
-/**
- * Writes the ledger row of a request that reached a provider (completed, failed mid-stream or cancelled
- * by the client; what was delivered is billed). Idempotent by generation id in the store.
- */
-export async function recordLedger(store: Store, state: GatewayState): Promise<void> {
+/** The ledger row of a request that reached a provider, or null when it never did. */
+export function ledgerRowOf(state: GatewayState): LedgerRow | null {
   const { key, route, requestId } = state;
-  if (!key || !route || !requestId) return;
+  if (!key || !route || !requestId) return null;
   const u = state.usage;
-  await store.insertLedger({
+  return {
     generationId: requestId,
     keyId: key.id,
     workspaceId: key.workspaceId,
@@ -27,5 +25,82 @@ export async function recordLedger(store: Store, state: GatewayState): Promise<v
     isByok: route.isByok,
     status: state.outcome,
     createdAt: new Date().toISOString(),
-  });
+  };
+}
+
+export interface LedgerOptions {
+  /** Longest a row waits before it is written. */
+  flushMs: number;
+  /** A batch this large is written at once. */
+  maxBatch: number;
+}
+
+/**
+ * Batches ledger rows off the request path: a request hands its row over and is done; rows are written
+ * in one transaction per batch (every `flushMs` or `maxBatch` rows). A failed write keeps its rows and
+ * retries; `close()` writes everything still queued, so a graceful shutdown loses no row. Rows are
+ * idempotent by generation id in the store, so a retry after an unclear failure cannot double-bill.
+ *
+ * @example const ledger = new LedgerWriter(store, logger, { flushMs: 20, maxBatch: 256 }); ledger.add(row); await ledger.close();
+ */
+export class LedgerWriter {
+  private queue: LedgerRow[] = [];
+  private timer: NodeJS.Timeout | undefined;
+  private writing: Promise<void> = Promise.resolve();
+  private failures = 0;
+
+  constructor(
+    private readonly store: Store,
+    private readonly logger: Logger,
+    private readonly options: LedgerOptions,
+  ) {}
+
+  add(row: LedgerRow): void {
+    this.queue.push(row);
+    if (this.queue.length >= this.options.maxBatch) void this.flush();
+    else this.schedule(this.options.flushMs);
+  }
+
+  /** Rows handed over but not yet written. */
+  get pending(): number {
+    return this.queue.length;
+  }
+
+  /** Writes everything queued so far (after any write already under way). */
+  flush(): Promise<void> {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    this.writing = this.writing.then(() => this.writeQueued());
+    return this.writing;
+  }
+
+  /** Flushes until the queue is empty or the store keeps failing (`attempts` times). */
+  async close(attempts = 5): Promise<void> {
+    for (let i = 0; i < attempts && (this.queue.length > 0 || this.timer); i++) await this.flush();
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    if (this.queue.length > 0) this.logger.error({ rows: this.queue.length }, 'ledger rows could not be written at shutdown');
+  }
+
+  private schedule(ms: number): void {
+    if (this.timer) return;
+    this.timer = setTimeout(() => void this.flush(), ms);
+    this.timer.unref();
+  }
+
+  private async writeQueued(): Promise<void> {
+    if (this.queue.length === 0) return;
+    const batch = this.queue;
+    this.queue = [];
+    try {
+      await this.store.insertLedgerBatch(batch);
+      this.failures = 0;
+    } catch (err) {
+      // Keep the rows (in order, ahead of newer ones) and try again later.
+      this.queue = batch.concat(this.queue);
+      this.failures++;
+      this.logger.error({ err, rows: batch.length, attempt: this.failures }, 'ledger write failed; will retry');
+      this.schedule(Math.min(5_000, 100 * 2 ** this.failures));
+    }
+  }
 }

@@ -51,6 +51,24 @@ const INSERT_LEDGER = `
   FROM inserted WHERE accounts.id = inserted.account_id
   RETURNING accounts.id`;
 
+/** The batch form: one statement over arrays (unnest), balances debited once per account. */
+const INSERT_LEDGER_BATCH = `
+  WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+      $9::int[], $10::int[], $11::int[], $12::int[], $13::int[], $14::double precision[], $15::boolean[], $16::text[], $17::bigint[])
+  ),
+  inserted AS (
+    INSERT INTO ledger (${LEDGER_COLUMNS}) SELECT * FROM input
+    ON CONFLICT (generation_id) DO NOTHING
+    RETURNING account_id, cost_usd
+  ),
+  debits AS (SELECT account_id, sum(cost_usd) AS cost FROM inserted GROUP BY account_id),
+  updated AS (
+    UPDATE accounts SET balance_usd = accounts.balance_usd - debits.cost FROM debits
+    WHERE accounts.id = debits.account_id RETURNING accounts.id
+  )
+  SELECT (SELECT count(*) FROM inserted)::int AS n`;
+
 const INSERT_KEY = `
   INSERT INTO api_keys (id, hash, label, name, workspace_id, account_id, creator_user_id, is_management,
     is_provisioning, limit_usd, limit_reset, include_byok_in_limit, allowed_data_regions, expires_at, created_at)
@@ -266,6 +284,21 @@ export class PostgresStore implements Store {
       toMillis(row.createdAt),
     ]);
     return result.rowCount === 1;
+  }
+
+  async insertLedgerBatch(rows: LedgerRow[]): Promise<number> {
+    if (rows.length === 0) return 0;
+    const columns: unknown[][] = Array.from({ length: 17 }, () => []);
+    for (const row of rows) {
+      if (!Number.isFinite(row.costUsd)) throw new Error(`ledger cost must be a finite number, got ${row.costUsd}`);
+      [
+        row.generationId, row.keyId, row.workspaceId, row.accountId, row.endpoint, row.model, row.provider, row.upstreamModel,
+        row.promptTokens, row.completionTokens, row.cachedTokens, row.cacheWriteTokens, row.reasoningTokens, row.costUsd,
+        row.isByok, row.status, toMillis(row.createdAt),
+      ].forEach((v, i) => columns[i].push(v));
+    }
+    const row = await this.one(INSERT_LEDGER_BATCH, columns);
+    return Number(row?.n ?? 0);
   }
 
   async getLedger(generationId: string): Promise<LedgerRow | null> {

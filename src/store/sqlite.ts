@@ -87,7 +87,12 @@ function prepareAll(db: Database.Database) {
     s.accountDebit.run(params);
     return true;
   });
-  return { ...s, insertLedger };
+  const insertLedgerBatch = db.transaction((rows: LedgerRow[]): number => {
+    let inserted = 0;
+    for (const row of rows) if (insertLedger(row)) inserted++;
+    return inserted;
+  });
+  return { ...s, insertLedger, insertLedgerBatch };
 }
 
 type Statements = ReturnType<typeof prepareAll>;
@@ -224,6 +229,10 @@ export class SqliteStore implements Store {
 
   async insertLedger(row: LedgerRow): Promise<boolean> {
     return this.s.insertLedger(row);
+  }
+
+  async insertLedgerBatch(rows: LedgerRow[]): Promise<number> {
+    return rows.length ? this.s.insertLedgerBatch(rows) : 0;
   }
 
   async getLedger(generationId: string): Promise<LedgerRow | null> {

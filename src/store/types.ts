@@ -128,6 +128,8 @@ export interface Store {
    * Idempotent by generation id: returns false (and changes nothing) when the id already exists.
    */
   insertLedger(row: LedgerRow): Promise<boolean>;
+  /** Many rows in one transaction (same rules as insertLedger); returns how many were new. */
+  insertLedgerBatch(rows: LedgerRow[]): Promise<number>;
   getLedger(generationId: string): Promise<LedgerRow | null>;
   /** Spend of one key: all time and the current UTC day, week (from Monday) and month. */
   usageForKey(keyId: string, now?: Date): Promise<UsageTotals>;

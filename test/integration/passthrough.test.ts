@@ -57,7 +57,7 @@ describe('same-dialect pass-through: chat completions → OpenAI-compatible', ()
     // 10 prompt tokens of which 4 cached: 6 × $1 + 4 × $0.5 + 5 × $2 per 1M
     expect(res.json.usage.cost).toBeCloseTo((6 * 1 + 4 * 0.5 + 5 * 2) / 1e6, 12);
     expect(res.json.usage.is_byok).toBe(false);
-    const row = await gw.store.getLedger(res.json.id);
+    const row = await gw.ledgerRow(res.json.id);
     expect(row).toMatchObject({ model: 'fake/gpt', provider: 'fake-openai', upstreamModel: 'gpt-upstream', promptTokens: 10, completionTokens: 5, cachedTokens: 4, status: 'completed', keyId: gw.keyRecord.id });
     expect(row!.costUsd).toBeCloseTo(res.json.usage.cost, 12);
   });
@@ -75,7 +75,7 @@ describe('same-dialect pass-through: chat completions → OpenAI-compatible', ()
     expect(chunks.every((c) => c.model === 'fake/gpt' && c.provider === 'fake-openai')).toBe(true);
     const usage = chunks.at(-1).usage;
     expect(usage.cost).toBeGreaterThan(0);
-    const row = await gw.store.getLedger(id);
+    const row = await gw.ledgerRow(id);
     expect(row?.costUsd).toBeCloseTo(usage.cost, 12);
   });
 });
@@ -123,7 +123,7 @@ describe('same-dialect pass-through: messages → Anthropic', () => {
     expect(start.message.id).toMatch(/^gen-/);
     const delta = JSON.parse(events[9].data);
     expect(delta.usage.cost).toBeCloseTo((6 * 3 + 4 * 0.3 + 5 * 15) / 1e6, 12);
-    const row = await gw.store.getLedger(start.message.id);
+    const row = await gw.ledgerRow(start.message.id);
     expect(row).toMatchObject({ promptTokens: 10, completionTokens: 5, cachedTokens: 4, status: 'completed' });
   });
 
@@ -134,7 +134,7 @@ describe('same-dialect pass-through: messages → Anthropic', () => {
     const start = JSON.parse(events[0].data);
     const error = events.find((e) => e.event === 'error')!;
     expect(JSON.parse(error.data)).toMatchObject({ type: 'error', error: { type: 'api_error', error_type: 'provider_unavailable' } });
-    const row = await gw.store.getLedger(start.message.id);
+    const row = await gw.ledgerRow(start.message.id);
     expect(row?.status).toBe('failed');
   });
 });

@@ -59,7 +59,7 @@ describe('the stage contract', () => {
     const text = events.slice(0, -1).map((e) => JSON.parse(e.data).choices[0]?.delta?.content ?? '').join('');
     expect(text).toBe('SIMULATED REPLY FROM SIM-1. YOU SAID: HELLO YOU');
     const id = JSON.parse(events[0].data).id;
-    expect((await gw.store.getLedger(id))?.completionTokens).toBe(8);
+    expect((await gw.ledgerRow(id))?.completionTokens).toBe(8);
   });
 });
 

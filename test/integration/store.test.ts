@@ -280,6 +280,19 @@ describe.each([sqliteEngine(), postgresEngine()])('Store on $name', (engine) => 
     expect((await store.getLedger(row.generationId))!.costUsd).toBe(1.25);
   });
 
+  it('insertLedgerBatch writes many rows at once, skips known ids, debits each account once per new row', async () => {
+    const { account, ids } = await fixture('batch');
+    await store.addCredits(account.id, 10);
+    const known = ledgerRow(ids, { costUsd: 1 });
+    expect(await store.insertLedger(known)).toBe(true);
+    const fresh = [ledgerRow(ids, { costUsd: 0.5 }), ledgerRow(ids, { costUsd: 0.25, isByok: true, status: 'cancelled' })];
+    expect(await store.insertLedgerBatch([known, ...fresh])).toBe(2);
+    expect(await store.insertLedgerBatch([...fresh])).toBe(0);
+    expect(await store.insertLedgerBatch([])).toBe(0);
+    expect((await store.findAccount(account.id))!.balanceUsd).toBe(8.25);
+    expect(await store.getLedger(fresh[1].generationId)).toMatchObject({ costUsd: 0.25, isByok: true, status: 'cancelled' });
+  });
+
   it('getLedger round-trips every field', async () => {
     const { ids } = await fixture('roundtrip');
     const row: LedgerRow = {

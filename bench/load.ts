@@ -1,0 +1,35 @@
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import type { ProbeTarget } from './probe';
+
+export interface LoadResult {
+  rps: number;
+  p50Ms: number;
+  p99Ms: number;
+  non2xx: number;
+  errors: number;
+}
+
+/** Runs autocannon in its own process (pinned with `pin`, e.g. ['taskset', '-c', '0']) and reads its JSON. */
+export function load(target: ProbeTarget, options: { connections: number; seconds: number; pin: string[] }): Promise<LoadResult> {
+  const bin = path.join(path.dirname(require.resolve('autocannon/package.json')), 'autocannon.js');
+  const args = [
+    bin, '--json', '-c', String(options.connections), '-d', String(options.seconds), '-m', 'POST', '-b', target.body,
+    ...Object.entries(target.headers).flatMap(([k, v]) => ['-H', `${k}=${v}`]),
+    `${target.origin}${target.path}`,
+  ];
+  const [cmd, ...pre] = options.pin.length ? [...options.pin, process.execPath] : [process.execPath];
+  return new Promise((resolve, reject) => {
+    const child = spawn(cmd, [...pre, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (err += d));
+    child.on('error', reject);
+    child.on('close', (code) => {
+      if (code !== 0) return reject(new Error(`autocannon exited ${code}: ${err.slice(-500)}`));
+      const j = JSON.parse(out);
+      resolve({ rps: j.requests.average, p50Ms: j.latency.p50, p99Ms: j.latency.p99, non2xx: j.non2xx ?? 0, errors: j.errors ?? 0 });
+    });
+  });
+}

@@ -1,0 +1,92 @@
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { load } from './load';
+import { pinTo, startNode, type Started } from './processes';
+
+/**
+ * `npm run bench:profile [-- --scenario chat|chat-stream|messages|messages-stream] [--seconds 10]`
+ *
+ * Runs the gateway under `node --cpu-prof` with load on one scenario, then prints the functions with the
+ * most self time (and writes the .cpuprofile, loadable in Chrome DevTools, under bench/results/).
+ */
+const ROOT = path.resolve(__dirname, '..', '..');
+const { values } = parseArgs({ options: { scenario: { type: 'string', default: 'chat' }, seconds: { type: 'string', default: '10' }, top: { type: 'string', default: '35' } } });
+
+interface ProfileNode {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  hitCount?: number;
+}
+
+async function main(): Promise<void> {
+  const tmp = mkdtempSync(path.join(os.tmpdir(), 'gw-prof-'));
+  const procs: Started[] = [];
+  try {
+    const fake = await startNode([path.join(ROOT, 'dist/bench/fake-upstream.js'), '0'], { pin: pinTo(1), ready: /listening on (\d+)/, logFile: path.join(tmp, 'fake.log') });
+    procs.push(fake);
+    const origin = `http://127.0.0.1:${fake.match[1]}`;
+    const config = path.join(tmp, 'gateway.yaml');
+    writeFileSync(
+      config,
+      `server: { port: 0, watch_config: false }
+storage: { driver: sqlite, path: ${path.join(tmp, 'gw.db')} }
+telemetry: { exporter: otlp, endpoint: ${origin}/v1/traces }
+providers:
+  - { id: o, kind: openai, base_url: ${origin}/v1 }
+  - { id: a, kind: anthropic, base_url: ${origin}/v1, api_key: x }
+models:
+  - { id: bench/chat, endpoints: [{ provider: o, upstream_model: bench-upstream, pricing: { prompt: 1, completion: 2 } }] }
+  - { id: bench/messages, endpoints: [{ provider: a, upstream_model: bench-upstream, pricing: { prompt: 1, completion: 2 } }] }
+pipelines: { default: [auth, validate, upstream] }
+`,
+    );
+    const main = path.join(ROOT, 'dist/src/main.js');
+    const key = execFileSync(process.execPath, [main, 'keys', 'create', '--name', 'p', '--config', config], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+    const gw = await startNode(['--cpu-prof', `--cpu-prof-dir=${tmp}`, main, 'serve', '--config', config], {
+      pin: pinTo(1),
+      ready: /listening on http:\/\/[\d.]+:(\d+)/,
+      logFile: path.join(tmp, 'gw.log'),
+    });
+    const scenario = values.scenario!;
+    const messages = scenario.startsWith('messages');
+    const body: Record<string, unknown> = { model: messages ? 'bench/messages' : 'bench/chat', max_tokens: 64, messages: [{ role: 'user', content: 'Write one short sentence about foxes.' }] };
+    if (scenario.endsWith('-stream')) body.stream = true;
+    const res = await load(
+      { origin: `http://127.0.0.1:${gw.match[1]}`, path: messages ? '/api/v1/messages' : '/api/v1/chat/completions', headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` }, body: JSON.stringify(body) },
+      { connections: 50, seconds: Number(values.seconds), pin: pinTo(0) },
+    );
+    process.stdout.write(`${scenario}: ${Math.round(res.rps)} req/s under the profiler\n`);
+    await gw.stop();
+    const file = readdirSync(tmp).find((f) => f.endsWith('.cpuprofile'));
+    if (!file) throw new Error('no .cpuprofile written');
+    const profile = JSON.parse(readFileSync(path.join(tmp, file), 'utf8')) as { nodes: ProfileNode[]; samples: number[] };
+    const self = new Map<string, number>();
+    let total = 0;
+    for (const n of profile.nodes) {
+      const hits = n.hitCount ?? 0;
+      total += hits;
+      const where = n.callFrame.url.replace(/^.*\/(node_modules\/|dist\/)/, '$1');
+      const k = `${n.callFrame.functionName || '(anonymous)'} ${where}:${n.callFrame.lineNumber + 1}`;
+      self.set(k, (self.get(k) ?? 0) + hits);
+    }
+    const top = [...self.entries()].sort((a, b) => b[1] - a[1]).slice(0, Number(values.top));
+    const report = top.map(([k, v]) => `${((100 * v) / total).toFixed(1).padStart(5)}%  ${k}`).join('\n');
+    const dir = path.join(ROOT, 'bench', 'results');
+    mkdirSync(dir, { recursive: true });
+    const stamp = new Date().toISOString().replace(/[:.]/g, '-');
+    writeFileSync(path.join(dir, `profile-${scenario}-${stamp}.cpuprofile`), readFileSync(path.join(tmp, file)));
+    writeFileSync(path.join(dir, `profile-${scenario}-${stamp}.txt`), report + '\n');
+    process.stdout.write(`self time, top ${top.length}:\n${report}\n`);
+  } finally {
+    for (const p of procs.reverse()) await p.stop();
+    rmSync(tmp, { recursive: true, force: true });
+  }
+}
+
+main().catch((err) => {
+  process.stderr.write(`profile failed: ${(err as Error).stack}\n`);
+  process.exit(1);
+});

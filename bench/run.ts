@@ -1,0 +1,203 @@
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { load, type LoadResult } from './load';
+import { portkeyHeaders, startPortkey } from './peer-portkey';
+import { probe, type ProbeResult, type ProbeTarget } from './probe';
+import { pinTo, rssMiB, rssSampler, startNode, type Started } from './processes';
+import { renderMarkdown, type Row } from './report';
+
+/**
+ * `npm run bench [-- --peer portkey] [--seconds 10] [--warmup 5] [--runs 3] [--connections 50] [--probe 2000]`
+ *
+ * Starts the fake upstream and the gateway (production build, SQLite, the default pipeline, OTLP telemetry
+ * exporting to the fake), pins the load generator to core 0 and the servers to core 1 where taskset exists,
+ * warms up, then alternates load runs of the fake called directly and through the gateway (and the peer),
+ * and writes a Markdown table and JSON under bench/results/.
+ */
+const ROOT = path.resolve(__dirname, '..', '..');
+const MAIN = path.join(ROOT, 'dist', 'src', 'main.js');
+const FAKE = path.join(ROOT, 'dist', 'bench', 'fake-upstream.js');
+
+const { values } = parseArgs({
+  options: {
+    peer: { type: 'string' },
+    seconds: { type: 'string', default: '10' },
+    warmup: { type: 'string', default: '5' },
+    runs: { type: 'string', default: '3' },
+    connections: { type: 'string', default: '50' },
+    probe: { type: 'string', default: '2000' },
+    scenarios: { type: 'string', default: 'chat,chat-stream,messages,messages-stream' },
+  },
+});
+
+interface Scenario {
+  id: string;
+  dialect: 'chat' | 'messages';
+  stream: boolean;
+}
+
+const SCENARIOS: Scenario[] = (values.scenarios ?? '').split(',').map((id) => ({
+  id,
+  dialect: id.startsWith('messages') ? 'messages' : 'chat',
+  stream: id.endsWith('-stream'),
+}));
+
+function body(s: Scenario, model: string): string {
+  const b: Record<string, unknown> = { model, max_tokens: 64, messages: [{ role: 'user', content: 'Write one short sentence about foxes.' }] };
+  if (s.stream) b.stream = true;
+  return JSON.stringify(b);
+}
+
+type TargetName = 'direct' | 'gateway' | 'portkey';
+
+async function main(): Promise<void> {
+  const seconds = Number(values.seconds);
+  const runs = Number(values.runs);
+  const connections = Number(values.connections);
+  const probeN = Number(values.probe);
+  const loadPin = pinTo(0);
+  const serverPin = pinTo(1);
+  const tmp = mkdtempSync(path.join(os.tmpdir(), 'gw-bench-'));
+  const procs: Started[] = [];
+  try {
+    const fake = await startNode([FAKE, '0'], { pin: serverPin, ready: /listening on (\d+)/, logFile: path.join(tmp, 'fake.log') });
+    procs.push(fake);
+    const fakeOrigin = `http://127.0.0.1:${fake.match[1]}`;
+    const config = path.join(tmp, 'gateway.yaml');
+    writeFileSync(config, gatewayYaml(fakeOrigin, tmp));
+    const key = execFileSync(process.execPath, [MAIN, 'keys', 'create', '--name', 'bench', '--config', config], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+    const gw = await startNode([MAIN, 'serve', '--config', config], { pin: serverPin, ready: /listening on http:\/\/[\d.]+:(\d+)/, logFile: path.join(tmp, 'gateway.log') });
+    procs.push(gw);
+    const gwOrigin = `http://127.0.0.1:${gw.match[1]}`;
+    const rssStart = rssMiB(gw.child.pid);
+
+    let portkey: Started | undefined;
+    if (values.peer === 'portkey') {
+      portkey = await startPortkey(path.join(os.tmpdir(), 'gw-bench-portkey'), 18787, serverPin);
+      procs.push(portkey);
+    } else if (values.peer) throw new Error(`unknown peer ${values.peer} (known: portkey)`);
+
+    const targets = (s: Scenario): Partial<Record<TargetName, ProbeTarget>> => {
+      const json = { 'content-type': 'application/json' };
+      const upstreamPath = s.dialect === 'chat' ? '/v1/chat/completions' : '/v1/messages';
+      const out: Partial<Record<TargetName, ProbeTarget>> = {
+        direct: { origin: fakeOrigin, path: upstreamPath, headers: json, body: body(s, 'bench-upstream') },
+        gateway: {
+          origin: gwOrigin,
+          path: s.dialect === 'chat' ? '/api/v1/chat/completions' : '/api/v1/messages',
+          headers: { ...json, authorization: `Bearer ${key}` },
+          body: body(s, s.dialect === 'chat' ? 'bench/chat' : 'bench/messages'),
+        },
+      };
+      // Portkey is measured where it mirrors our path: chat completions to an OpenAI-compatible upstream.
+      if (portkey && s.dialect === 'chat') {
+        out.portkey = { origin: 'http://127.0.0.1:18787', path: '/v1/chat/completions', headers: { ...json, ...portkeyHeaders(`${fakeOrigin}/v1`) }, body: body(s, 'bench-upstream') };
+      }
+      return out;
+    };
+    const pidOf: Record<TargetName, number | undefined> = { direct: fake.child.pid, gateway: gw.child.pid, portkey: portkey?.child.pid };
+
+    // 1. Unloaded latency, sequential probes (microseconds).
+    const probes = new Map<string, ProbeResult>();
+    for (const s of SCENARIOS) {
+      for (const [name, t] of Object.entries(targets(s))) {
+        probes.set(`${s.id}/${name}`, await probe(t!, probeN));
+        log(`probe ${s.id} ${name}: p50 ${probes.get(`${s.id}/${name}`)!.p50Us} µs`);
+      }
+    }
+    // 2. Warm-up under load, then alternating runs.
+    for (const s of SCENARIOS) for (const t of Object.values(targets(s))) await load(t!, { connections, seconds: Number(values.warmup), pin: loadPin });
+    const loads = new Map<string, LoadResult[]>();
+    const peaks: Partial<Record<TargetName, number>> = {};
+    for (let r = 0; r < runs; r++) {
+      for (const s of SCENARIOS) {
+        for (const [name, t] of Object.entries(targets(s)) as [TargetName, ProbeTarget][]) {
+          const sampler = rssSampler(pidOf[name]);
+          const res = await load(t, { connections, seconds, pin: loadPin });
+          peaks[name] = Math.max(peaks[name] ?? 0, sampler.stop());
+          if (res.non2xx || res.errors) log(`warning: ${s.id} ${name} had ${res.non2xx} non-2xx and ${res.errors} errors`);
+          (loads.get(`${s.id}/${name}`) ?? loads.set(`${s.id}/${name}`, []).get(`${s.id}/${name}`)!).push(res);
+          log(`run ${r + 1}/${runs} ${s.id} ${name}: ${Math.round(res.rps)} req/s`);
+        }
+      }
+    }
+    const rows: Row[] = [];
+    for (const s of SCENARIOS) {
+      const direct = median(loads.get(`${s.id}/direct`)!);
+      for (const name of Object.keys(targets(s)) as TargetName[]) {
+        const l = median(loads.get(`${s.id}/${name}`)!);
+        const p = probes.get(`${s.id}/${name}`)!;
+        const d = probes.get(`${s.id}/direct`)!;
+        rows.push({
+          scenario: s.id,
+          target: name,
+          rps: Math.round(l.rps),
+          rpsRatioToDirect: round(l.rps / direct.rps, 3),
+          loadedP50Ms: l.p50Ms,
+          loadedP99Ms: l.p99Ms,
+          unloadedP50Us: p.p50Us,
+          unloadedP99Us: p.p99Us,
+          addedP50Us: name === 'direct' ? 0 : p.p50Us - d.p50Us,
+          ttfbP50Us: s.stream ? p.ttfbP50Us : undefined,
+          addedTtfbP50Us: s.stream && name !== 'direct' ? p.ttfbP50Us - d.ttfbP50Us : undefined,
+        });
+      }
+    }
+    const rss = { gatewayStartMiB: rssStart, gatewayPeakMiB: peaks.gateway, gatewayEndMiB: rssMiB(gw.child.pid), portkeyPeakMiB: peaks.portkey };
+    const meta = {
+      date: new Date().toISOString(),
+      node: process.version,
+      cpus: os.cpus().length,
+      cpuModel: os.cpus()[0]?.model,
+      pinned: loadPin.length > 0,
+      seconds,
+      warmup: Number(values.warmup),
+      runs,
+      connections,
+      probe: probeN,
+      peer: values.peer ?? null,
+    };
+    const md = renderMarkdown(rows, rss, meta);
+    const dir = path.join(ROOT, 'bench', 'results');
+    mkdirSync(dir, { recursive: true });
+    const stamp = meta.date.replace(/[:.]/g, '-');
+    writeFileSync(path.join(dir, `${stamp}.md`), md);
+    writeFileSync(path.join(dir, `${stamp}.json`), JSON.stringify({ meta, rss, rows }, null, 2));
+    process.stdout.write(`\n${md}\nwritten to bench/results/${stamp}.{md,json}\n`);
+  } finally {
+    for (const p of procs.reverse()) await p.stop();
+    rmSync(tmp, { recursive: true, force: true });
+  }
+}
+
+function gatewayYaml(fakeOrigin: string, dir: string): string {
+  return `
+server: { host: 127.0.0.1, port: 0, watch_config: false }
+storage: { driver: sqlite, path: ${path.join(dir, 'gateway.db')} }
+telemetry: { exporter: otlp, endpoint: ${fakeOrigin}/v1/traces }
+logging: { level: info }
+providers:
+  - { id: bench-openai, kind: openai, base_url: ${fakeOrigin}/v1, api_key: sk-bench-upstream }
+  - { id: bench-anthropic, kind: anthropic, base_url: ${fakeOrigin}/v1, api_key: sk-bench-upstream }
+models:
+  - { id: bench/chat, endpoints: [{ provider: bench-openai, upstream_model: bench-upstream, pricing: { prompt: 1, completion: 2 } }] }
+  - { id: bench/messages, endpoints: [{ provider: bench-anthropic, upstream_model: bench-upstream, pricing: { prompt: 3, completion: 15 } }] }
+pipelines:
+  default: [auth, validate, upstream]
+`;
+}
+
+function median(xs: LoadResult[]): LoadResult {
+  return [...xs].sort((a, b) => a.rps - b.rps)[Math.floor(xs.length / 2)];
+}
+
+const round = (x: number, d: number) => Math.round(x * 10 ** d) / 10 ** d;
+const log = (s: string) => process.stderr.write(`${s}\n`);
+
+main().catch((err) => {
+  process.stderr.write(`bench failed: ${(err as Error).stack}\n`);
+  process.exit(1);
+});
