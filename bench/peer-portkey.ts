@@ -24,7 +24,7 @@ export async function startPortkey(dir: string, port: number, pin: string[]): Pr
     process.stderr.write(`installing @portkey-ai/gateway 1.15.2 into ${dir} …\n`);
     execFileSync('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: dir, stdio: 'inherit' });
   }
-  return startNode([entry, '--port', String(port)], { pin, ready: /Ready for connections/, cwd: dir, logFile: path.join(dir, 'portkey.log'), timeoutMs: 60_000 });
+  return startNode([entry, `--port=${port}`, '--headless'], { pin, ready: /Ready for connections|running at/, cwd: dir, logFile: path.join(dir, 'portkey.log'), timeoutMs: 60_000 });
 }
 
 /** How Portkey is reached in front of an OpenAI-compatible upstream. */

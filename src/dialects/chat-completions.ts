@@ -22,6 +22,24 @@ function stampUsage(usage: Record<string, unknown>, cost: number, isByok: boolea
   usage.is_byok = isByok;
 }
 
+/**
+ * Stamps the gateway's id, model and provider on an ordinary content chunk with string edits instead of a
+ * JSON parse and re-serialisation: a chunk that starts `{"id":"…"` and has one plain `"model":"…"` gets
+ * both values swapped and `"provider"` added. Returns null for anything else (the caller parses it then).
+ * Safe because inside JSON strings every `"` is escaped, so `"model":"` can only be a real key.
+ */
+export function stampChunk(data: string, stamp: { id: string; model: string; provider: string }): string | null {
+  if (!data.startsWith('{"id":"')) return null;
+  const idEnd = data.indexOf('"', 7);
+  const m = data.indexOf('"model":"', idEnd);
+  // A backslash before a closing quote may mean an escaped quote: leave such values to the parser.
+  if (idEnd < 0 || m < 0 || data.charCodeAt(idEnd - 1) === 92) return null;
+  const modelStart = m + 9;
+  const modelEnd = data.indexOf('"', modelStart);
+  if (modelEnd < 0 || data.charCodeAt(modelEnd - 1) === 92) return null;
+  return `{"id":${stamp.id},"provider":${stamp.provider}${data.slice(idEnd + 1, modelStart - 1)}${stamp.model}${data.slice(modelEnd + 1)}`;
+}
+
 export const chatCompletions: DialectAdapter = {
   upstreamBody(body, { upstreamModel, hashUser }) {
     const out = stripGatewayFields(body, upstreamModel);
@@ -50,11 +68,17 @@ export const chatCompletions: DialectAdapter = {
     let done = false;
     let failed = false;
     let created = Math.floor(Date.now() / 1000);
+    const stamp = { id: JSON.stringify(info.generationId), model: JSON.stringify(info.model), provider: JSON.stringify(info.provider) };
     return {
       rewrite(ev: SseEvent): SseEvent | null {
         if (ev.data === '[DONE]') {
           done = true;
           return DONE;
+        }
+        // Content chunks (nearly all of a stream) take the string path; usage and error chunks are parsed.
+        if (!ev.data.includes('"usage"') && !ev.data.includes('"error"')) {
+          const fast = stampChunk(ev.data, stamp);
+          if (fast !== null) return { data: fast };
         }
         let chunk: Record<string, any>;
         try {

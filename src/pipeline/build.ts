@@ -1,5 +1,5 @@
 import compose from 'koa-compose';
-import { context, trace, SpanStatusCode, type Tracer } from '@opentelemetry/api';
+import { trace, SpanStatusCode, type Tracer } from '@opentelemetry/api';
 import type { GatewayContext, Stage, StageRegistry } from './types';
 
 export interface BuildPipelineInput<S> {
@@ -30,14 +30,20 @@ export function buildPipeline<S>(input: BuildPipelineInput<S>): (ctx: GatewayCon
 function traced(id: string, stage: Stage, tracer: Tracer): Stage {
   const name = `gateway.stage ${id}`;
   return async (ctx, next) => {
-    const span = tracer.startSpan(name, { attributes: { 'gateway.stage': id } }, context.active());
+    const state = ctx.state.gateway;
+    const parent = state.traceContext;
+    const span = tracer.startSpan(name, { attributes: { 'gateway.stage': id } }, parent);
+    // Stages nest strictly (koa-compose), so the stage that runs next sees this span as its parent and
+    // the context goes back to this stage's parent once this stage is done.
+    state.traceContext = trace.setSpan(parent, span);
     try {
-      await context.with(trace.setSpan(context.active(), span), () => stage(ctx, next));
+      await stage(ctx, next);
     } catch (err) {
       span.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error)?.message });
       span.setAttribute('gateway.error_type', String((err as { errorType?: string })?.errorType ?? 'server'));
       throw err;
     } finally {
+      state.traceContext = parent;
       span.end();
     }
   };

@@ -1,5 +1,5 @@
 import type { ParameterizedContext, Next } from 'koa';
-import type { Span } from '@opentelemetry/api';
+import type { Context, Span } from '@opentelemetry/api';
 import type { ApiStyle } from '../errors/envelope';
 import type { KeyRecord } from '../store/types';
 
@@ -58,6 +58,11 @@ export interface GatewayState {
   signal: AbortSignal;
   /** The request span; stages add attributes here (stage spans are made by the runner). */
   span: Span;
+  /**
+   * The trace context of the code running now (the innermost stage's span). Passed explicitly rather
+   * than through AsyncLocalStorage, whose promise hooks cost every request on Node 20.
+   */
+  traceContext: Context;
   route: RouteChoice | null;
   attempts: UpstreamAttempt[];
   /** Final usage and cost, set by the stage that produced the answer (for streams: when the stream ends). */

@@ -1,7 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { Readable } from 'node:stream';
 import {
-  context,
   propagation,
   ROOT_CONTEXT,
   SpanStatusCode,
@@ -11,6 +9,7 @@ import {
   type Span,
 } from '@opentelemetry/api';
 import type { Middleware } from 'koa';
+import type { Logger } from 'pino';
 import getRawBody from 'raw-body';
 import { errorBody, statusFor, type ApiStyle } from '../errors/envelope';
 import { GatewayError, toGatewayError } from '../errors/gateway-error';
@@ -51,8 +50,9 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       const parent = parentContext(ctx, body);
       span = tracer.startSpan(spanName(spec.id, body), { attributes: spanAttributes(ctx, body) }, parent);
       state = newState(spec, body, abort.signal, span, ctx);
+      state.traceContext = trace.setSpan(parent, span);
       ctx.state.gateway = state;
-      await context.with(trace.setSpan(parent, span), () => runtime.pipelines[spec.id](ctx));
+      await runtime.pipelines[spec.id](ctx);
       const response = state.response;
       if (!response) throw new GatewayError('server', 'The pipeline produced no response');
       if (response.headers) ctx.set(response.headers);
@@ -62,10 +62,12 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
         span.setAttribute('http.response.status_code', response.status);
         await finish(runtime, state, span, { status: response.status, started });
       } else {
-        ctx.set({ 'cache-control': 'no-cache', 'x-accel-buffering': 'no', connection: 'keep-alive' });
-        ctx.type = 'text/event-stream';
         span.setAttribute('http.response.status_code', response.status);
-        ctx.body = Readable.from(sse(response.events, runtime, state, span, started), { objectMode: false });
+        ctx.respond = false; // the stream is written here, event by event, not by Koa
+        await writeSse(ctx, response.status, response.events, runtime.services.logger);
+        if (state.signal.aborted && state.outcome === 'completed') state.outcome = 'cancelled';
+        span.setAttribute('gateway.outcome', state.outcome);
+        await finish(runtime, state, span, { status: response.status, started });
       }
     } catch (err) {
       const e = toGatewayError(err);
@@ -86,15 +88,55 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
   };
 }
 
-async function* sse(events: AsyncIterable<SseEvent>, runtime: Runtime, state: GatewayState, span: Span, started: number): AsyncGenerator<string> {
+/**
+ * Writes an SSE answer straight to the socket. Events that are ready in the same tick (a provider usually
+ * sends many per TCP packet) are corked into one write; backpressure from a slow client is respected. A
+ * stream's failures arrive as events (see routing/dispatch.ts), so nothing here throws to the caller.
+ */
+async function writeSse(ctx: GatewayContext, status: number, events: AsyncIterable<SseEvent>, logger: Logger): Promise<void> {
+  const res = ctx.res;
+  const state = ctx.state.gateway;
+  res.writeHead(status, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
+  let corked = false;
+  const uncork = () => {
+    if (corked) {
+      corked = false;
+      res.uncork();
+    }
+  };
   try {
-    for await (const ev of events) yield formatSse(ev);
+    for await (const ev of events) {
+      if (res.destroyed) break;
+      if (!corked) {
+        corked = true;
+        res.cork();
+        process.nextTick(uncork);
+      }
+      if (!res.write(formatSse(ev))) {
+        uncork();
+        await drained(res, state.signal);
+      }
+    }
+  } catch (err) {
+    // Only a stage's own stream wrapper can get here; the answer is cut short and billed as failed.
+    state.outcome = 'failed';
+    logger.error({ err, generation_id: state.requestId }, 'stream failed after headers were sent');
   } finally {
-    // Runs on normal end, on error, and when the client goes away (the Readable is destroyed).
-    if (state.signal.aborted && state.outcome === 'completed') state.outcome = 'cancelled';
-    span.setAttribute('gateway.outcome', state.outcome);
-    await finish(runtime, state, span, { status: 200, started });
+    uncork();
+    if (!res.destroyed) res.end();
   }
+}
+
+function drained(res: NodeJS.WritableStream, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      res.off('drain', done);
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    res.once('drain', done);
+    signal.addEventListener('abort', done, { once: true });
+  });
 }
 
 interface Ending {
@@ -141,6 +183,7 @@ function newState(spec: EndpointSpec, body: Record<string, unknown> | null, sign
     metadataOptIn: opt.toLowerCase() === 'enabled',
     signal,
     span,
+    traceContext: ROOT_CONTEXT,
     route: null,
     attempts: [],
     usage: null,

@@ -1,4 +1,4 @@
-import { context, trace, SpanStatusCode, type Span, type Tracer } from '@opentelemetry/api';
+import { SpanStatusCode, type Span, type Tracer } from '@opentelemetry/api';
 import type { ModelConfig } from '../config/types';
 import { DIALECTS, type StreamRewriter } from '../dialects';
 import { GatewayError, toGatewayError } from '../errors/gateway-error';
@@ -40,9 +40,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           upstreamModel: candidate.endpoint.upstream_model,
           hashUser: deps.hashUser,
         });
-        const reply = await context.with(trace.setSpan(context.active(), attempt), () =>
-          candidate.provider.send({ dialect, body: upstreamBody, stream, signal: state.signal, forwardHeaders }),
-        );
+        const reply = await candidate.provider.send({ dialect, body: upstreamBody, stream, signal: state.signal, forwardHeaders });
         const response = stream
           ? await streamResponse(state, candidate, reply, attempt)
           : jsonResponse(state, candidate, reply, attempt);
@@ -80,7 +78,7 @@ function startAttempt(tracer: Tracer, state: GatewayState, c: Candidate): Span {
         'gateway.attempt': state.attempts.length + 1,
       },
     },
-    context.active(),
+    state.traceContext,
   );
 }
 

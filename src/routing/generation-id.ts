@@ -1,15 +1,25 @@
-import { randomBytes } from 'node:crypto';
+import { randomFillSync } from 'node:crypto';
 
 const ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
+
+// Random bytes are drawn 4 KiB at a time: one syscall serves ~100 ids instead of one each.
+const pool = Buffer.alloc(4096);
+let offset = pool.length;
+
+function randomByte(): number {
+  if (offset === pool.length) {
+    randomFillSync(pool);
+    offset = 0;
+  }
+  return pool[offset++];
+}
 
 /** `n` random alphanumerics (rejection sampling keeps them uniform). */
 export function alphanumerics(n: number): string {
   let out = '';
   while (out.length < n) {
-    for (const b of randomBytes(n * 2)) {
-      if (b < 248) out += ALPHABET[b % 62];
-      if (out.length === n) break;
-    }
+    const b = randomByte();
+    if (b < 248) out += ALPHABET[b % 62];
   }
   return out;
 }

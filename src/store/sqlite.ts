@@ -87,9 +87,16 @@ function prepareAll(db: Database.Database) {
     s.accountDebit.run(params);
     return true;
   });
+  // One debit per account per batch instead of one per row: half the statements on the hot write path.
   const insertLedgerBatch = db.transaction((rows: LedgerRow[]): number => {
+    const debits = new Map<string, number>();
     let inserted = 0;
-    for (const row of rows) if (insertLedger(row)) inserted++;
+    for (const row of rows) {
+      if (s.ledgerInsert.run(ledgerParams(row)).changes !== 1) continue;
+      inserted++;
+      debits.set(row.accountId, (debits.get(row.accountId) ?? 0) + row.costUsd);
+    }
+    for (const [account_id, cost_usd] of debits) s.accountDebit.run({ account_id, cost_usd });
     return inserted;
   });
   return { ...s, insertLedger, insertLedgerBatch };

@@ -23,7 +23,14 @@ export function startTelemetry(config: GatewayConfig['telemetry'], extraProcesso
     processors.push(new BatchSpanProcessor(new OTLPTraceExporter(config.endpoint ? { url: config.endpoint } : {})));
   }
   if (processors.length === 0) return { tracer: trace.getTracer('model-gateway'), shutdown: async () => undefined };
-  const sdk = new NodeSDK({ serviceName: config.service_name, spanProcessors: processors, instrumentations: [] });
+  // contextManager null: no AsyncLocalStorage. On Node 20 it runs promise hooks on every promise of every
+  // request; the gateway hands the trace context along explicitly (GatewayState.traceContext) instead.
+  const sdk = new NodeSDK({
+    serviceName: config.service_name,
+    spanProcessors: processors,
+    instrumentations: [],
+    contextManager: null as unknown as undefined,
+  });
   sdk.start();
   return { tracer: trace.getTracer('model-gateway'), shutdown: () => sdk.shutdown() };
 }

@@ -1,6 +1,5 @@
-import { afterAll, beforeAll, beforeEach, describe, it, expect } from 'vitest';
-import { context, trace, SpanStatusCode, type Tracer } from '@opentelemetry/api';
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+import { afterAll, beforeEach, describe, it, expect } from 'vitest';
+import { ROOT_CONTEXT, trace, SpanStatusCode, type Context, type Tracer } from '@opentelemetry/api';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
 import { buildPipeline } from '../../src/pipeline/build';
 import type { GatewayContext, Stage, StageDefinition, StageRegistry } from '../../src/pipeline/types';
@@ -10,20 +9,19 @@ const exporter = new InMemorySpanExporter();
 const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
 const tracer: Tracer = provider.getTracer('t');
 
-beforeAll(() => {
-  context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
-});
-
 afterAll(async () => {
-  context.disable();
   await provider.shutdown();
 });
 
 beforeEach(() => exporter.reset());
 
-function fakeCtx(): GatewayContext {
-  return { state: {} } as unknown as GatewayContext;
+/** The runner reads and sets the trace context on `ctx.state.gateway.traceContext` (no AsyncLocalStorage). */
+function fakeCtx(parent: Context = ROOT_CONTEXT): GatewayContext {
+  return { state: { gateway: { traceContext: parent } } } as unknown as GatewayContext;
 }
+
+/** The span of the code running now, as a stage sees it. */
+const currentSpanId = (ctx: GatewayContext) => trace.getSpan(ctx.state.gateway.traceContext)?.spanContext().spanId;
 
 /** A stage that records `<id>:pre` before next() and `<id>:post` after it. */
 function recording(id: string, order: string[]): StageDefinition {
@@ -182,13 +180,13 @@ describe('buildPipeline: spans', () => {
     const order: string[] = [];
     const reg = registryOf(recording('auth', order), recording('validate', order), recording('upstream', order));
     let tailSpanId: string | undefined;
-    const tail: Stage = async () => {
-      tailSpanId = trace.getActiveSpan()?.spanContext().spanId;
+    const tail: Stage = async (ctx) => {
+      tailSpanId = currentSpanId(ctx);
     };
     const run = build(['auth', 'validate', 'upstream'], reg, { tail: [tail] });
 
     const request = tracer.startSpan('request');
-    await context.with(trace.setSpan(context.active(), request), () => run(fakeCtx()));
+    await run(fakeCtx(trace.setSpan(ROOT_CONTEXT, request)));
     request.end();
 
     const spans = exporter.getFinishedSpans();
@@ -214,9 +212,9 @@ describe('buildPipeline: spans', () => {
     const def: StageDefinition = {
       id: 'outer',
       configSchema: {},
-      create: () => async (_ctx, next) => {
+      create: () => async (ctx, next) => {
         await next();
-        activeInPost = trace.getActiveSpan()?.spanContext().spanId;
+        activeInPost = currentSpanId(ctx);
       },
     };
     await build(['outer', 'inner'], registryOf(def, recording('inner', [])))(fakeCtx());
