@@ -1,5 +1,5 @@
 import type { AnthropicProviderConfig } from '../config/types';
-import { sendJson } from './http';
+import { sendJson, upstreamTarget } from './http';
 import type { Dialect, Provider, UpstreamCall, UpstreamReply } from './types';
 
 const DIALECTS: ReadonlySet<Dialect> = new Set(['messages']);
@@ -12,7 +12,7 @@ const FORWARDED = ['anthropic-beta'];
  * @example createAnthropicProvider({ id: 'anthropic', kind: 'anthropic', base_url: 'https://api.anthropic.com/v1', api_key, anthropic_version: '2023-06-01', region: 'global', timeout_ms: 600000 })
  */
 export function createAnthropicProvider(config: AnthropicProviderConfig): Provider {
-  const url = `${config.base_url.replace(/\/+$/, '')}/messages`;
+  const target = upstreamTarget(config.base_url, '/messages');
   const headers: Record<string, string> = { ...config.headers, 'anthropic-version': config.anthropic_version };
   if (config.api_key) headers['x-api-key'] = config.api_key;
   return {
@@ -26,7 +26,7 @@ export function createAnthropicProvider(config: AnthropicProviderConfig): Provid
         const v = call.forwardHeaders?.[name];
         if (v) h[name] = v;
       }
-      return sendJson({ url, headers: h, call, timeoutMs: config.timeout_ms, providerId: config.id });
+      return sendJson({ target, headers: h, call, timeoutMs: config.timeout_ms, providerId: config.id });
     },
   };
 }

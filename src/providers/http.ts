@@ -1,4 +1,4 @@
-import { Agent, request, errors as undiciErrors } from 'undici';
+import { Agent, errors as undiciErrors, type Dispatcher } from 'undici';
 import { GatewayError, type ErrorType } from '../errors/gateway-error';
 import { parseSse } from './sse';
 import type { UpstreamCall, UpstreamReply } from './types';
@@ -6,8 +6,20 @@ import type { UpstreamCall, UpstreamReply } from './types';
 /** One keep-alive connection pool per upstream origin, shared by every provider and every config reload. */
 const agent = new Agent({ keepAliveTimeout: 30_000, keepAliveMaxTimeout: 600_000, connections: 256, pipelining: 1 });
 
+/** Where a provider's calls go, split once when the provider is built (not per request). */
+export interface UpstreamTarget {
+  origin: string;
+  path: string;
+}
+
+/** `https://api.openai.com/v1` + `/chat/completions` → origin and path. */
+export function upstreamTarget(baseUrl: string, suffix: string): UpstreamTarget {
+  const url = new URL(`${baseUrl.replace(/\/+$/, '')}${suffix}`);
+  return { origin: url.origin, path: url.pathname + url.search };
+}
+
 export interface PostInput {
-  url: string;
+  target: UpstreamTarget;
   headers: Record<string, string>;
   body: string;
   signal: AbortSignal;
@@ -15,52 +27,169 @@ export interface PostInput {
   providerId: string;
 }
 
-export interface PostResult {
-  status: number;
-  headers: Record<string, string | string[] | undefined>;
-  body: AsyncIterable<Uint8Array> & { text(): Promise<string>; json(): Promise<unknown> };
+/**
+ * An upstream answer as it arrives. Built on undici's dispatch API rather than `request()`: no Readable
+ * stream and no AbortController per call (the profile showed both on the hot path); a client going away
+ * aborts the upstream call through the dispatch controller.
+ */
+class UpstreamExchange implements Dispatcher.DispatchHandler {
+  status = 0;
+  headers: Record<string, string | string[] | undefined> = {};
+  private controller: Dispatcher.DispatchController | undefined;
+  private chunks: Buffer[] = [];
+  private done = false;
+  private error: Error | undefined;
+  private wake: (() => void) | undefined;
+  private started: { resolve: () => void; reject: (e: Error) => void } | undefined;
+  readonly responseStarted: Promise<void>;
+
+  constructor(private readonly signal: AbortSignal) {
+    this.responseStarted = new Promise((resolve, reject) => (this.started = { resolve, reject }));
+    this.responseStarted.catch(() => undefined);
+    signal.addEventListener('abort', this.onAbort, { once: true });
+  }
+
+  private readonly onAbort = () => {
+    const err = Object.assign(new Error('Request aborted'), { name: 'AbortError' });
+    if (this.controller) this.controller.abort(err);
+    else this.fail(err);
+  };
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.controller = controller;
+    if (this.signal.aborted) this.onAbort();
+  }
+
+  onResponseStart(_c: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+    this.status = statusCode;
+    this.headers = headers;
+    this.started?.resolve();
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    this.chunks.push(chunk);
+    // Backpressure: a slow client makes the gateway stop reading from the provider.
+    if (this.chunks.length > 64) controller.pause();
+    this.notify();
+  }
+
+  onResponseEnd(): void {
+    this.done = true;
+    this.cleanup();
+    this.notify();
+  }
+
+  onResponseError(_c: Dispatcher.DispatchController, err: Error): void {
+    this.fail(err);
+  }
+
+  private fail(err: Error): void {
+    this.error = err;
+    this.done = true;
+    this.cleanup();
+    this.started?.reject(err);
+    this.notify();
+  }
+
+  private cleanup(): void {
+    this.signal.removeEventListener('abort', this.onAbort);
+  }
+
+  private notify(): void {
+    const w = this.wake;
+    this.wake = undefined;
+    w?.();
+  }
+
+  /** The whole body, once it has arrived. */
+  async text(): Promise<string> {
+    while (!this.done) await new Promise<void>((r) => (this.wake = r));
+    if (this.error) throw this.error;
+    return this.chunks.length === 1 ? this.chunks[0].toString('utf8') : Buffer.concat(this.chunks).toString('utf8');
+  }
+
+  /** The body chunk by chunk as it arrives. */
+  async *bytes(): AsyncGenerator<Buffer> {
+    try {
+      for (;;) {
+        if (this.chunks.length > 0) {
+          const batch = this.chunks;
+          this.chunks = [];
+          if (this.controller?.paused) this.controller.resume();
+          for (const c of batch) yield c;
+          continue;
+        }
+        if (this.error) throw this.error;
+        if (this.done) return;
+        await new Promise<void>((r) => (this.wake = r));
+      }
+    } finally {
+      // The consumer stopped early (client gone, or a failure): stop reading from the provider.
+      if (!this.done) this.controller?.abort(new Error('consumer stopped'));
+      this.cleanup();
+    }
+  }
 }
 
-/** POSTs JSON upstream; a non-2xx answer is read and thrown as a classified GatewayError. */
-export async function postUpstream(input: PostInput): Promise<PostResult> {
-  let res;
+/**
+ * POSTs JSON upstream and resolves when the response starts; a non-2xx answer is read and thrown as a
+ * classified GatewayError, network failures too.
+ */
+export async function postUpstream(input: PostInput): Promise<UpstreamExchange> {
+  const exchange = new UpstreamExchange(input.signal);
   try {
-    res = await request(input.url, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', ...input.headers },
-      body: input.body,
-      signal: input.signal,
-      dispatcher: agent,
-      headersTimeout: input.timeoutMs,
-      bodyTimeout: input.timeoutMs,
-    });
+    agent.dispatch(
+      {
+        origin: input.target.origin,
+        path: input.target.path,
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...input.headers },
+        body: input.body,
+        headersTimeout: input.timeoutMs,
+        bodyTimeout: input.timeoutMs,
+      },
+      exchange,
+    );
+    await exchange.responseStarted;
   } catch (err) {
     throw networkError(err, input.providerId);
   }
-  if (res.statusCode >= 200 && res.statusCode < 300) return { status: res.statusCode, headers: res.headers, body: res.body };
-  const text = await res.body.text().catch(() => '');
-  throw classifyUpstreamError(res.statusCode, text, input.providerId, res.headers['retry-after']);
+  if (exchange.status >= 200 && exchange.status < 300) return exchange;
+  const text = await exchange.text().catch(() => '');
+  throw classifyUpstreamError(exchange.status, text, input.providerId, exchange.headers['retry-after']);
 }
 
 /** Sends one call as JSON and returns the parsed answer, or its events when streaming. */
 export async function sendJson(input: {
-  url: string;
+  target: UpstreamTarget;
   headers: Record<string, string>;
   call: UpstreamCall;
   timeoutMs: number;
   providerId: string;
 }): Promise<UpstreamReply> {
   const { call, providerId } = input;
-  const res = await postUpstream({
-    url: input.url,
+  const exchange = await postUpstream({
+    target: input.target,
     headers: call.stream ? { ...input.headers, accept: 'text/event-stream' } : input.headers,
     body: JSON.stringify(call.body),
     signal: call.signal,
     timeoutMs: input.timeoutMs,
     providerId,
   });
-  if (call.stream) return { stream: true, events: parseSse(upstreamBytes(res.body, providerId)) };
-  return { stream: false, body: (await res.body.json()) as Record<string, unknown> };
+  if (call.stream) return { stream: true, events: parseSse(upstreamBytes(exchange.bytes(), providerId)) };
+  let text: string;
+  try {
+    text = await exchange.text();
+  } catch (err) {
+    throw networkError(err, providerId);
+  }
+  try {
+    return { stream: false, body: JSON.parse(text) as Record<string, unknown> };
+  } catch {
+    throw new GatewayError('provider_unavailable', `Provider ${providerId} returned a body that is not JSON`, {
+      metadata: { provider_name: providerId },
+    });
+  }
 }
 
 /** Wraps a body iterator so network failures mid-stream surface as GatewayErrors too. */
@@ -86,7 +215,6 @@ function networkError(err: unknown, providerId: string): GatewayError {
     { metadata: { provider_name: providerId }, cause: err },
   );
 }
-
 const CONTEXT_LENGTH = /context[_ ]length|maximum context|too many tokens|prompt is too long/i;
 
 /**

@@ -1,5 +1,5 @@
 import type { OpenAIProviderConfig } from '../config/types';
-import { sendJson } from './http';
+import { sendJson, upstreamTarget } from './http';
 import type { Dialect, Provider, UpstreamCall, UpstreamReply } from './types';
 
 const DIALECTS: ReadonlySet<Dialect> = new Set(['chat_completions']);
@@ -10,7 +10,7 @@ const DIALECTS: ReadonlySet<Dialect> = new Set(['chat_completions']);
  * @example createOpenAIProvider({ id: 'openai', kind: 'openai', base_url: 'https://api.openai.com/v1', api_key, region: 'global', timeout_ms: 600000 })
  */
 export function createOpenAIProvider(config: OpenAIProviderConfig): Provider {
-  const url = `${config.base_url.replace(/\/+$/, '')}/chat/completions`;
+  const target = upstreamTarget(config.base_url, '/chat/completions');
   const headers: Record<string, string> = { ...config.headers };
   if (config.api_key) headers.authorization = `Bearer ${config.api_key}`;
   return {
@@ -19,6 +19,6 @@ export function createOpenAIProvider(config: OpenAIProviderConfig): Provider {
     region: config.region,
     dialects: DIALECTS,
     send: (call: UpstreamCall): Promise<UpstreamReply> =>
-      sendJson({ url, headers, call, timeoutMs: config.timeout_ms, providerId: config.id }),
+      sendJson({ target, headers, call, timeoutMs: config.timeout_ms, providerId: config.id }),
   };
 }

@@ -31,8 +31,9 @@ export async function* parseSse(body: AsyncIterable<Uint8Array | string>): Async
   for await (const chunk of body) {
     buffer += typeof chunk === 'string' ? chunk : decoder.decode(chunk, { stream: true });
     let start = 0;
+    const hasCr = buffer.includes('\r');
     for (;;) {
-      const nl = nextLineEnd(buffer, start);
+      const nl = nextLineEnd(buffer, start, hasCr);
       if (nl < 0) break;
       const ev = line(buffer.slice(start, nl));
       start = nl + (buffer[nl] === '\r' && buffer[nl + 1] === '\n' ? 2 : 1);
@@ -51,13 +52,12 @@ export async function* parseSse(body: AsyncIterable<Uint8Array | string>): Async
   if (last) yield last;
 }
 
-function nextLineEnd(s: string, from: number): number {
-  for (let i = from; i < s.length; i++) {
-    const c = s.charCodeAt(i);
-    if (c === 10) return i;
-    if (c === 13) return i + 1 < s.length ? i : -1; // wait to see whether '\n' follows
-  }
-  return -1;
+function nextLineEnd(s: string, from: number, hasCr: boolean): number {
+  const nl = s.indexOf('\n', from);
+  if (!hasCr) return nl; // the common case: '\n' line ends only, found natively
+  const cr = s.indexOf('\r', from);
+  if (cr < 0 || (nl >= 0 && nl < cr)) return nl;
+  return cr + 1 < s.length ? cr : -1; // a '\r' at the very end may be the first half of '\r\n': wait
 }
 
 /** One event in wire form. */

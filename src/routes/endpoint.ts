@@ -10,7 +10,6 @@ import {
 } from '@opentelemetry/api';
 import type { Middleware } from 'koa';
 import type { Logger } from 'pino';
-import getRawBody from 'raw-body';
 import { errorBody, statusFor, type ApiStyle } from '../errors/envelope';
 import { GatewayError, toGatewayError } from '../errors/gateway-error';
 import type { EndpointId, GatewayContext, GatewayState, SseEvent } from '../pipeline/types';
@@ -90,30 +89,34 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
 
 /**
  * Writes an SSE answer straight to the socket. Events that are ready in the same tick (a provider usually
- * sends many per TCP packet) are corked into one write; backpressure from a slow client is respected. A
- * stream's failures arrive as events (see routing/dispatch.ts), so nothing here throws to the caller.
+ * sends many per TCP packet) go out as one write: one chunk of the chunked encoding and one syscall instead
+ * of one per event. Backpressure from a slow client is respected. A stream's failures arrive as events (see
+ * routing/dispatch.ts), so nothing here throws to the caller.
  */
 async function writeSse(ctx: GatewayContext, status: number, events: AsyncIterable<SseEvent>, logger: Logger): Promise<void> {
   const res = ctx.res;
   const state = ctx.state.gateway;
   res.writeHead(status, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
-  let corked = false;
-  const uncork = () => {
-    if (corked) {
-      corked = false;
-      res.uncork();
-    }
+  let pending = '';
+  let scheduled = false;
+  let blocked = false;
+  const flush = () => {
+    scheduled = false;
+    if (pending === '' || res.destroyed) return;
+    const out = pending;
+    pending = '';
+    if (!res.write(out)) blocked = true;
   };
   try {
     for await (const ev of events) {
       if (res.destroyed) break;
-      if (!corked) {
-        corked = true;
-        res.cork();
-        process.nextTick(uncork);
+      pending += formatSse(ev);
+      if (!scheduled) {
+        scheduled = true;
+        process.nextTick(flush); // runs once the events already at hand have all been added
       }
-      if (!res.write(formatSse(ev))) {
-        uncork();
+      if (blocked) {
+        blocked = false;
         await drained(res, state.signal);
       }
     }
@@ -122,7 +125,7 @@ async function writeSse(ctx: GatewayContext, status: number, events: AsyncIterab
     state.outcome = 'failed';
     logger.error({ err, generation_id: state.requestId }, 'stream failed after headers were sent');
   } finally {
-    uncork();
+    flush();
     if (!res.destroyed) res.end();
   }
 }
@@ -193,22 +196,38 @@ function newState(spec: EndpointSpec, body: Record<string, unknown> | null, sign
   };
 }
 
-/** Reads the JSON body with the size limit applied while reading (a 10 GB upload is cut off, not buffered). */
+/**
+ * Reads the JSON body with the size limit applied while reading: a declared Content-Length over the limit
+ * is refused before a byte is read, and an undeclared (chunked) body is cut off once it passes the limit.
+ */
 async function readJson(ctx: GatewayContext, limit: number): Promise<Record<string, unknown>> {
   const type = ctx.get('content-type');
   if (type && !/^application\/(.+\+)?json\b/i.test(type)) {
     throw new GatewayError('invalid_request', `Content-Type must be application/json (got ${type.split(';')[0]})`);
   }
-  let text: string;
+  const tooLarge = () =>
+    new GatewayError('payload_too_large', `Request body exceeds the limit of ${limit} bytes`, { metadata: { limit_bytes: limit } });
+  const declared = Number(ctx.get('content-length') || NaN);
+  if (declared > limit) {
+    ctx.req.resume(); // drain without buffering so the connection can answer
+    throw tooLarge();
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
   try {
-    text = await getRawBody(ctx.req, { limit, encoding: 'utf8', length: ctx.get('content-length') || undefined });
-  } catch (err) {
-    const e = err as { type?: string; status?: number };
-    if (e.type === 'entity.too.large') {
-      throw new GatewayError('payload_too_large', `Request body exceeds the limit of ${limit} bytes`, { metadata: { limit_bytes: limit } });
+    for await (const chunk of ctx.req as AsyncIterable<Buffer>) {
+      size += chunk.length;
+      if (size > limit) {
+        ctx.req.resume();
+        throw tooLarge();
+      }
+      chunks.push(chunk);
     }
+  } catch (err) {
+    if (err instanceof GatewayError) throw err;
     throw new GatewayError('invalid_request', 'The request body could not be read', { cause: err });
   }
+  const text = (chunks.length === 1 ? chunks[0] : Buffer.concat(chunks)).toString('utf8');
   if (text.trim() === '') throw new GatewayError('invalid_request', 'Request body is empty; a JSON object is required');
   try {
     return JSON.parse(text) as Record<string, unknown>;

@@ -92,7 +92,6 @@ export const MIGRATIONS: readonly Migration[] = [
       );
       -- Covering indexes: window sums read only the index, never the table.
       CREATE INDEX ledger_key_time ON ledger (key_id, created_at, is_byok, cost_usd);
-      CREATE INDEX ledger_workspace_time ON ledger (workspace_id, created_at, is_byok, cost_usd);
     `,
     postgres: `
       CREATE TABLE settings (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -150,7 +149,6 @@ export const MIGRATIONS: readonly Migration[] = [
       );
       -- INCLUDE makes the window sums index-only scans.
       CREATE INDEX ledger_key_time ON ledger (key_id, created_at) INCLUDE (is_byok, cost_usd);
-      CREATE INDEX ledger_workspace_time ON ledger (workspace_id, created_at) INCLUDE (is_byok, cost_usd);
     `,
   },
 ];
