@@ -12,7 +12,7 @@ export interface GatewayConfig {
   };
   storage: StorageConfig;
   state: { driver: 'memory' };
-  telemetry: { exporter: 'none' | 'console' | 'otlp'; endpoint?: string; service_name: string };
+  telemetry: { exporter: 'none' | 'console' | 'otlp'; endpoint?: string; service_name: string; max_queue: number };
   logging: { level: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent' };
   ledger: { flush_ms: number; max_batch: number };
   providers: ProviderConfig[];

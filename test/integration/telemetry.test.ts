@@ -20,7 +20,7 @@ const HEX16 = /^[0-9a-f]{16}$/;
 const CHAT = { model: 'sim/chat', messages: [{ role: 'user', content: 'hello spans' }] };
 
 beforeAll(async () => {
-  telemetry = startTelemetry({ exporter: 'none', service_name: 't' }, [new SimpleSpanProcessor(exporter)]);
+  telemetry = startTelemetry({ exporter: 'none', service_name: 't', max_queue: 4096 }, [new SimpleSpanProcessor(exporter)]);
   upstream = await startFakeUpstream();
   gw = await startTestGateway({ yaml: testConfigYaml(upstream.url), tracer: telemetry.tracer });
 });
