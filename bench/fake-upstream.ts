@@ -51,7 +51,7 @@ function messagesStream(): Buffer {
     }),
     ev('content_block_start', { index: 0, content_block: { type: 'text', text: '' } }),
   ];
-  for (let i = 0; i < 16; i++) parts.push(ev('content_block_delta', { index: 0, delta: { type: 'text_delta', text: i ? ` ${WORDS[i]}` : WORDS[i] } }));
+  for (let i = 0; i < 15; i++) parts.push(ev('content_block_delta', { index: 0, delta: { type: 'text_delta', text: i ? ` ${WORDS[i]}` : WORDS[i] } }));
   parts.push(ev('content_block_stop', { index: 0 }));
   parts.push(ev('message_delta', { delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: 20 } }));
   parts.push(ev('message_stop', {}));

@@ -1,0 +1,90 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startBenchUpstream } from '../../bench/fake-upstream';
+import { load } from '../../bench/load';
+import { probe } from '../../bench/probe';
+import { pinTo, rssMiB } from '../../bench/processes';
+import { renderMarkdown } from '../../bench/report';
+import { parseSse } from '../../src/providers/sse';
+
+/** The benchmark's pieces work; no timing is asserted (speed is measured by `npm run bench`, not here). */
+let fake: Awaited<ReturnType<typeof startBenchUpstream>>;
+beforeAll(async () => {
+  fake = await startBenchUpstream(0);
+});
+afterAll(() => new Promise<void>((r) => fake.server.close(() => r())));
+
+async function call(path: string, body: object) {
+  const res = await fetch(`${fake.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  return { status: res.status, type: res.headers.get('content-type'), text: await res.text() };
+}
+
+async function events(text: string) {
+  const out = [];
+  for await (const ev of parseSse((async function* () {
+    yield text;
+  })())) out.push(ev);
+  return out;
+}
+
+describe('bench fake upstream', () => {
+  it('answers chat completions with a ~300-byte JSON body', async () => {
+    const res = await call('/chat/completions', { model: 'x', messages: [] });
+    expect(res.status).toBe(200);
+    const body = JSON.parse(res.text);
+    expect(body.object).toBe('chat.completion');
+    expect(res.text.length).toBeGreaterThan(250);
+    expect(res.text.length).toBeLessThan(450);
+  });
+
+  it('streams 20 chat chunks, a usage chunk when asked, then [DONE]', async () => {
+    const plain = await events((await call('/chat/completions', { stream: true })).text);
+    expect(plain).toHaveLength(21);
+    expect(plain.at(-1)!.data).toBe('[DONE]');
+    const withUsage = await events((await call('/chat/completions', { stream: true, stream_options: { include_usage: true } })).text);
+    expect(JSON.parse(withUsage.at(-2)!.data).usage.completion_tokens).toBe(20);
+  });
+
+  it('answers messages, non-streaming and as a 20-event stream', async () => {
+    const res = await call('/messages', { model: 'x', messages: [] });
+    expect(JSON.parse(res.text)).toMatchObject({ type: 'message', usage: { output_tokens: 20 } });
+    const evs = await events((await call('/messages', { stream: true })).text);
+    expect(evs).toHaveLength(20);
+    expect(evs[0].event).toBe('message_start');
+    expect(evs.at(-1)!.event).toBe('message_stop');
+  });
+
+  it('accepts OTLP trace exports', async () => {
+    const res = await fetch(`${fake.url}/traces`, { method: 'POST', body: 'x' });
+    expect(res.status).toBe(200);
+  });
+});
+
+describe('bench driver pieces', () => {
+  const target = () => ({ origin: `http://127.0.0.1:${fake.port}`, path: '/v1/chat/completions', headers: { 'content-type': 'application/json' }, body: '{"stream":true}' });
+
+  it('the sequential probe measures whole responses and first bytes in microseconds', async () => {
+    const r = await probe(target(), 20, 2);
+    expect(r.samples).toBe(20);
+    expect(r.p50Us).toBeGreaterThan(0);
+    expect(r.ttfbP50Us).toBeLessThanOrEqual(r.p50Us);
+    expect(r.p99Us).toBeGreaterThanOrEqual(r.p50Us);
+  });
+
+  it('the load generator (autocannon in its own process) runs and reports', async () => {
+    const r = await load(target(), { connections: 2, seconds: 1, pin: pinTo(0) });
+    expect(r.rps).toBeGreaterThan(0);
+    expect(r.non2xx).toBe(0);
+  });
+
+  it('reads RSS and renders the table', () => {
+    expect(rssMiB(process.pid)).toBeGreaterThan(1);
+    const md = renderMarkdown(
+      [{ scenario: 'chat', target: 'gateway', rps: 10, rpsRatioToDirect: 0.5, loadedP50Ms: 1, loadedP99Ms: 2, unloadedP50Us: 300, unloadedP99Us: 400, addedP50Us: 100 }],
+      { gatewayPeakMiB: 90 },
+      { node: 'v20' },
+    );
+    expect(md).toMatch(/^\| scenario \| target \| req\/s/);
+    expect(md).toContain('| chat | gateway | 10 | 0.5 |');
+    expect(md).toContain('- gatewayPeakMiB: 90');
+  });
+});
