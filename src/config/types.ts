@@ -72,5 +72,6 @@ export interface ModelConfig {
   id: string;
   name?: string;
   context_length?: number;
+  max_output_tokens?: number;
   endpoints: ModelEndpointConfig[];
 }

@@ -47,11 +47,14 @@ export const messages: DialectAdapter = {
     let haveUsage = false;
     let failed = false;
     let ended = false;
-    const current = () => (haveUsage ? messagesUsage(seen) : null);
-    const take = (u: Record<string, unknown> | undefined) => {
+    let reasoning = 0;
+    const current = () => (haveUsage ? messagesUsage({ ...seen, output_tokens_details: { reasoning_tokens: reasoning } }) : null);
+    const take = (u: Record<string, any> | undefined) => {
       if (!u) return;
       haveUsage = true;
       for (const [k, v] of Object.entries(u)) if (typeof v === 'number') seen[k] = v;
+      const r = u.output_tokens_details?.reasoning_tokens;
+      if (typeof r === 'number') reasoning = r;
     };
     return {
       rewrite(ev: SseEvent): SseEvent | null {

@@ -36,6 +36,7 @@ export interface RouteChoice {
 
 export interface UpstreamAttempt {
   provider: string;
+  model: string;
   upstreamModel: string;
   outcome: 'success' | 'error';
   errorType?: string;
@@ -52,6 +53,8 @@ export interface GatewayState {
   key: KeyRecord | null;
   /** Generation id (`gen-…`), set once routing starts; errors before that carry `request_id: null`. */
   requestId: string | null;
+  /** performance.now() when the request arrived. */
+  startedAt: number;
   /** X-Gateway-Metadata: enabled (or the legacy header). */
   metadataOptIn: boolean;
   /** Aborted when the client goes away. */
@@ -64,6 +67,8 @@ export interface GatewayState {
    */
   traceContext: Context;
   route: RouteChoice | null;
+  /** Every endpoint routing considered, in order (for routing metadata). */
+  candidates: { provider: string; model: string; region: string }[];
   attempts: UpstreamAttempt[];
   /** Final usage and cost, set by the stage that produced the answer (for streams: when the stream ends). */
   usage: NormalizedUsage | null;

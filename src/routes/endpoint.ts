@@ -15,6 +15,7 @@ import { GatewayError, toGatewayError } from '../errors/gateway-error';
 import type { EndpointId, GatewayContext, GatewayState, SseEvent } from '../pipeline/types';
 import { formatSse } from '../providers/sse';
 import type { Runtime } from '../runtime';
+import { routingMetadata } from '../routing/metadata';
 import { ledgerRowOf } from '../spend/ledger';
 
 export interface EndpointSpec {
@@ -75,6 +76,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       ctx.status = statusFor(e, style);
       if (e.headers) ctx.set(e.headers);
       ctx.body = errorBody(e, style, state?.requestId ?? null);
+      if (state?.metadataOptIn && state.candidates.length > 0) (ctx.body as Record<string, unknown>).gateway_metadata = routingMetadata(state);
       if (!state) runtime.services.logger.info({ endpoint: spec.id, status: ctx.status, error_type: e.errorType }, 'request');
       if (span) {
         span.setStatus({ code: SpanStatusCode.ERROR, message: e.message });
@@ -183,11 +185,13 @@ function newState(spec: EndpointSpec, body: Record<string, unknown> | null, sign
     body,
     key: null,
     requestId: null,
+    startedAt: performance.now(),
     metadataOptIn: opt.toLowerCase() === 'enabled',
     signal,
     span,
     traceContext: ROOT_CONTEXT,
     route: null,
+    candidates: [],
     attempts: [],
     usage: null,
     costUsd: null,

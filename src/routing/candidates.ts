@@ -6,6 +6,8 @@ export interface Candidate {
   model: ModelConfig;
   endpoint: ModelEndpointConfig;
   provider: Provider;
+  /** The style the provider is called in: the client's own when the provider speaks it, else translated. */
+  dialect: Dialect;
 }
 
 /** The models a request names, in the order they are tried: `model`, then `models`, then `fallbacks`. */
@@ -21,9 +23,9 @@ export function requestedModels(body: Record<string, unknown>): string[] {
 }
 
 /**
- * Every provider endpoint that can serve the request in the client's dialect, model by model (all
- * endpoints of one model before the next model). Translation between dialects comes later, so an
- * endpoint of the other dialect is not a candidate.
+ * Every provider endpoint of the requested models, model by model (all endpoints of one model before the
+ * next model), in configured order. An endpoint that speaks the client's style is called in it (pass-through);
+ * one that speaks only the other style is called through the translator.
  */
 export function candidatesFor(input: {
   body: Record<string, unknown>;
@@ -44,16 +46,9 @@ export function candidatesFor(input: {
     const model = input.models.get(name)!;
     for (const endpoint of model.endpoints) {
       const provider = input.providers.get(endpoint.provider)!;
-      if (provider.dialects.has(input.dialect)) out.push({ model, endpoint, provider });
+      const dialect = provider.dialects.has(input.dialect) ? input.dialect : [...provider.dialects][0];
+      out.push({ model, endpoint, provider, dialect });
     }
-  }
-  if (out.length === 0) {
-    const other = input.dialect === 'messages' ? 'chat-completions' : 'messages';
-    throw new GatewayError(
-      'invalid_request',
-      `Model \`${known[0]}\` is served only through the ${other} API on this gateway; call that endpoint instead (translation between the two styles is not available yet)`,
-      { metadata: { model: known[0] } },
-    );
   }
   return out;
 }

@@ -8,6 +8,11 @@ import type { Dialect, Provider, UpstreamReply } from '../providers/types';
 import { costOf } from '../spend/pricing';
 import { candidatesFor, type Candidate } from './candidates';
 import { generationId } from './generation-id';
+import { routingMetadata } from './metadata';
+import { translateRequest, translateResponse, translateStream } from '../dialects/translate';
+
+/** `max_tokens` sent to a messages-style provider when a chat client set none and the model declares none. */
+const DEFAULT_MAX_TOKENS = 4096;
 
 export interface DispatchDeps {
   models: ReadonlyMap<string, ModelConfig>;
@@ -28,6 +33,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
     const dialect = state.endpoint as Dialect;
     const body = state.body!;
     const candidates = candidatesFor({ body, dialect, models: deps.models, providers: deps.providers });
+    state.candidates = candidates.map((c) => ({ provider: c.provider.id, model: c.model.id, region: c.provider.region }));
     state.requestId = generationId();
     state.span.setAttribute('gateway.generation_id', state.requestId);
     const stream = body.stream === true;
@@ -36,21 +42,23 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
       if (state.signal.aborted) break;
       const attempt = startAttempt(deps.tracer, state, candidate);
       try {
-        const upstreamBody = DIALECTS[dialect].upstreamBody(body, {
-          upstreamModel: candidate.endpoint.upstream_model,
-          hashUser: deps.hashUser,
-        });
-        const reply = await candidate.provider.send({ dialect, body: upstreamBody, stream, signal: state.signal, forwardHeaders });
+        const upstreamBody = translateRequest(
+          dialect,
+          candidate.dialect,
+          DIALECTS[dialect].upstreamBody(body, { upstreamModel: candidate.endpoint.upstream_model, hashUser: deps.hashUser }),
+          { defaultMaxTokens: candidate.model.max_output_tokens ?? DEFAULT_MAX_TOKENS },
+        );
+        const reply = await candidate.provider.send({ dialect: candidate.dialect, body: upstreamBody, stream, signal: state.signal, forwardHeaders });
         const response = stream
           ? await streamResponse(state, candidate, reply, attempt)
           : jsonResponse(state, candidate, reply, attempt);
-        state.attempts.push({ provider: candidate.provider.id, upstreamModel: candidate.endpoint.upstream_model, outcome: 'success' });
         return response;
       } catch (err) {
         const e = toGatewayError(err);
         endAttempt(attempt, e);
         state.attempts.push({
           provider: candidate.provider.id,
+          model: candidate.model.id,
           upstreamModel: candidate.endpoint.upstream_model,
           outcome: 'error',
           errorType: e.errorType,
@@ -90,8 +98,10 @@ function endAttempt(span: Span, err?: GatewayError): void {
   span.end();
 }
 
+/** Commits the request to this endpoint: it answered (a stream: its first event arrived). */
 function choose(state: GatewayState, c: Candidate): void {
   state.route = { model: c.model.id, provider: c.provider.id, upstreamModel: c.endpoint.upstream_model, isByok: false };
+  state.attempts.push({ provider: c.provider.id, model: c.model.id, upstreamModel: c.endpoint.upstream_model, outcome: 'success' });
 }
 
 function finishInfo(state: GatewayState, c: Candidate) {
@@ -108,12 +118,15 @@ function finishInfo(state: GatewayState, c: Candidate) {
 
 function jsonResponse(state: GatewayState, c: Candidate, reply: UpstreamReply, attempt: Span): GatewayResponse {
   if (reply.stream) throw new GatewayError('provider_unavailable', `Provider ${c.provider.id} answered with a stream`);
-  const { usage, cost } = DIALECTS[state.endpoint as Dialect].finishBody(reply.body, finishInfo(state, c));
+  const dialect = state.endpoint as Dialect;
+  const body = translateResponse(c.dialect, dialect, reply.body);
+  const { usage, cost } = DIALECTS[dialect].finishBody(body, finishInfo(state, c));
   choose(state, c);
   state.usage = usage;
   state.costUsd = cost;
   endAttempt(attempt);
-  return { kind: 'json', status: 200, body: reply.body };
+  if (state.metadataOptIn) body.gateway_metadata = routingMetadata(state);
+  return { kind: 'json', status: 200, body };
 }
 
 /**
@@ -122,7 +135,7 @@ function jsonResponse(state: GatewayState, c: Candidate, reply: UpstreamReply, a
  */
 async function streamResponse(state: GatewayState, c: Candidate, reply: UpstreamReply, attempt: Span): Promise<GatewayResponse> {
   if (!reply.stream) throw new GatewayError('provider_unavailable', `Provider ${c.provider.id} did not stream`);
-  const iterator = reply.events[Symbol.asyncIterator]();
+  const iterator = translateStream(c.dialect, state.endpoint as Dialect, reply.events, c.provider.id)[Symbol.asyncIterator]();
   const first = await iterator.next();
   const rewriter = DIALECTS[state.endpoint as Dialect].streamRewriter(finishInfo(state, c));
   choose(state, c);

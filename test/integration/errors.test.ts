@@ -110,11 +110,12 @@ describe('routing errors', () => {
     expectMessages(await messages(gw.key, { ...msgBody, model: 'nope/nope' }), 404, 'not_found_error', 'not_found', 'null');
   });
 
-  it('400 when the model is served only in the other API style', async () => {
-    const res = await chat(gw.key, { ...chatBody, model: 'fake/claude' });
+  it('400 before any provider call when a request cannot be expressed in the provider\'s style', async () => {
+    const before = upstream.received.length;
+    const res = await chat(gw.key, { ...chatBody, model: 'fake/claude', n: 2 });
     expectStandard(res, 400, 'invalid_request');
-    expect(res.json.error.message).toMatch(/messages API/);
-    expectMessages(await messages(gw.key, { ...msgBody, model: 'fake/gpt' }), 400, 'invalid_request_error', 'invalid_request', 'null');
+    expect(res.json.error.message).toMatch(/`n`/);
+    expect(upstream.received.length).toBe(before);
   });
 
   it('404 for an unknown route', async () => {

@@ -1,0 +1,46 @@
+import { GatewayError } from '../../errors/gateway-error';
+import type { SseEvent } from '../../pipeline/types';
+import type { Dialect } from '../../providers/types';
+import { chatToMessagesRequest, messagesToChatRequest } from './request';
+import { chatToMessagesResponse, messagesToChatResponse } from './response';
+import { chatToMessagesStream, messagesToChatStream } from './stream';
+
+/**
+ * The one translator pair between the two API styles, used when a client of one style is served by a
+ * provider of the other. Same-style requests never come here (they pass through untouched).
+ */
+export function translateRequest(
+  from: Dialect,
+  to: Dialect,
+  body: Record<string, unknown>,
+  options: { defaultMaxTokens: number },
+): Record<string, unknown> {
+  if (from === to) return body;
+  return from === 'chat_completions' ? chatToMessagesRequest(body, options) : messagesToChatRequest(body);
+}
+
+/** A provider's non-streaming answer in the client's style. */
+export function translateResponse(from: Dialect, to: Dialect, body: Record<string, unknown>): Record<string, unknown> {
+  if (from === to) return body;
+  return from === 'messages' ? messagesToChatResponse(body) : chatToMessagesResponse(body);
+}
+
+/**
+ * A provider's stream in the client's style, event by event. A stream that ends without its terminal
+ * event is a failure (it must never look like a successful end), raised so the caller ends the client's
+ * stream with the in-band error of spec 7.5.
+ */
+export async function* translateStream(from: Dialect, to: Dialect, events: AsyncIterable<SseEvent>, providerId: string): AsyncGenerator<SseEvent> {
+  if (from === to) {
+    yield* events;
+    return;
+  }
+  const translator = from === 'messages' ? messagesToChatStream() : chatToMessagesStream();
+  for await (const ev of events) yield* translator.push(ev);
+  yield* translator.end();
+  if (!translator.complete) {
+    throw new GatewayError('provider_unavailable', `Provider ${providerId} ended the stream before it was complete`, {
+      metadata: { provider_name: providerId },
+    });
+  }
+}

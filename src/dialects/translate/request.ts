@@ -1,0 +1,382 @@
+/**
+ * Request translation between the chat-completions and messages styles (issue 4, part 1). Both functions
+ * build a new body from the fields they know; everything else is dropped (listed below). Content parts
+ * are mapped in content.ts.
+ *
+ * Decisions:
+ * - System prompts: every chat `system`/`developer` message, wherever it stands, is folded into the
+ *   top-level messages `system`, in order (messages has no system turn, and a later instruction is still
+ *   an instruction). One plain text → a string, otherwise an array of text blocks (cache_control kept).
+ *   messages → chat: one leading `system` message (a string for one block, text parts for several);
+ *   cache_control is dropped (chat providers cache on their own).
+ * - Turns: messages needs alternating roles, so consecutive chat messages of one role are merged; `tool`
+ *   messages become `tool_result` blocks of a user turn. A trailing assistant message stays last
+ *   (assistant prefill). Empty assistant messages are skipped.
+ * - Reasoning, chat → messages: `reasoning.max_tokens` is the budget; else `reasoning_effort` (or
+ *   `reasoning.effort`) maps by EFFORT_BUDGET: minimal/low 1024, medium 4096, high 16384, xhigh 32768,
+ *   max 65536; `reasoning.enabled: true` alone = medium. Budgets are raised to messages' minimum of 1024.
+ *   The budget must stay below max_tokens: with no client limit max_tokens becomes budget + default; with a
+ *   client limit the budget shrinks to max_tokens - 1, and thinking is left off when that is below 1024.
+ *   `effort: none` / `enabled: false` → thinking disabled; `reasoning.exclude` → `display: omitted`.
+ *   With thinking on, `temperature` and `top_k` are dropped and `top_p` below 0.95 is dropped (messages
+ *   rejects them together with thinking). Thinking is also left off when the request is inside a tool loop
+ *   whose last assistant turn has no signed thinking block (messages would reject it; chat clients rarely
+ *   keep signatures).
+ * - Reasoning, messages → chat: `output_config.effort` → `reasoning_effort` as is; else thinking enabled →
+ *   `reasoning_effort` by budget: ≤ 2048 low, ≤ 8192 medium, above high. Adaptive/disabled thinking →
+ *   nothing (provider default; `none` would break non-reasoning models). Only the official
+ *   `reasoning_effort` is sent, not the `reasoning` object.
+ * - History reasoning: chat assistant `reasoning_details` entries of type `reasoning.text` with a signature
+ *   become thinking blocks (`reasoning.encrypted` → redacted_thinking); unsigned reasoning text is dropped.
+ *   messages thinking/redacted_thinking blocks are dropped going to chat (chat has no input form).
+ * - temperature: chat 0..2 → messages 0..1 by clamping values above 1 to 1 (no rescaling).
+ * - max tokens: chat `max_completion_tokens`, else `max_tokens`, else options.defaultMaxTokens → `max_tokens`;
+ *   messages `max_tokens` → `max_completion_tokens`.
+ * - Structured output: `response_format` json_schema ⇄ `output_config.format` (name and strict dropped;
+ *   back in chat name `output`, strict true because messages outputs always follow the schema).
+ *   `json_object` has no official messages equivalent and is dropped.
+ * - user: chat `user` ⇄ messages `metadata.user_id` (messages' own `user` field is used when metadata has none).
+ * - `tool_result.is_error` has no chat form and is dropped; images in tool results go to a user message
+ *   right after the tool messages (chat tool messages carry text only).
+ *
+ * Dropped chat → messages: `n` (1; > 1 is a 400), `seed`, `logprobs`, `top_logprobs`, `logit_bias`,
+ * `frequency_penalty`, `presence_penalty`, `repetition_penalty`, `min_p`, `top_a`, `prediction`,
+ * `modalities`, `audio`, `image_config`, `store`, `metadata`, `stream_options`, `verbosity`,
+ * `web_search_options`, `prompt_cache_key`, `safety_identifier`, legacy `functions`/`function_call`,
+ * message `name`, image `detail`, `response_format` text/json_object, non-function tools.
+ * Dropped messages → chat: `cache_control` (top level, blocks, tools), `context_management`, `container`,
+ * `mcp_servers`, `clear_at`, `citations`, `thinking` blocks, server tools and their blocks
+ * (server_tool_use, *_tool_result), `tool_result.is_error`, `metadata` other than user_id.
+ * `model`, `stream` and `service_tier` pass unchanged in both directions.
+ */
+import { GatewayError } from '../../errors/gateway-error';
+import { blockToChatParts, chatContent, chatPartToBlock, chatTextBlocks, invalid, isObj, type Obj } from './content';
+
+/** Reasoning effort → thinking budget (messages → chat uses budgetToEffort). */
+export const EFFORT_BUDGET: Readonly<Record<string, number>> = {
+  minimal: 1024,
+  low: 1024,
+  medium: 4096,
+  high: 16384,
+  xhigh: 32768,
+  max: 65536,
+};
+const MIN_BUDGET = 1024;
+
+export function budgetToEffort(budget: number): 'low' | 'medium' | 'high' {
+  return budget <= 2048 ? 'low' : budget <= 8192 ? 'medium' : 'high';
+}
+
+const posInt = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v) && v > 0;
+
+// ───────────────────────────── chat → messages ─────────────────────────────
+
+/** A chat-completions request body → a messages request body. */
+export function chatToMessagesRequest(body: Record<string, unknown>, options: { defaultMaxTokens: number }): Record<string, unknown> {
+  const b = body as Obj;
+  if (typeof b.n === 'number' && b.n > 1) {
+    throw new GatewayError('invalid_request', "`n` > 1 is not supported by this model's provider", { metadata: { field: 'n' } });
+  }
+  const out: Obj = {};
+  if (b.model !== undefined) out.model = b.model;
+  const { system, messages } = chatMessagesToMessages(b.messages);
+  if (system !== undefined) out.system = system;
+  out.messages = messages;
+
+  const clientMax = posInt(b.max_completion_tokens) ? b.max_completion_tokens : posInt(b.max_tokens) ? b.max_tokens : undefined;
+  out.max_tokens = clientMax ?? options.defaultMaxTokens;
+  if (typeof b.temperature === 'number') out.temperature = Math.min(b.temperature, 1);
+  if (typeof b.top_p === 'number') out.top_p = b.top_p;
+  if (typeof b.top_k === 'number') out.top_k = b.top_k;
+  const stop = typeof b.stop === 'string' ? [b.stop] : Array.isArray(b.stop) ? b.stop.filter((s: unknown) => typeof s === 'string') : [];
+  if (stop.length) out.stop_sequences = stop;
+  if (b.stream !== undefined) out.stream = b.stream;
+  if (typeof b.user === 'string') out.metadata = { user_id: b.user };
+  if (b.service_tier !== undefined) out.service_tier = b.service_tier;
+  if (isObj(b.cache_control)) out.cache_control = b.cache_control;
+
+  Object.assign(out, chatToolsToMessages(b.tools, b.tool_choice, b.parallel_tool_calls));
+
+  const rf = b.response_format;
+  if (isObj(rf) && rf.type === 'json_schema' && isObj(rf.json_schema) && isObj(rf.json_schema.schema)) {
+    out.output_config = { format: { type: 'json_schema', schema: rf.json_schema.schema } };
+  }
+
+  applyThinking(out, b, clientMax !== undefined, options.defaultMaxTokens);
+  return out;
+}
+
+function chatMessagesToMessages(list: unknown): { system: string | Obj[] | undefined; messages: Obj[] } {
+  if (!Array.isArray(list)) throw invalid('`messages` must be an array', 'messages');
+  const system: Obj[] = [];
+  const out: Obj[] = [];
+  const push = (role: 'user' | 'assistant', blocks: Obj[]) => {
+    if (!blocks.length) return;
+    const last = out[out.length - 1];
+    if (last?.role === role) last.content.push(...blocks);
+    else out.push({ role, content: blocks });
+  };
+  list.forEach((m: unknown, i: number) => {
+    const where = `messages[${i}]`;
+    if (!isObj(m)) throw invalid(`${where} must be an object`, where);
+    switch (m.role) {
+      case 'system':
+      case 'developer':
+        system.push(...chatTextBlocks(m.content, where));
+        break;
+      case 'user':
+        push('user', typeof m.content === 'string' ? chatTextBlocks(m.content, where) : userBlocks(m.content, where));
+        break;
+      case 'assistant':
+        push('assistant', assistantBlocks(m, i));
+        break;
+      case 'tool': {
+        const blocks = chatTextBlocks(m.content, where);
+        const content = blocks.length === 1 && isPlainText(blocks[0]) ? blocks[0].text : blocks.length ? blocks : '';
+        push('user', [{ type: 'tool_result', tool_use_id: String(m.tool_call_id ?? ''), content }]);
+        break;
+      }
+      default:
+        throw invalid(`${where}.role ${JSON.stringify(m.role)} cannot be sent to this model's provider`, `${where}.role`);
+    }
+  });
+  if (!out.length) throw invalid("At least one user or assistant message is required by this model's provider", 'messages');
+  // A single plain text block reads better (and round-trips) as a string.
+  for (const m of out) if (m.content.length === 1 && isPlainText(m.content[0])) m.content = m.content[0].text;
+  const sys = system.length === 0 ? undefined : system.length === 1 && isPlainText(system[0]) ? system[0].text : system;
+  return { system: sys, messages: out };
+}
+
+const isPlainText = (b: Obj) => b.type === 'text' && b.cache_control === undefined;
+
+function userBlocks(content: unknown, where: string): Obj[] {
+  if (content == null) return [];
+  if (!Array.isArray(content)) throw invalid(`${where}.content must be a string or an array of parts`, `${where}.content`);
+  return content.map((p, j) => chatPartToBlock(p, `${where}.content[${j}]`)).filter((b) => b.type !== 'text' || b.text !== '');
+}
+
+function assistantBlocks(m: Obj, i: number): Obj[] {
+  const where = `messages[${i}]`;
+  const blocks: Obj[] = [];
+  if (Array.isArray(m.reasoning_details)) {
+    for (const d of m.reasoning_details) {
+      if (!isObj(d)) continue;
+      if (d.type === 'reasoning.text' && typeof d.text === 'string' && typeof d.signature === 'string' && d.signature) {
+        blocks.push({ type: 'thinking', thinking: d.text, signature: d.signature });
+      } else if (d.type === 'reasoning.encrypted' && typeof d.data === 'string') {
+        blocks.push({ type: 'redacted_thinking', data: d.data });
+      }
+    }
+  }
+  if (Array.isArray(m.content)) {
+    // Assistant parts are text or refusal; a refusal part is not something to replay.
+    blocks.push(...chatTextBlocks(m.content.filter((p: unknown) => !(isObj(p) && p.type === 'refusal')), where));
+  } else {
+    blocks.push(...chatTextBlocks(m.content, where));
+  }
+  if (Array.isArray(m.tool_calls)) {
+    m.tool_calls.forEach((c: unknown, j: number) => {
+      if (!isObj(c) || (c.type !== undefined && c.type !== 'function')) return; // custom tools: no messages form
+      const fn = isObj(c.function) ? c.function : {};
+      blocks.push({ type: 'tool_use', id: String(c.id ?? ''), name: String(fn.name ?? ''), input: parseArguments(fn.arguments, i, j) });
+    });
+  }
+  return blocks;
+}
+
+function parseArguments(args: unknown, i: number, j: number): Obj {
+  const field = `messages[${i}].tool_calls[${j}].function.arguments`;
+  if (args === undefined || args === null || (typeof args === 'string' && args.trim() === '')) return {};
+  if (isObj(args)) return args;
+  let parsed: unknown;
+  try {
+    parsed = typeof args === 'string' ? JSON.parse(args) : undefined;
+  } catch {
+    throw invalid(`Message ${i}: ${field} is not valid JSON`, field);
+  }
+  if (!isObj(parsed)) throw invalid(`Message ${i}: ${field} must be a JSON object`, field);
+  return parsed;
+}
+
+function chatToolsToMessages(tools: unknown, choice: unknown, parallel: unknown): Obj {
+  let list: Obj[] = (Array.isArray(tools) ? tools : [])
+    .filter((t: unknown) => isObj(t) && t.type === 'function' && isObj(t.function) && typeof t.function.name === 'string')
+    .map((t: Obj) => {
+      const f = t.function;
+      const tool: Obj = { name: f.name };
+      if (typeof f.description === 'string') tool.description = f.description;
+      tool.input_schema = isObj(f.parameters) ? f.parameters : { type: 'object', properties: {} };
+      if (typeof f.strict === 'boolean') tool.strict = f.strict;
+      if (isObj(t.cache_control)) tool.cache_control = t.cache_control;
+      return tool;
+    });
+  let tc: Obj | undefined;
+  if (choice === 'none') tc = { type: 'none' };
+  else if (choice === 'auto') tc = { type: 'auto' };
+  else if (choice === 'required') tc = { type: 'any' };
+  else if (isObj(choice) && choice.type === 'function' && isObj(choice.function)) tc = { type: 'tool', name: choice.function.name };
+  else if (isObj(choice) && choice.type === 'allowed_tools' && isObj(choice.allowed_tools)) {
+    const allowed = new Set(
+      (Array.isArray(choice.allowed_tools.tools) ? choice.allowed_tools.tools : []).map((t: Obj) => t?.function?.name).filter(Boolean),
+    );
+    list = list.filter((t) => allowed.has(t.name));
+    tc = { type: choice.allowed_tools.mode === 'required' ? 'any' : 'auto' };
+  }
+  if (!list.length) return {};
+  if (parallel === false && tc?.type !== 'none') tc = { ...(tc ?? { type: 'auto' }), disable_parallel_tool_use: true };
+  return tc ? { tools: list, tool_choice: tc } : { tools: list };
+}
+
+function applyThinking(out: Obj, b: Obj, clientSetMax: boolean, defaultMax: number): void {
+  const r = isObj(b.reasoning) ? b.reasoning : {};
+  const effort = b.reasoning_effort ?? r.effort;
+  if (r.enabled === false || effort === 'none') {
+    out.thinking = { type: 'disabled' };
+    return;
+  }
+  let budget: number | undefined = posInt(r.max_tokens)
+    ? r.max_tokens
+    : typeof effort === 'string'
+      ? EFFORT_BUDGET[effort]
+      : r.enabled === true
+        ? EFFORT_BUDGET.medium
+        : undefined;
+  if (budget === undefined) return;
+  budget = Math.max(MIN_BUDGET, budget);
+  if (!clientSetMax && budget >= out.max_tokens) out.max_tokens = budget + defaultMax;
+  if (budget >= out.max_tokens) budget = out.max_tokens - 1;
+  if (budget < MIN_BUDGET || inUnsignedToolLoop(out.messages)) return;
+  out.thinking = { type: 'enabled', budget_tokens: budget, ...(r.exclude === true ? { display: 'omitted' } : {}) };
+  delete out.temperature;
+  delete out.top_k;
+  if (typeof out.top_p === 'number' && out.top_p < 0.95) delete out.top_p;
+}
+
+/** The last turn answers tool calls of an assistant turn that has no thinking block. */
+function inUnsignedToolLoop(messages: Obj[]): boolean {
+  const last = messages[messages.length - 1];
+  const prev = messages[messages.length - 2];
+  if (last?.role !== 'user' || !Array.isArray(last.content) || !last.content.some((c: Obj) => c.type === 'tool_result')) return false;
+  if (prev?.role !== 'assistant' || !Array.isArray(prev.content)) return false;
+  return !prev.content.some((c: Obj) => c.type === 'thinking' || c.type === 'redacted_thinking');
+}
+
+// ───────────────────────────── messages → chat ─────────────────────────────
+
+/** A messages request body → a chat-completions request body. */
+export function messagesToChatRequest(body: Record<string, unknown>): Record<string, unknown> {
+  const b = body as Obj;
+  const out: Obj = {};
+  if (b.model !== undefined) out.model = b.model;
+  out.messages = [...systemToChat(b.system), ...messagesToChatMessages(b.messages)];
+  if (posInt(b.max_tokens)) out.max_completion_tokens = b.max_tokens;
+  if (typeof b.temperature === 'number') out.temperature = b.temperature;
+  if (typeof b.top_p === 'number') out.top_p = b.top_p;
+  if (typeof b.top_k === 'number') out.top_k = b.top_k;
+  if (Array.isArray(b.stop_sequences) && b.stop_sequences.length) out.stop = b.stop_sequences;
+  if (b.stream !== undefined) out.stream = b.stream;
+  if (b.stream === true) out.stream_options = { include_usage: true };
+  const user = isObj(b.metadata) && typeof b.metadata.user_id === 'string' ? b.metadata.user_id : b.user;
+  if (typeof user === 'string') out.user = user;
+  if (b.service_tier !== undefined) out.service_tier = b.service_tier;
+
+  Object.assign(out, messagesToolsToChat(b.tools, b.tool_choice));
+
+  const oc = isObj(b.output_config) ? b.output_config : {};
+  const t = isObj(b.thinking) ? b.thinking : {};
+  if (typeof oc.effort === 'string') out.reasoning_effort = oc.effort;
+  else if (t.type === 'enabled' && typeof t.budget_tokens === 'number') out.reasoning_effort = budgetToEffort(t.budget_tokens);
+  if (isObj(oc.format) && oc.format.type === 'json_schema' && isObj(oc.format.schema)) {
+    out.response_format = { type: 'json_schema', json_schema: { name: 'output', schema: oc.format.schema, strict: true } };
+  }
+  return out;
+}
+
+function systemToChat(system: unknown): Obj[] {
+  if (typeof system === 'string') return system ? [{ role: 'system', content: system }] : [];
+  if (!Array.isArray(system)) return [];
+  const parts = system
+    .filter((s: unknown) => isObj(s) && s.type === 'text' && typeof s.text === 'string' && s.text)
+    .map((s: Obj) => ({ type: 'text', text: s.text }));
+  return parts.length ? [{ role: 'system', content: chatContent(parts) }] : [];
+}
+
+function messagesToChatMessages(list: unknown): Obj[] {
+  if (!Array.isArray(list)) throw invalid('`messages` must be an array', 'messages');
+  const out: Obj[] = [];
+  list.forEach((m: unknown, i: number) => {
+    const where = `messages[${i}]`;
+    if (!isObj(m)) throw invalid(`${where} must be an object`, where);
+    if (m.role === 'user') out.push(...userToChat(m.content, where));
+    else if (m.role === 'assistant') {
+      const a = assistantToChat(m.content, where);
+      if (a) out.push(a);
+    } else throw invalid(`${where}.role ${JSON.stringify(m.role)} must be user or assistant`, `${where}.role`);
+  });
+  return out;
+}
+
+/** A messages user turn → chat `tool` messages (first, as chat requires) then one user message. */
+function userToChat(content: unknown, where: string): Obj[] {
+  if (typeof content === 'string') return [{ role: 'user', content }];
+  if (!Array.isArray(content)) throw invalid(`${where}.content must be a string or an array of blocks`, `${where}.content`);
+  const tools: Obj[] = [];
+  const parts: Obj[] = [];
+  content.forEach((block: unknown, j: number) => {
+    const w = `${where}.content[${j}]`;
+    if (!(isObj(block) && block.type === 'tool_result')) {
+      parts.push(...blockToChatParts(block, w));
+      return;
+    }
+    const inner = block.content;
+    if (inner === undefined || typeof inner === 'string') {
+      tools.push({ role: 'tool', tool_call_id: block.tool_use_id, content: inner ?? '' });
+      return;
+    }
+    const converted = (Array.isArray(inner) ? inner : []).flatMap((b: unknown, k: number) => blockToChatParts(b, `${w}.content[${k}]`));
+    const texts = converted.filter((p) => p.type === 'text');
+    parts.push(...converted.filter((p) => p.type !== 'text')); // chat tool messages carry text only
+    tools.push({ role: 'tool', tool_call_id: block.tool_use_id, content: texts.length ? chatContent(texts) : '' });
+  });
+  return parts.length ? [...tools, { role: 'user', content: chatContent(parts) }] : tools;
+}
+
+function assistantToChat(content: unknown, where: string): Obj | null {
+  if (typeof content === 'string') return content ? { role: 'assistant', content } : null;
+  if (!Array.isArray(content)) throw invalid(`${where}.content must be a string or an array of blocks`, `${where}.content`);
+  const texts: Obj[] = [];
+  const calls: Obj[] = [];
+  for (const block of content) {
+    if (!isObj(block)) continue;
+    if (block.type === 'text' && typeof block.text === 'string' && block.text) texts.push({ type: 'text', text: block.text });
+    else if (block.type === 'tool_use') {
+      calls.push({ id: block.id, type: 'function', function: { name: block.name, arguments: JSON.stringify(block.input ?? {}) } });
+    }
+    // thinking, redacted_thinking, server_tool_use and server tool results have no chat input form.
+  }
+  if (!texts.length && !calls.length) return null;
+  const msg: Obj = { role: 'assistant', content: texts.length ? chatContent(texts) : null };
+  if (calls.length) msg.tool_calls = calls;
+  return msg;
+}
+
+function messagesToolsToChat(tools: unknown, choice: unknown): Obj {
+  const list = (Array.isArray(tools) ? tools : [])
+    .filter((t: unknown) => isObj(t) && (t.type === undefined || t.type === null || t.type === 'custom') && typeof t.name === 'string')
+    .map((t: Obj) => {
+      const fn: Obj = { name: t.name };
+      if (typeof t.description === 'string') fn.description = t.description;
+      fn.parameters = isObj(t.input_schema) ? t.input_schema : { type: 'object', properties: {} };
+      if (typeof t.strict === 'boolean') fn.strict = t.strict;
+      return { type: 'function', function: fn };
+    });
+  if (!list.length) return {};
+  const out: Obj = { tools: list };
+  if (!isObj(choice)) return out;
+  if (choice.type === 'none') out.tool_choice = 'none';
+  else if (choice.type === 'auto') out.tool_choice = 'auto';
+  else if (choice.type === 'any') out.tool_choice = 'required';
+  else if (choice.type === 'tool' && typeof choice.name === 'string') out.tool_choice = { type: 'function', function: { name: choice.name } };
+  if (choice.disable_parallel_tool_use === true) out.parallel_tool_calls = false;
+  return out;
+}

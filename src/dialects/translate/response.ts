@@ -1,0 +1,251 @@
+import { messagesErrorType } from '../../errors/envelope';
+import { ERROR_STATUS, type ErrorType } from '../../errors/gateway-error';
+import { num } from '../common';
+
+/**
+ * Non-streaming response translation between the two API styles, plus the small mappings (stop reason,
+ * usage, errors) that the stream translators share. The gateway stamps id/model/provider/cost afterwards.
+ */
+
+type Obj = Record<string, any>;
+
+const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** Text shown as `message.refusal` when a messages-style refusal carries no explanation. */
+export const DEFAULT_REFUSAL = 'The model declined to respond.';
+
+// ---- stop reason ⇄ finish reason ----
+
+const FINISH_OF_STOP: Record<string, string> = {
+  end_turn: 'stop',
+  stop_sequence: 'stop',
+  pause_turn: 'stop',
+  max_tokens: 'length',
+  model_context_window_exceeded: 'length',
+  tool_use: 'tool_calls',
+  refusal: 'content_filter',
+};
+
+const STOP_OF_FINISH: Record<string, string> = {
+  stop: 'end_turn',
+  length: 'max_tokens',
+  tool_calls: 'tool_use',
+  function_call: 'tool_use',
+  content_filter: 'refusal',
+};
+
+/** Messages `stop_reason` → chat `finish_reason` (unknown or missing reasons count as `stop`). */
+export function finishReasonOf(stopReason: unknown): string {
+  return (typeof stopReason === 'string' && FINISH_OF_STOP[stopReason]) || 'stop';
+}
+
+/** Chat `finish_reason` → messages `stop_reason` (unknown reasons count as `end_turn`). */
+export function stopReasonOf(finishReason: unknown): string {
+  return (typeof finishReason === 'string' && STOP_OF_FINISH[finishReason]) || 'end_turn';
+}
+
+// ---- usage ----
+
+/** Messages usage → chat usage. Chat `prompt_tokens` includes cache reads and writes. */
+export function messagesUsageToChat(u: unknown): Obj {
+  const usage = isObj(u) ? u : {};
+  const input = num(usage.input_tokens);
+  const cached = num(usage.cache_read_input_tokens);
+  const written = num(usage.cache_creation_input_tokens);
+  const output = num(usage.output_tokens);
+  const details = isObj(usage.output_tokens_details) ? usage.output_tokens_details : {};
+  const reasoning = num(details.reasoning_tokens) || num(details.thinking_tokens);
+  return {
+    prompt_tokens: input + cached + written,
+    completion_tokens: output,
+    total_tokens: input + cached + written + output,
+    prompt_tokens_details: { cached_tokens: cached, cache_write_tokens: written },
+    completion_tokens_details: { reasoning_tokens: reasoning },
+  };
+}
+
+/** Chat usage → messages usage (`input_tokens` there excludes cache reads and writes). */
+export function chatUsageToMessages(u: unknown): Obj {
+  const usage = isObj(u) ? u : {};
+  const prompt = isObj(usage.prompt_tokens_details) ? usage.prompt_tokens_details : {};
+  const completion = isObj(usage.completion_tokens_details) ? usage.completion_tokens_details : {};
+  const cached = num(prompt.cached_tokens);
+  const written = num(prompt.cache_write_tokens);
+  const reasoning = num(completion.reasoning_tokens);
+  const out: Obj = {
+    input_tokens: Math.max(0, num(usage.prompt_tokens) - cached - written),
+    output_tokens: num(usage.completion_tokens),
+    cache_creation_input_tokens: written,
+    cache_read_input_tokens: cached,
+  };
+  // `reasoning_tokens` is what the gateway bills from; `thinking_tokens` is the Messages API's own name.
+  if (reasoning > 0) out.output_tokens_details = { reasoning_tokens: reasoning, thinking_tokens: reasoning };
+  return out;
+}
+
+// ---- errors ----
+
+const TYPE_OF_MESSAGES_ERROR: Record<string, ErrorType> = {
+  invalid_request_error: 'invalid_request',
+  request_too_large: 'payload_too_large',
+  rate_limit_error: 'rate_limit_exceeded',
+  overloaded_error: 'provider_overloaded',
+  timeout_error: 'timeout',
+  // Authentication, permission, billing and not-found errors upstream concern the gateway's own
+  // credentials and configuration, not the caller's (as in the provider layer's classification).
+};
+
+const isErrorType = (v: unknown): v is ErrorType => typeof v === 'string' && Object.prototype.hasOwnProperty.call(ERROR_STATUS, v);
+
+function errorTypeOfStatus(status: number): ErrorType {
+  if (status === 400) return 'invalid_request';
+  if (status === 408 || status === 504) return 'timeout';
+  if (status === 413) return 'payload_too_large';
+  if (status === 422) return 'unprocessable';
+  if (status === 429) return 'rate_limit_exceeded';
+  if (status === 503 || status === 529) return 'provider_overloaded';
+  return 'provider_unavailable';
+}
+
+/** A messages-style `error` object (`{type, message, error_type?}`) → the chat error object `{code, message, metadata}`. */
+export function messagesErrorToChat(e: unknown): Obj {
+  const err = isObj(e) ? e : {};
+  const errorType: ErrorType = isErrorType(err.error_type) ? err.error_type : (TYPE_OF_MESSAGES_ERROR[err.type] ?? 'provider_unavailable');
+  const message = typeof err.message === 'string' ? err.message : 'Provider error';
+  return { code: ERROR_STATUS[errorType], message, metadata: { error_type: errorType } };
+}
+
+/** A chat error object (`{code, message, metadata?}`) → the messages-style `error` object. */
+export function chatErrorToMessages(e: unknown): Obj {
+  const err = isObj(e) ? e : {};
+  const meta = isObj(err.metadata) ? err.metadata : {};
+  let errorType: ErrorType;
+  if (isErrorType(meta.error_type)) errorType = meta.error_type;
+  else if (typeof err.code === 'number') errorType = errorTypeOfStatus(err.code);
+  else if (isErrorType(err.code)) errorType = err.code;
+  else errorType = 'provider_unavailable';
+  const message = typeof err.message === 'string' ? err.message : 'Provider error';
+  return { type: messagesErrorType(errorType), message, error_type: errorType };
+}
+
+// ---- bodies ----
+
+/** JSON text of a tool input for chat `arguments`. */
+export function argumentsOf(input: unknown): string {
+  return JSON.stringify(input ?? {});
+}
+
+/** A chat `arguments` string → a messages tool `input` object (unparseable text is kept under `_raw`). */
+export function inputOf(args: unknown): Obj {
+  if (typeof args !== 'string' || args.trim() === '') return {};
+  try {
+    const parsed = JSON.parse(args);
+    return isObj(parsed) ? parsed : { _raw: args };
+  } catch {
+    return { _raw: args };
+  }
+}
+
+/** An Anthropic-style message → a chat.completion object. */
+export function messagesToChatResponse(body: Record<string, any>): Record<string, any> {
+  if (body.type === 'error') return { id: body.request_id ?? body.id, error: messagesErrorToChat(body.error) };
+  const texts: string[] = [];
+  const thinking: string[] = [];
+  const toolCalls: Obj[] = [];
+  for (const block of Array.isArray(body.content) ? body.content : []) {
+    if (!isObj(block)) continue;
+    if (block.type === 'text' && typeof block.text === 'string') texts.push(block.text);
+    else if (block.type === 'thinking' && typeof block.thinking === 'string') thinking.push(block.thinking);
+    else if (block.type === 'tool_use') {
+      toolCalls.push({ id: block.id, type: 'function', function: { name: block.name, arguments: argumentsOf(block.input) } });
+    }
+    // redacted_thinking, server tool blocks and citations have no chat equivalent and are dropped.
+  }
+  const refused = body.stop_reason === 'refusal';
+  const message: Obj = {
+    role: 'assistant',
+    content: texts.length > 0 ? texts.join('') : null,
+    refusal: refused ? refusalText(body.stop_details) : null,
+  };
+  if (thinking.length > 0) message.reasoning = thinking.join('');
+  if (toolCalls.length > 0) message.tool_calls = toolCalls;
+  const out: Obj = {
+    id: body.id,
+    object: 'chat.completion',
+    created: Math.floor(Date.now() / 1000),
+    model: body.model,
+    choices: [{ index: 0, message, finish_reason: finishReasonOf(body.stop_reason), logprobs: null }],
+    usage: messagesUsageToChat(body.usage),
+  };
+  const tier = body.usage?.service_tier ?? body.service_tier;
+  if (typeof tier === 'string') out.service_tier = tier;
+  return out;
+}
+
+/** The chat `refusal` text for a messages-style refusal's `stop_details`. */
+export function refusalText(stopDetails: unknown): string {
+  return isObj(stopDetails) && typeof stopDetails.explanation === 'string' && stopDetails.explanation ? stopDetails.explanation : DEFAULT_REFUSAL;
+}
+
+/** Chat message `content` (a string or, from some providers, an array of text parts) → its text. */
+export function contentText(content: unknown): string {
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) return '';
+  return content.map((p) => (isObj(p) && typeof p.text === 'string' && (p.type === undefined || p.type === 'text') ? p.text : '')).join('');
+}
+
+/** Chat `reasoning` (or the `reasoning_content` some providers use) of a message or delta. */
+export function reasoningOf(m: Obj): string {
+  if (typeof m.reasoning === 'string') return m.reasoning;
+  if (typeof m.reasoning_content === 'string') return m.reasoning_content;
+  return '';
+}
+
+/** A chat.completion object → an Anthropic-style message. */
+export function chatToMessagesResponse(body: Record<string, any>): Record<string, any> {
+  const choices: Obj[] = Array.isArray(body.choices) ? body.choices : [];
+  const choice = choices.find((c) => isObj(c) && (c.index ?? 0) === 0) ?? choices[0];
+  if (!isObj(choice) || choice.finish_reason === 'error') {
+    // Spec 7.5.4: a 200 whose body holds only `error` (or a choice that ended in error).
+    return { type: 'error', error: chatErrorToMessages(choice?.error ?? body.error), request_id: body.id ?? null };
+  }
+  const message: Obj = isObj(choice.message) ? choice.message : {};
+  const content: Obj[] = [];
+  const reasoning = reasoningOf(message);
+  if (reasoning) content.push({ type: 'thinking', thinking: reasoning, signature: '' });
+  const text = contentText(message.content);
+  if (text) content.push({ type: 'text', text });
+  const calls: Obj[] = Array.isArray(message.tool_calls) ? [...message.tool_calls] : [];
+  if (isObj(message.function_call)) calls.push({ function: message.function_call });
+  for (const call of calls) {
+    const fn = isObj(call?.function) ? call.function : {};
+    content.push({ type: 'tool_use', id: typeof call.id === 'string' ? call.id : toolUseId(), name: fn.name ?? '', input: inputOf(fn.arguments) });
+  }
+  const refusal = typeof message.refusal === 'string' && message.refusal ? message.refusal : null;
+  const stopReason = refusal ? 'refusal' : stopReasonOf(choice.finish_reason);
+  const usage = chatUsageToMessages(body.usage);
+  if (typeof body.service_tier === 'string') usage.service_tier = body.service_tier;
+  return {
+    id: body.id,
+    type: 'message',
+    role: 'assistant',
+    model: body.model,
+    content,
+    stop_reason: stopReason,
+    stop_sequence: null,
+    stop_details: stopReason === 'refusal' ? refusalDetails(refusal) : null,
+    usage,
+  };
+}
+
+/** Messages `stop_details` for a refusal (chat's refusal text becomes its explanation). */
+export function refusalDetails(explanation: string | null): Obj {
+  return { type: 'refusal', category: null, explanation };
+}
+
+let toolCounter = 0;
+/** An id for a tool call the provider sent without one. */
+export function toolUseId(): string {
+  toolCounter = (toolCounter + 1) % 1_000_000;
+  return `toolu_gw${Date.now().toString(36)}${toolCounter.toString(36)}`;
+}

@@ -1,0 +1,340 @@
+import { GatewayError } from '../../errors/gateway-error';
+import type { SseEvent } from '../../pipeline/types';
+import {
+  argumentsOf,
+  chatErrorToMessages,
+  chatUsageToMessages,
+  contentText,
+  finishReasonOf,
+  messagesErrorToChat,
+  messagesUsageToChat,
+  reasoningOf,
+  refusalDetails,
+  refusalText,
+  stopReasonOf,
+  toolUseId,
+} from './response';
+
+/** Translates one provider stream incrementally: each input event gives zero or more output events; end() flushes. */
+export interface StreamTranslator {
+  push(ev: SseEvent): SseEvent[];
+  end(): SseEvent[];
+  /**
+   * True once the input's terminal event was seen (messages: `message_stop` or `error`; chat: `[DONE]`
+   * after a `finish_reason`, or an error chunk). A stream that ends while this is false was cut: the
+   * translator has emitted no successful ending, and the caller must end the client's stream with an error.
+   */
+  readonly complete: boolean;
+}
+
+type Obj = Record<string, any>;
+
+const DONE: SseEvent = { data: '[DONE]' };
+
+const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+function parse(ev: SseEvent): Obj {
+  let data: unknown;
+  try {
+    data = JSON.parse(ev.data);
+  } catch {
+    data = undefined;
+  }
+  if (!isObj(data)) throw new GatewayError('provider_unavailable', 'Provider sent a malformed stream event');
+  return data;
+}
+
+/** Copies the numeric (and detail object) usage fields that are present; later events overwrite earlier ones. */
+function mergeUsage(into: Obj, u: unknown): void {
+  if (!isObj(u)) return;
+  for (const [k, v] of Object.entries(u)) if (v !== null && v !== undefined) into[k] = v;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Messages-style events → chat.completion.chunk events
+// ---------------------------------------------------------------------------------------------------
+
+interface InBlock {
+  kind: 'text' | 'thinking' | 'tool' | 'other';
+  /** For tool blocks: the chat tool_calls index, and whether any argument text was sent yet. */
+  tool?: number;
+  hasArgs?: boolean;
+}
+
+/** Anthropic-style events in → chat.completion.chunk events out, ending with a usage chunk and `[DONE]`. */
+export function messagesToChatStream(): StreamTranslator {
+  let id = '';
+  let model = '';
+  const created = Math.floor(Date.now() / 1000);
+  let tier: string | undefined;
+  let started = false;
+  let complete = false;
+  let tools = 0;
+  const blocks = new Map<number, InBlock>();
+  const usage: Obj = {};
+  let stopReason: unknown = null;
+  let stopDetails: unknown = null;
+
+  const base = (): Obj => {
+    const b: Obj = { id, object: 'chat.completion.chunk', created, model };
+    if (tier !== undefined) b.service_tier = tier;
+    return b;
+  };
+  const chunk = (delta: Obj, finish: string | null = null): SseEvent => ({
+    data: JSON.stringify({ ...base(), choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }] }),
+  });
+  /** The first chunk carries the role, as chat clients expect. */
+  const start = (out: SseEvent[]): void => {
+    if (started) return;
+    started = true;
+    out.push(chunk({ role: 'assistant', content: '' }));
+  };
+  const toolArgs = (block: InBlock, args: string): SseEvent => {
+    block.hasArgs = true;
+    return chunk({ tool_calls: [{ index: block.tool, function: { arguments: args } }] });
+  };
+
+  return {
+    get complete() {
+      return complete;
+    },
+    push(ev: SseEvent): SseEvent[] {
+      // Messages streams end with a `[DONE]` sentinel after message_stop (spec 4.1); ours comes from message_stop.
+      if (complete || ev.data === '[DONE]') return [];
+      const data = parse(ev);
+      const out: SseEvent[] = [];
+      switch (data.type ?? ev.event) {
+        case 'message_start': {
+          const m = isObj(data.message) ? data.message : {};
+          if (typeof m.id === 'string') id = m.id;
+          if (typeof m.model === 'string') model = m.model;
+          mergeUsage(usage, m.usage);
+          if (typeof m.usage?.service_tier === 'string') tier = m.usage.service_tier;
+          start(out);
+          break;
+        }
+        case 'content_block_start': {
+          start(out);
+          const cb = isObj(data.content_block) ? data.content_block : {};
+          const index = Number(data.index);
+          if (cb.type === 'text') {
+            blocks.set(index, { kind: 'text' });
+            if (typeof cb.text === 'string' && cb.text) out.push(chunk({ content: cb.text }));
+          } else if (cb.type === 'thinking') {
+            blocks.set(index, { kind: 'thinking' });
+            if (typeof cb.thinking === 'string' && cb.thinking) out.push(chunk({ reasoning: cb.thinking }));
+          } else if (cb.type === 'tool_use') {
+            const block: InBlock = { kind: 'tool', tool: tools++, hasArgs: false };
+            blocks.set(index, block);
+            // A start that already holds the whole input (no deltas follow) sends it as the arguments.
+            const args = isObj(cb.input) && Object.keys(cb.input).length > 0 ? argumentsOf(cb.input) : '';
+            block.hasArgs = args !== '';
+            out.push(chunk({ tool_calls: [{ index: block.tool, id: cb.id, type: 'function', function: { name: cb.name, arguments: args } }] }));
+          } else {
+            // redacted_thinking, server tool blocks and other types have no chat equivalent.
+            blocks.set(index, { kind: 'other' });
+          }
+          break;
+        }
+        case 'content_block_delta': {
+          start(out);
+          const block = blocks.get(Number(data.index));
+          const d = isObj(data.delta) ? data.delta : {};
+          if (d.type === 'text_delta' && typeof d.text === 'string' && d.text) out.push(chunk({ content: d.text }));
+          else if (d.type === 'thinking_delta' && typeof d.thinking === 'string' && d.thinking) out.push(chunk({ reasoning: d.thinking }));
+          else if (d.type === 'input_json_delta' && block?.kind === 'tool' && typeof d.partial_json === 'string' && d.partial_json) {
+            out.push(toolArgs(block, d.partial_json));
+          }
+          // signature_delta and citations_delta have no chat equivalent.
+          break;
+        }
+        case 'content_block_stop': {
+          const block = blocks.get(Number(data.index));
+          // A tool called without arguments still gets valid JSON arguments.
+          if (block?.kind === 'tool' && !block.hasArgs) out.push(toolArgs(block, '{}'));
+          break;
+        }
+        case 'message_delta': {
+          const d = isObj(data.delta) ? data.delta : {};
+          if (d.stop_reason != null) {
+            stopReason = d.stop_reason;
+            stopDetails = d.stop_details ?? null;
+          }
+          mergeUsage(usage, data.usage);
+          break;
+        }
+        case 'message_stop': {
+          start(out);
+          const delta = stopReason === 'refusal' ? { refusal: refusalText(stopDetails) } : {};
+          out.push(chunk(delta, finishReasonOf(stopReason)));
+          out.push({ data: JSON.stringify({ ...base(), choices: [], usage: messagesUsageToChat(usage) }) });
+          out.push(DONE);
+          complete = true;
+          break;
+        }
+        case 'error': {
+          // Spec 7.5.3: the error chunk with finish_reason "error", then the stream ends.
+          const error = messagesErrorToChat(data.error);
+          out.push({ data: JSON.stringify({ ...base(), error, choices: [{ index: 0, delta: { content: '' }, finish_reason: 'error' }] }) });
+          out.push(DONE);
+          complete = true;
+          break;
+        }
+        default:
+          // ping and event types this translation does not know are dropped.
+          break;
+      }
+      return out;
+    },
+    end: () => [],
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------
+// chat.completion.chunk events → messages-style events
+// ---------------------------------------------------------------------------------------------------
+
+interface ToolState {
+  id?: string;
+  name?: string;
+  /** The content block index once opened; -1 while the name is still unknown. */
+  block: number;
+  /** Argument text that arrived before the block could be opened. */
+  pending: string;
+}
+
+/** chat.completion.chunk events in → Anthropic-style events out (the messages rewriter adds the final `[DONE]`). */
+export function chatToMessagesStream(): StreamTranslator {
+  let started = false;
+  let complete = false;
+  let nextIndex = 0;
+  let open: { index: number; kind: 'text' | 'thinking' | 'tool' } | null = null;
+  const tools = new Map<number, ToolState>();
+  let finish: string | null = null;
+  let refusal = '';
+  let usage: Obj | null = null;
+  let tier: string | undefined;
+
+  const ev = (type: string, data: Obj): SseEvent => ({ event: type, data: JSON.stringify({ type, ...data }) });
+  const close = (out: SseEvent[]): void => {
+    if (!open) return;
+    out.push(ev('content_block_stop', { index: open.index }));
+    open = null;
+  };
+  const openBlock = (out: SseEvent[], kind: 'text' | 'thinking' | 'tool', block: Obj): number => {
+    close(out);
+    const index = nextIndex++;
+    open = { index, kind };
+    out.push(ev('content_block_start', { index, content_block: block }));
+    return index;
+  };
+  const delta = (index: number, d: Obj): SseEvent => ev('content_block_delta', { index, delta: d });
+  const openTool = (out: SseEvent[], t: ToolState): void => {
+    t.block = openBlock(out, 'tool', { type: 'tool_use', id: t.id ?? toolUseId(), name: t.name ?? '', input: {} });
+    if (t.pending) out.push(delta(t.block, { type: 'input_json_delta', partial_json: t.pending }));
+    t.pending = '';
+  };
+  const start = (out: SseEvent[], chunk: Obj): void => {
+    if (started) return;
+    started = true;
+    const message = {
+      id: chunk.id ?? '',
+      type: 'message',
+      role: 'assistant',
+      model: chunk.model ?? '',
+      content: [],
+      stop_reason: null,
+      stop_sequence: null,
+      stop_details: null,
+      usage: { input_tokens: 0, output_tokens: 0, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 },
+    };
+    out.push(ev('message_start', { message }));
+  };
+  const fail = (out: SseEvent[], error: unknown): void => {
+    out.push(ev('error', { error: chatErrorToMessages(error) }));
+    complete = true;
+  };
+  const toolCall = (out: SseEvent[], tc: Obj, position: number): void => {
+    const key = typeof tc.index === 'number' ? tc.index : position;
+    const fn = isObj(tc.function) ? tc.function : {};
+    let t = tools.get(key);
+    if (!t) {
+      t = { block: -1, pending: '' };
+      tools.set(key, t);
+    }
+    if (t.block < 0) {
+      if (typeof tc.id === 'string' && tc.id) t.id = tc.id;
+      if (typeof fn.name === 'string' && fn.name) t.name = fn.name;
+    }
+    const args = typeof fn.arguments === 'string' ? fn.arguments : '';
+    if (t.block >= 0) {
+      // Fragments of an earlier call interleaved with a later one keep their own block index.
+      if (args) out.push(delta(t.block, { type: 'input_json_delta', partial_json: args }));
+      return;
+    }
+    t.pending += args;
+    // The block opens once the name is known (some providers send the id first).
+    if (t.name) openTool(out, t);
+  };
+
+  return {
+    get complete() {
+      return complete;
+    },
+    push(input: SseEvent): SseEvent[] {
+      if (complete) return [];
+      const out: SseEvent[] = [];
+      if (input.data === '[DONE]') {
+        // Without a finish_reason the answer was cut: no successful ending is made up.
+        if (finish === null) return out;
+        const stopReason = refusal ? 'refusal' : stopReasonOf(finish);
+        const u = chatUsageToMessages(usage);
+        if (tier !== undefined) u.service_tier = tier;
+        out.push(
+          ev('message_delta', {
+            delta: { stop_reason: stopReason, stop_sequence: null, stop_details: stopReason === 'refusal' ? refusalDetails(refusal || null) : null },
+            usage: u,
+          }),
+        );
+        out.push(ev('message_stop', {}));
+        complete = true;
+        return out;
+      }
+      const chunk = parse(input);
+      if (chunk.error) {
+        fail(out, chunk.error);
+        return out;
+      }
+      start(out, chunk);
+      if (isObj(chunk.usage)) usage = chunk.usage;
+      if (typeof chunk.service_tier === 'string') tier = chunk.service_tier;
+      const choices: unknown[] = Array.isArray(chunk.choices) ? chunk.choices : [];
+      const choice = choices.find((c) => isObj(c) && (c.index ?? 0) === 0);
+      if (!isObj(choice) || finish !== null) return out;
+      const d: Obj = isObj(choice.delta) ? choice.delta : {};
+      const reasoning = reasoningOf(d);
+      if (reasoning) {
+        const index = open?.kind === 'thinking' ? open.index : openBlock(out, 'thinking', { type: 'thinking', thinking: '', signature: '' });
+        out.push(delta(index, { type: 'thinking_delta', thinking: reasoning }));
+      }
+      const text = contentText(d.content);
+      if (text) {
+        const index = open?.kind === 'text' ? open.index : openBlock(out, 'text', { type: 'text', text: '' });
+        out.push(delta(index, { type: 'text_delta', text }));
+      }
+      if (typeof d.refusal === 'string') refusal += d.refusal;
+      if (Array.isArray(d.tool_calls)) d.tool_calls.forEach((tc: unknown, i: number) => isObj(tc) && toolCall(out, tc, i));
+      else if (isObj(d.function_call)) toolCall(out, { index: 0, function: d.function_call }, 0);
+      if (choice.finish_reason === 'error') {
+        fail(out, choice.error ?? chunk.error);
+      } else if (typeof choice.finish_reason === 'string' && choice.finish_reason) {
+        // Calls whose name never arrived still get their block, so their arguments are not lost.
+        for (const t of tools.values()) if (t.block < 0) openTool(out, t);
+        close(out);
+        finish = choice.finish_reason;
+      }
+      return out;
+    },
+    end: () => [],
+  };
+}

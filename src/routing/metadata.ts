@@ -1,0 +1,35 @@
+import type { GatewayState } from '../pipeline/types';
+
+/**
+ * `gateway_metadata` for callers that send `X-Gateway-Metadata: enabled` (spec 4.1, 7.8): what was asked
+ * for, which endpoints were considered, which one answered, and every attempt on the way.
+ */
+export function routingMetadata(state: GatewayState): Record<string, unknown> {
+  const route = state.route;
+  const served = route ? state.candidates.find((c) => c.provider === route.provider && c.model === route.model) : undefined;
+  const attempts = state.attempts.map((a, i) => ({
+    attempt: i + 1,
+    provider: a.provider,
+    model: a.model,
+    outcome: a.outcome,
+    ...(a.errorType ? { error_type: a.errorType, status: a.status } : {}),
+  }));
+  const attempt = route ? state.attempts.findIndex((a) => a.outcome === 'success') + 1 : state.attempts.length;
+  const requested = typeof state.body?.model === 'string' ? state.body.model : Array.isArray(state.body?.models) ? state.body.models[0] : null;
+  return {
+    requested,
+    strategy: 'ordered',
+    region: served?.region ?? null,
+    summary: route
+      ? `served by ${route.provider} (${route.model}) on attempt ${attempt} of ${state.candidates.length} candidate endpoint(s)`
+      : `no endpoint answered after ${state.attempts.length} attempt(s)`,
+    attempt,
+    generation_time: Math.round(performance.now() - state.startedAt),
+    is_byok: route?.isByok ?? false,
+    endpoints: {
+      total: state.candidates.length,
+      available: state.candidates.map((c) => ({ provider: c.provider, model: c.model, selected: !!route && c.provider === route.provider && c.model === route.model })),
+    },
+    attempts,
+  };
+}

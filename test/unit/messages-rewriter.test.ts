@@ -1,0 +1,17 @@
+import { describe, expect, it } from 'vitest';
+import { messages } from '../../src/dialects/messages';
+
+describe('messages stream rewriter', () => {
+  it('collects usage from message_start and message_delta, reasoning tokens included, and stamps cost', () => {
+    const rw = messages.streamRewriter({ generationId: 'gen-1', model: 'gw/m', provider: 'p', isByok: false, costOf: (u) => u.outputTokens / 1000, clientWantsUsage: false });
+    const start = rw.rewrite({ event: 'message_start', data: JSON.stringify({ type: 'message_start', message: { id: 'x', model: 'u', usage: { input_tokens: 7, cache_read_input_tokens: 3, output_tokens: 1 } } }) })!;
+    expect(JSON.parse(start.data).message).toMatchObject({ id: 'gen-1', model: 'gw/m', provider: 'p' });
+    const delta = rw.rewrite({
+      event: 'message_delta',
+      data: JSON.stringify({ type: 'message_delta', delta: { stop_reason: 'end_turn' }, usage: { output_tokens: 40, output_tokens_details: { reasoning_tokens: 25 } } }),
+    })!;
+    expect(JSON.parse(delta.data).usage).toMatchObject({ output_tokens: 40, cost: 0.04, is_byok: false });
+    expect(rw.usage()).toEqual({ inputTokens: 10, outputTokens: 40, cachedTokens: 3, cacheWriteTokens: 0, reasoningTokens: 25 });
+    expect(rw.end()).toEqual([{ data: '[DONE]' }]);
+  });
+});

@@ -1,0 +1,306 @@
+import { describe, it, expect } from 'vitest';
+import { chatToMessagesResponse, DEFAULT_REFUSAL, messagesToChatResponse } from '../../src/dialects/translate/response';
+
+type Obj = Record<string, any>;
+
+function message(over: Obj = {}): Obj {
+  return {
+    id: 'msg_1',
+    type: 'message',
+    role: 'assistant',
+    model: 'claude-x',
+    content: [{ type: 'text', text: 'Hello' }],
+    stop_reason: 'end_turn',
+    stop_sequence: null,
+    stop_details: null,
+    usage: { input_tokens: 10, output_tokens: 5, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 },
+    ...over,
+  };
+}
+
+function completion(msg: Obj, finish: string, over: Obj = {}): Obj {
+  return {
+    id: 'chatcmpl-1',
+    object: 'chat.completion',
+    created: 1700000000,
+    model: 'gpt-x',
+    choices: [{ index: 0, message: { role: 'assistant', content: null, refusal: null, ...msg }, finish_reason: finish, logprobs: null }],
+    usage: { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 },
+    ...over,
+  };
+}
+
+describe('messagesToChatResponse', () => {
+  it('builds a complete chat.completion with concatenated text', () => {
+    const out = messagesToChatResponse(message({ content: [{ type: 'text', text: 'Hel' }, { type: 'text', text: 'lo' }] }));
+    expect(out).toMatchObject({ id: 'msg_1', object: 'chat.completion', model: 'claude-x' });
+    expect(typeof out.created).toBe('number');
+    expect(out.choices).toEqual([{ index: 0, message: { role: 'assistant', content: 'Hello', refusal: null }, finish_reason: 'stop', logprobs: null }]);
+    expect(out.choices[0].message).not.toHaveProperty('tool_calls');
+    expect(out.choices[0].message).not.toHaveProperty('reasoning');
+  });
+
+  it('maps parallel tool_use blocks to tool_calls with JSON arguments', () => {
+    const out = messagesToChatResponse(
+      message({
+        content: [
+          { type: 'text', text: 'Checking.' },
+          { type: 'tool_use', id: 'toolu_a', name: 'weather', input: { city: 'Paris', days: [1, 2] } },
+          { type: 'tool_use', id: 'toolu_b', name: 'time', input: {} },
+        ],
+        stop_reason: 'tool_use',
+      }),
+    );
+    const m = out.choices[0].message;
+    expect(m.content).toBe('Checking.');
+    expect(m.tool_calls).toEqual([
+      { id: 'toolu_a', type: 'function', function: { name: 'weather', arguments: '{"city":"Paris","days":[1,2]}' } },
+      { id: 'toolu_b', type: 'function', function: { name: 'time', arguments: '{}' } },
+    ]);
+    expect(out.choices[0].finish_reason).toBe('tool_calls');
+  });
+
+  it('gives null content when there are only tool calls', () => {
+    const out = messagesToChatResponse(message({ content: [{ type: 'tool_use', id: 't', name: 'f', input: { a: 1 } }], stop_reason: 'tool_use' }));
+    expect(out.choices[0].message.content).toBeNull();
+  });
+
+  it('maps thinking blocks to reasoning and drops signatures and redacted thinking', () => {
+    const out = messagesToChatResponse(
+      message({
+        content: [
+          { type: 'thinking', thinking: 'Let me think. ', signature: 'sig' },
+          { type: 'redacted_thinking', data: 'xxx' },
+          { type: 'thinking', thinking: 'Done.', signature: 'sig2' },
+          { type: 'text', text: 'Answer' },
+        ],
+        usage: { input_tokens: 3, output_tokens: 50, output_tokens_details: { thinking_tokens: 40 } },
+      }),
+    );
+    expect(out.choices[0].message.reasoning).toBe('Let me think. Done.');
+    expect(out.choices[0].message.content).toBe('Answer');
+    expect(out.usage.completion_tokens_details).toEqual({ reasoning_tokens: 40 });
+  });
+
+  it('reads reasoning_tokens as well as thinking_tokens', () => {
+    const out = messagesToChatResponse(message({ usage: { input_tokens: 1, output_tokens: 9, output_tokens_details: { reasoning_tokens: 7 } } }));
+    expect(out.usage.completion_tokens_details.reasoning_tokens).toBe(7);
+  });
+
+  it('maps a refusal to message.refusal and content_filter', () => {
+    const out = messagesToChatResponse(
+      message({ content: [], stop_reason: 'refusal', stop_details: { type: 'refusal', category: 'cyber', explanation: 'Not allowed.' } }),
+    );
+    expect(out.choices[0].finish_reason).toBe('content_filter');
+    expect(out.choices[0].message).toEqual({ role: 'assistant', content: null, refusal: 'Not allowed.' });
+    const bare = messagesToChatResponse(message({ content: [{ type: 'text', text: 'Partial' }], stop_reason: 'refusal' }));
+    expect(bare.choices[0].message).toEqual({ role: 'assistant', content: 'Partial', refusal: DEFAULT_REFUSAL });
+  });
+
+  it.each([
+    ['end_turn', 'stop'],
+    ['stop_sequence', 'stop'],
+    ['pause_turn', 'stop'],
+    ['max_tokens', 'length'],
+    ['model_context_window_exceeded', 'length'],
+    ['tool_use', 'tool_calls'],
+    ['refusal', 'content_filter'],
+    [null, 'stop'],
+  ])('stop_reason %s → finish_reason %s', (stop, finish) => {
+    expect(messagesToChatResponse(message({ stop_reason: stop })).choices[0].finish_reason).toBe(finish);
+  });
+
+  it('maps usage: prompt_tokens includes cache reads and writes', () => {
+    const out = messagesToChatResponse(
+      message({ usage: { input_tokens: 10, cache_read_input_tokens: 100, cache_creation_input_tokens: 20, output_tokens: 30, service_tier: 'priority' } }),
+    );
+    expect(out.usage).toEqual({
+      prompt_tokens: 130,
+      completion_tokens: 30,
+      total_tokens: 160,
+      prompt_tokens_details: { cached_tokens: 100, cache_write_tokens: 20 },
+      completion_tokens_details: { reasoning_tokens: 0 },
+    });
+    expect(out.service_tier).toBe('priority');
+    expect(messagesToChatResponse(message())).not.toHaveProperty('service_tier');
+  });
+
+  it('turns a messages error body into a chat error body', () => {
+    const out = messagesToChatResponse({ type: 'error', error: { type: 'overloaded_error', message: 'Busy' }, request_id: 'req_1' });
+    expect(out).toEqual({ id: 'req_1', error: { code: 503, message: 'Busy', metadata: { error_type: 'provider_overloaded' } } });
+    expect(out).not.toHaveProperty('choices');
+  });
+});
+
+describe('chatToMessagesResponse', () => {
+  it('builds a complete message with a text block', () => {
+    const out = chatToMessagesResponse(completion({ content: 'Hi there' }, 'stop'));
+    expect(out).toEqual({
+      id: 'chatcmpl-1',
+      type: 'message',
+      role: 'assistant',
+      model: 'gpt-x',
+      content: [{ type: 'text', text: 'Hi there' }],
+      stop_reason: 'end_turn',
+      stop_sequence: null,
+      stop_details: null,
+      usage: { input_tokens: 10, output_tokens: 5, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 },
+    });
+  });
+
+  it('maps parallel tool_calls to tool_use blocks (bad JSON kept under _raw, empty arguments as {})', () => {
+    const out = chatToMessagesResponse(
+      completion(
+        {
+          content: 'Let me look.',
+          tool_calls: [
+            { id: 'call_a', type: 'function', function: { name: 'weather', arguments: '{"city":"Oslo"}' } },
+            { id: 'call_b', type: 'function', function: { name: 'time', arguments: '' } },
+            { id: 'call_c', type: 'function', function: { name: 'bad', arguments: '{"x":' } },
+          ],
+        },
+        'tool_calls',
+      ),
+    );
+    expect(out.content).toEqual([
+      { type: 'text', text: 'Let me look.' },
+      { type: 'tool_use', id: 'call_a', name: 'weather', input: { city: 'Oslo' } },
+      { type: 'tool_use', id: 'call_b', name: 'time', input: {} },
+      { type: 'tool_use', id: 'call_c', name: 'bad', input: { _raw: '{"x":' } },
+    ]);
+    expect(out.stop_reason).toBe('tool_use');
+  });
+
+  it('maps a legacy function_call to a tool_use block with a generated id', () => {
+    const body = completion({ function_call: { name: 'f', arguments: '{"a":1}' } }, 'function_call');
+    const out = chatToMessagesResponse(body);
+    expect(out.content).toEqual([{ type: 'tool_use', id: expect.stringMatching(/^toolu_/), name: 'f', input: { a: 1 } }]);
+    expect(out.stop_reason).toBe('tool_use');
+    expect(body.choices[0].message).not.toHaveProperty('tool_calls');
+  });
+
+  it('maps reasoning (and reasoning_content) to a leading thinking block, with reasoning tokens', () => {
+    const out = chatToMessagesResponse(
+      completion({ content: 'Yes', reasoning: 'Because.' }, 'stop', {
+        usage: { prompt_tokens: 5, completion_tokens: 50, total_tokens: 55, completion_tokens_details: { reasoning_tokens: 42 } },
+      }),
+    );
+    expect(out.content).toEqual([
+      { type: 'thinking', thinking: 'Because.', signature: '' },
+      { type: 'text', text: 'Yes' },
+    ]);
+    expect(out.usage.output_tokens_details).toEqual({ reasoning_tokens: 42, thinking_tokens: 42 });
+    const alt = chatToMessagesResponse(completion({ content: 'Yes', reasoning_content: 'Hmm.' }, 'stop'));
+    expect(alt.content[0]).toEqual({ type: 'thinking', thinking: 'Hmm.', signature: '' });
+    expect(alt.usage).not.toHaveProperty('output_tokens_details');
+  });
+
+  it('maps message.refusal and content_filter to stop_reason refusal', () => {
+    const out = chatToMessagesResponse(completion({ refusal: "I can't help with that." }, 'stop'));
+    expect(out.stop_reason).toBe('refusal');
+    expect(out.content).toEqual([]);
+    expect(out.stop_details).toEqual({ type: 'refusal', category: null, explanation: "I can't help with that." });
+    const filtered = chatToMessagesResponse(completion({ content: 'Partial' }, 'content_filter'));
+    expect(filtered.stop_reason).toBe('refusal');
+    expect(filtered.stop_details).toEqual({ type: 'refusal', category: null, explanation: null });
+    expect(filtered.content).toEqual([{ type: 'text', text: 'Partial' }]);
+  });
+
+  it.each([
+    ['stop', 'end_turn'],
+    ['length', 'max_tokens'],
+    ['tool_calls', 'tool_use'],
+    ['function_call', 'tool_use'],
+    ['content_filter', 'refusal'],
+    ['something_new', 'end_turn'],
+  ])('finish_reason %s → stop_reason %s', (finish, stop) => {
+    const out = chatToMessagesResponse(completion({ content: 'x' }, finish));
+    expect(out.stop_reason).toBe(stop);
+    expect(out.stop_sequence).toBeNull();
+  });
+
+  it('maps usage: input_tokens excludes cached and cache-write tokens; keeps service_tier', () => {
+    const out = chatToMessagesResponse(
+      completion({ content: 'x' }, 'stop', {
+        service_tier: 'flex',
+        usage: {
+          prompt_tokens: 130,
+          completion_tokens: 30,
+          total_tokens: 160,
+          prompt_tokens_details: { cached_tokens: 100, cache_write_tokens: 20 },
+          completion_tokens_details: { reasoning_tokens: 0 },
+        },
+      }),
+    );
+    expect(out.usage).toEqual({ input_tokens: 10, output_tokens: 30, cache_creation_input_tokens: 20, cache_read_input_tokens: 100, service_tier: 'flex' });
+  });
+
+  it('takes text from content given as an array of parts', () => {
+    const out = chatToMessagesResponse(completion({ content: [{ type: 'text', text: 'A' }, { type: 'text', text: 'B' }] }, 'stop'));
+    expect(out.content).toEqual([{ type: 'text', text: 'AB' }]);
+  });
+
+  it('turns an error-only body, or a choice that ended in error, into a messages error', () => {
+    const out = chatToMessagesResponse({ id: 'gen-1', error: { code: 429, message: 'Slow down' } });
+    expect(out).toEqual({ type: 'error', error: { type: 'rate_limit_error', message: 'Slow down', error_type: 'rate_limit_exceeded' }, request_id: 'gen-1' });
+    const inChoice = completion({ content: 'partial' }, 'error');
+    inChoice.choices[0].error = { code: 502, message: 'Upstream died', metadata: { error_type: 'provider_unavailable' } };
+    expect(chatToMessagesResponse(inChoice).error).toEqual({ type: 'api_error', message: 'Upstream died', error_type: 'provider_unavailable' });
+  });
+});
+
+describe('round trips', () => {
+  it('messages → chat → messages keeps text, thinking, parallel tools, stop reason and usage', () => {
+    const original = message({
+      content: [
+        { type: 'thinking', thinking: 'Plan.', signature: '' },
+        { type: 'text', text: 'Calling two tools.' },
+        { type: 'tool_use', id: 'toolu_1', name: 'a', input: { q: 'x' } },
+        { type: 'tool_use', id: 'toolu_2', name: 'b', input: { n: 2, nested: { ok: true } } },
+      ],
+      stop_reason: 'tool_use',
+      usage: {
+        input_tokens: 7,
+        output_tokens: 90,
+        cache_creation_input_tokens: 11,
+        cache_read_input_tokens: 13,
+        output_tokens_details: { reasoning_tokens: 60, thinking_tokens: 60 },
+        service_tier: 'standard',
+      },
+    });
+    expect(chatToMessagesResponse(messagesToChatResponse(original))).toEqual(original);
+  });
+
+  it.each(['end_turn', 'max_tokens', 'tool_use', 'refusal'])('messages → chat → messages keeps stop_reason %s', (stop) => {
+    const original = message({ stop_reason: stop });
+    if (stop === 'refusal') original.stop_details = { type: 'refusal', category: null, explanation: 'No.' };
+    expect(chatToMessagesResponse(messagesToChatResponse(original))).toEqual(original);
+  });
+
+  it('chat → messages → chat keeps content, reasoning, tool calls, refusal and usage', () => {
+    const original = completion(
+      {
+        content: 'Sure.',
+        reasoning: 'Thinking it over.',
+        tool_calls: [
+          { id: 'call_1', type: 'function', function: { name: 'f', arguments: '{"a":1}' } },
+          { id: 'call_2', type: 'function', function: { name: 'g', arguments: '{"b":[true,null]}' } },
+        ],
+      },
+      'tool_calls',
+      {
+        usage: {
+          prompt_tokens: 100,
+          completion_tokens: 40,
+          total_tokens: 140,
+          prompt_tokens_details: { cached_tokens: 60, cache_write_tokens: 5 },
+          completion_tokens_details: { reasoning_tokens: 12 },
+        },
+      },
+    );
+    const back = messagesToChatResponse(chatToMessagesResponse(original));
+    expect({ ...back, created: original.created }).toEqual(original);
+    const refusal = completion({ refusal: 'No can do.' }, 'content_filter', { usage: back.usage });
+    expect({ ...messagesToChatResponse(chatToMessagesResponse(refusal)), created: refusal.created }).toEqual(refusal);
+  });
+});
