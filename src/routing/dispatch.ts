@@ -135,7 +135,10 @@ function jsonResponse(state: GatewayState, c: Candidate, reply: UpstreamReply, a
  */
 async function streamResponse(state: GatewayState, c: Candidate, reply: UpstreamReply, attempt: Span): Promise<GatewayResponse> {
   if (!reply.stream) throw new GatewayError('provider_unavailable', `Provider ${c.provider.id} did not stream`);
-  const iterator = translateStream(c.dialect, state.endpoint as Dialect, reply.events, c.provider.id)[Symbol.asyncIterator]();
+  const dialect = state.endpoint as Dialect;
+  // Same style: the provider's events go straight to the rewriter (no extra generator on the hot path).
+  const events = c.dialect === dialect ? reply.events : translateStream(c.dialect, dialect, reply.events, c.provider.id);
+  const iterator = events[Symbol.asyncIterator]();
   const first = await iterator.next();
   const rewriter = DIALECTS[state.endpoint as Dialect].streamRewriter(finishInfo(state, c));
   choose(state, c);

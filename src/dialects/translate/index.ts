@@ -31,10 +31,7 @@ export function translateResponse(from: Dialect, to: Dialect, body: Record<strin
  * stream with the in-band error of spec 7.5.
  */
 export async function* translateStream(from: Dialect, to: Dialect, events: AsyncIterable<SseEvent>, providerId: string): AsyncGenerator<SseEvent> {
-  if (from === to) {
-    yield* events;
-    return;
-  }
+  if (from === to) throw new Error('translateStream: nothing to translate between one style and itself');
   const translator = from === 'messages' ? messagesToChatStream() : chatToMessagesStream();
   for await (const ev of events) yield* translator.push(ev);
   yield* translator.end();
