@@ -8,6 +8,8 @@ import { createDispatch } from './routing/dispatch';
 import { keyInfoStage } from './routes/key';
 import { modelsStage } from './routes/models';
 import type { KeyLookup, Services } from './services';
+import type { EndpointHealth } from './routing/health';
+import type { StickyRoutes } from './routing/sticky';
 import type { LedgerWriter } from './spend/ledger';
 import type { Store } from './store/types';
 
@@ -24,6 +26,8 @@ export interface RuntimeInput {
   store: Store;
   ledger: LedgerWriter;
   keys: KeyLookup;
+  health: EndpointHealth;
+  sticky: StickyRoutes;
   tracer: Tracer;
   logger: Logger;
   hashUser(user: string): string;
@@ -42,7 +46,7 @@ export function buildRuntime(input: RuntimeInput): Runtime {
     models,
     logger: input.logger,
     tracer,
-    dispatch: createDispatch({ models, providers, tracer, hashUser: input.hashUser }),
+    dispatch: createDispatch({ models, providers, tracer, hashUser: input.hashUser, health: input.health, sticky: input.sticky, routing: config.routing }),
   };
   const build = (stageIds: readonly string[], tail?: Parameters<typeof buildPipeline>[0]['tail']) =>
     buildPipeline({ stageIds, registry, stageConfigs: config.plugins, services, tracer, tail });

@@ -14,6 +14,8 @@ import { closeUpstreamPool } from './providers/http';
 import { endpoint } from './routes/endpoint';
 import { buildRuntime, type Runtime } from './runtime';
 import type { KeyLookup } from './services';
+import { EndpointHealth } from './routing/health';
+import { StickyRoutes } from './routing/sticky';
 import { LedgerWriter } from './spend/ledger';
 import type { Store } from './store/types';
 
@@ -30,6 +32,8 @@ export interface Gateway {
   keys: KeyLookup;
   /** The batching ledger writer; `flush()` makes every finished request's row visible in the store. */
   ledger: LedgerWriter;
+  /** Per-endpoint health (circuit breakers), shared by every config generation. */
+  health: EndpointHealth;
   /** The runtime new requests get. */
   runtime(): Runtime;
   /**
@@ -55,7 +59,11 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const keys = createKeyLookup(store);
   // Batching settings are read at start (a reload keeps the writer, so no queued row is orphaned).
   const ledger = new LedgerWriter(store, logger, { flushMs: options.config.ledger.flush_ms, maxBatch: options.config.ledger.max_batch });
-  const build = (config: GatewayConfig) => buildRuntime({ config, registry, store, ledger, keys, tracer, logger, hashUser });
+  // Health and sticky sessions are learnt from traffic: a reload keeps them.
+  const { routing } = options.config;
+  const health = new EndpointHealth({ failureThreshold: routing.circuit_breaker.failure_threshold, cooldownMs: routing.circuit_breaker.cooldown_ms });
+  const sticky = new StickyRoutes(routing.sticky_ttl_ms);
+  const build = (config: GatewayConfig) => buildRuntime({ config, registry, store, ledger, keys, health, sticky, tracer, logger, hashUser });
   let current = build(options.config);
   const runtime = () => current;
 
@@ -80,17 +88,18 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   router.get('/key', endpoint({ id: 'key', style: 'standard', readsBody: false }, runtime));
   router.get('/models', endpoint({ id: 'models', style: 'standard', readsBody: false }, runtime));
   app.use(router.routes());
-  const health = new Router();
-  health.get('/healthz', (ctx) => {
+  const liveness = new Router();
+  liveness.get('/healthz', (ctx) => {
     ctx.body = { status: 'ok' };
   });
-  app.use(health.routes());
+  app.use(liveness.routes());
 
   let server: Server | undefined;
   return {
     app,
     keys,
     ledger,
+    health,
     runtime,
     reload(config) {
       const before = current.config;

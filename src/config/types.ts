@@ -15,6 +15,7 @@ export interface GatewayConfig {
   telemetry: { exporter: 'none' | 'console' | 'otlp'; endpoint?: string; service_name: string; max_queue: number };
   logging: { level: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent' };
   ledger: { flush_ms: number; max_batch: number };
+  routing: { retry_wait_max_ms: number; sticky_ttl_ms: number; circuit_breaker: { failure_threshold: number; cooldown_ms: number } };
   providers: ProviderConfig[];
   models: ModelConfig[];
   pipelines: { default: string[]; messages?: string[]; chat_completions?: string[] };
@@ -27,23 +28,31 @@ export type ProviderConfig = OpenAIProviderConfig | AnthropicProviderConfig | Si
 interface ProviderBase {
   id: string;
   region: string;
+  data_collection: 'allow' | 'deny';
 }
 
-export interface OpenAIProviderConfig extends ProviderBase {
+/** Per-attempt timeouts of an HTTP provider; unset ones fall back to `timeout_ms`. */
+interface HttpTimeouts {
+  timeout_ms: number;
+  connect_timeout_ms: number;
+  headers_timeout_ms?: number;
+  first_token_timeout_ms?: number;
+  idle_timeout_ms?: number;
+}
+
+export interface OpenAIProviderConfig extends ProviderBase, HttpTimeouts {
   kind: 'openai';
   base_url: string;
   api_key?: string;
   headers?: Record<string, string>;
-  timeout_ms: number;
 }
 
-export interface AnthropicProviderConfig extends ProviderBase {
+export interface AnthropicProviderConfig extends ProviderBase, HttpTimeouts {
   kind: 'anthropic';
   base_url: string;
   api_key?: string;
   anthropic_version: string;
   headers?: Record<string, string>;
-  timeout_ms: number;
 }
 
 export interface SimulatedProviderConfig extends ProviderBase {
@@ -66,6 +75,7 @@ export interface ModelEndpointConfig {
   provider: string;
   upstream_model: string;
   pricing: Pricing;
+  supported_parameters?: string[];
 }
 
 export interface ModelConfig {

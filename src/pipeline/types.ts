@@ -55,6 +55,10 @@ export interface GatewayState {
   requestId: string | null;
   /** performance.now() when the request arrived. */
   startedAt: number;
+  /** The sticky-routing session (`session_id`, else the `x-session-id` header). */
+  session: string | null;
+  /** Streams with `debug.echo_upstream_body`: the upstream body of each attempt, redacted. */
+  debugEchoes: unknown[];
   /** X-Gateway-Metadata: enabled (or the legacy header). */
   metadataOptIn: boolean;
   /** Aborted when the client goes away. */

@@ -1,5 +1,5 @@
 import type { AnthropicProviderConfig } from '../config/types';
-import { sendJson, upstreamTarget } from './http';
+import { sendJson, timeoutsOf, upstreamTarget } from './http';
 import type { Dialect, Provider, UpstreamCall, UpstreamReply } from './types';
 
 const DIALECTS: ReadonlySet<Dialect> = new Set(['messages']);
@@ -15,8 +15,11 @@ export function createAnthropicProvider(config: AnthropicProviderConfig): Provid
   const target = upstreamTarget(config.base_url, '/messages');
   const headers: Record<string, string> = { ...config.headers, 'anthropic-version': config.anthropic_version };
   if (config.api_key) headers['x-api-key'] = config.api_key;
+  const timeouts = timeoutsOf(config);
   return {
     id: config.id,
+    firstTokenTimeoutMs: timeouts.firstTokenMs,
+    dataCollection: config.data_collection,
     kind: 'anthropic',
     region: config.region,
     dialects: DIALECTS,
@@ -26,7 +29,7 @@ export function createAnthropicProvider(config: AnthropicProviderConfig): Provid
         const v = call.forwardHeaders?.[name];
         if (v) h[name] = v;
       }
-      return sendJson({ target, headers: h, call, timeoutMs: config.timeout_ms, providerId: config.id });
+      return sendJson({ target, headers: h, call, timeouts, providerId: config.id });
     },
   };
 }

@@ -3,8 +3,38 @@ import { GatewayError, type ErrorType } from '../errors/gateway-error';
 import { parseSse } from './sse';
 import type { UpstreamCall, UpstreamReply } from './types';
 
-/** One keep-alive connection pool per upstream origin, shared by every provider and every config reload. */
-const agent = new Agent({ keepAliveTimeout: 30_000, keepAliveMaxTimeout: 600_000, connections: 256, pipelining: 1 });
+/**
+ * Keep-alive connection pools per upstream origin, shared by every provider and every config reload; one
+ * agent per connect timeout (undici sets that per agent, the other timeouts per call).
+ */
+const agents = new Map<number, Agent>();
+function agentFor(connectTimeoutMs: number): Agent {
+  let agent = agents.get(connectTimeoutMs);
+  if (!agent) {
+    agent = new Agent({ keepAliveTimeout: 30_000, keepAliveMaxTimeout: 600_000, connections: 256, pipelining: 1, connect: { timeout: connectTimeoutMs } });
+    agents.set(connectTimeoutMs, agent);
+  }
+  return agent;
+}
+
+/** A provider's per-attempt timeouts, resolved from its config. */
+export interface Timeouts {
+  connectMs: number;
+  headersMs: number;
+  /** Streams: from response headers to the first event (enforced by routing, which owns the first event). */
+  firstTokenMs: number;
+  /** Longest gap between two body chunks. */
+  idleMs: number;
+}
+
+export function timeoutsOf(config: { timeout_ms: number; connect_timeout_ms: number; headers_timeout_ms?: number; first_token_timeout_ms?: number; idle_timeout_ms?: number }): Timeouts {
+  return {
+    connectMs: config.connect_timeout_ms,
+    headersMs: config.headers_timeout_ms ?? config.timeout_ms,
+    firstTokenMs: config.first_token_timeout_ms ?? config.timeout_ms,
+    idleMs: config.idle_timeout_ms ?? config.timeout_ms,
+  };
+}
 
 /** Where a provider's calls go, split once when the provider is built (not per request). */
 export interface UpstreamTarget {
@@ -23,7 +53,7 @@ export interface PostInput {
   headers: Record<string, string>;
   body: string;
   signal: AbortSignal;
-  timeoutMs: number;
+  timeouts: Timeouts;
   providerId: string;
 }
 
@@ -138,15 +168,15 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
 export async function postUpstream(input: PostInput): Promise<UpstreamExchange> {
   const exchange = new UpstreamExchange(input.signal);
   try {
-    agent.dispatch(
+    agentFor(input.timeouts.connectMs).dispatch(
       {
         origin: input.target.origin,
         path: input.target.path,
         method: 'POST',
         headers: { 'content-type': 'application/json', ...input.headers },
         body: input.body,
-        headersTimeout: input.timeoutMs,
-        bodyTimeout: input.timeoutMs,
+        headersTimeout: input.timeouts.headersMs,
+        bodyTimeout: input.timeouts.idleMs,
       },
       exchange,
     );
@@ -164,7 +194,7 @@ export async function sendJson(input: {
   target: UpstreamTarget;
   headers: Record<string, string>;
   call: UpstreamCall;
-  timeoutMs: number;
+  timeouts: Timeouts;
   providerId: string;
 }): Promise<UpstreamReply> {
   const { call, providerId } = input;
@@ -173,7 +203,7 @@ export async function sendJson(input: {
     headers: call.stream ? { ...input.headers, accept: 'text/event-stream' } : input.headers,
     body: JSON.stringify(call.body),
     signal: call.signal,
-    timeoutMs: input.timeoutMs,
+    timeouts: input.timeouts,
     providerId,
   });
   if (call.stream) return { stream: true, events: parseSse(upstreamBytes(exchange.bytes(), providerId)) };
@@ -208,12 +238,17 @@ function networkError(err: unknown, providerId: string): GatewayError {
     return new GatewayError('timeout', 'Request aborted', { metadata: { provider_name: providerId }, cause: err });
   }
   const timeout =
-    err instanceof undiciErrors.HeadersTimeoutError || err instanceof undiciErrors.BodyTimeoutError;
-  return new GatewayError(
-    timeout ? 'timeout' : 'provider_unavailable',
-    timeout ? `Provider ${providerId} timed out` : `Provider ${providerId} could not be reached`,
-    { metadata: { provider_name: providerId }, cause: err },
-  );
+    err instanceof undiciErrors.HeadersTimeoutError ||
+    err instanceof undiciErrors.BodyTimeoutError ||
+    err instanceof undiciErrors.ConnectTimeoutError;
+  if (timeout) return new GatewayError('timeout', `Provider ${providerId} timed out`, { metadata: { provider_name: providerId }, cause: err });
+  // Nobody listening is not a blip worth an immediate retry; a connection reset is.
+  const code = (err as { code?: string; cause?: { code?: string } })?.code ?? (err as { cause?: { code?: string } })?.cause?.code;
+  const unreachable = code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'EHOSTUNREACH' || code === 'ENETUNREACH' || code === 'EAI_AGAIN';
+  return new GatewayError('provider_unavailable', `Provider ${providerId} could not be reached`, {
+    metadata: { provider_name: providerId, ...(unreachable ? { network: 'unreachable' } : { network: 'reset' }) },
+    cause: err,
+  });
 }
 const CONTEXT_LENGTH = /context[_ ]length|maximum context|too many tokens|prompt is too long/i;
 
@@ -262,5 +297,6 @@ export function isRetryable(err: GatewayError): boolean {
 }
 
 export async function closeUpstreamPool(): Promise<void> {
-  await agent.close();
+  await Promise.all([...agents.values()].map((a) => a.close()));
+  agents.clear();
 }

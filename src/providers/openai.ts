@@ -1,5 +1,5 @@
 import type { OpenAIProviderConfig } from '../config/types';
-import { sendJson, upstreamTarget } from './http';
+import { sendJson, timeoutsOf, upstreamTarget } from './http';
 import type { Dialect, Provider, UpstreamCall, UpstreamReply } from './types';
 
 const DIALECTS: ReadonlySet<Dialect> = new Set(['chat_completions']);
@@ -13,12 +13,15 @@ export function createOpenAIProvider(config: OpenAIProviderConfig): Provider {
   const target = upstreamTarget(config.base_url, '/chat/completions');
   const headers: Record<string, string> = { ...config.headers };
   if (config.api_key) headers.authorization = `Bearer ${config.api_key}`;
+  const timeouts = timeoutsOf(config);
   return {
     id: config.id,
+    firstTokenTimeoutMs: timeouts.firstTokenMs,
+    dataCollection: config.data_collection,
     kind: 'openai',
     region: config.region,
     dialects: DIALECTS,
     send: (call: UpstreamCall): Promise<UpstreamReply> =>
-      sendJson({ target, headers, call, timeoutMs: config.timeout_ms, providerId: config.id }),
+      sendJson({ target, headers, call, timeouts, providerId: config.id }),
   };
 }

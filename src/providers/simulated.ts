@@ -14,6 +14,7 @@ const DIALECTS: ReadonlySet<Dialect> = new Set(['messages', 'chat_completions'])
 export function createSimulatedProvider(config: SimulatedProviderConfig): Provider {
   return {
     id: config.id,
+    dataCollection: config.data_collection,
     kind: 'simulated',
     region: config.region,
     dialects: DIALECTS,

@@ -26,6 +26,10 @@ export interface Provider {
   id: string;
   kind: string;
   region: string;
+  /** Whether the provider may keep or train on prompts (provider.data_collection filter). */
+  dataCollection: 'allow' | 'deny';
+  /** Streams: longest wait from response headers to the first event before the attempt fails over. */
+  firstTokenTimeoutMs?: number;
   dialects: ReadonlySet<Dialect>;
   send(call: UpstreamCall): Promise<UpstreamReply>;
 }

@@ -16,6 +16,7 @@ import type { EndpointId, GatewayContext, GatewayState, SseEvent } from '../pipe
 import { formatSse } from '../providers/sse';
 import type { Runtime } from '../runtime';
 import { routingMetadata } from '../routing/metadata';
+import { sessionOf } from '../routing/sticky';
 import { ledgerRowOf } from '../spend/ledger';
 
 export interface EndpointSpec {
@@ -186,6 +187,8 @@ function newState(spec: EndpointSpec, body: Record<string, unknown> | null, sign
     key: null,
     requestId: null,
     startedAt: performance.now(),
+    session: sessionOf(body, ctx.get('x-session-id')),
+    debugEchoes: [],
     metadataOptIn: opt.toLowerCase() === 'enabled',
     signal,
     span,

@@ -3,10 +3,15 @@ import type { ModelConfig } from '../config/types';
 import { DIALECTS, type StreamRewriter } from '../dialects';
 import { GatewayError, toGatewayError } from '../errors/gateway-error';
 import type { GatewayResponse, GatewayState, SseEvent } from '../pipeline/types';
-import { isRetryable } from '../providers/http';
 import type { Dialect, Provider, UpstreamReply } from '../providers/types';
 import { costOf } from '../spend/pricing';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { GatewayConfig } from '../config/types';
+import { nextStep } from './attempt-policy';
 import { candidatesFor, type Candidate } from './candidates';
+import type { EndpointHealth } from './health';
+import { planRoute, type ProviderPreferences } from './preferences';
+import type { StickyRoutes } from './sticky';
 import { generationId } from './generation-id';
 import { routingMetadata } from './metadata';
 import { translateRequest, translateResponse, translateStream } from '../dialects/translate';
@@ -19,58 +24,144 @@ export interface DispatchDeps {
   providers: ReadonlyMap<string, Provider>;
   tracer: Tracer;
   hashUser(user: string): string;
+  /** Endpoint health and sticky sessions outlive config reloads, so they are handed in. */
+  health: EndpointHealth;
+  sticky: StickyRoutes;
+  routing: GatewayConfig['routing'];
 }
 
 /** Sends one request upstream: candidates in order, the next one only while nothing reached the caller. */
 export type Dispatch = (state: GatewayState, forwardHeaders: Record<string, string>) => Promise<GatewayResponse>;
 
+/** Body fields that are not "parameters" for `provider.require_parameters`. */
+const NOT_PARAMETERS = new Set(['model', 'models', 'messages', 'stream', 'stream_options', 'fallbacks', 'provider', 'plugins', 'route', 'session_id', 'trace', 'debug', 'user', 'metadata', 'system', 'preset', 'usage', 'transforms']);
+
+const endpointKey = (c: Candidate) => `${c.provider.id}/${c.endpoint.upstream_model}`;
+
 /**
- * @example const dispatch = createDispatch({ models, providers, tracer, hashUser });
+ * @example const dispatch = createDispatch({ models, providers, tracer, hashUser, health, sticky, routing });
  *          state.response = await dispatch(state, { 'anthropic-beta': '…' });
  */
 export function createDispatch(deps: DispatchDeps): Dispatch {
   return async (state, forwardHeaders) => {
     const dialect = state.endpoint as Dialect;
     const body = state.body!;
-    const candidates = candidatesFor({ body, dialect, models: deps.models, providers: deps.providers });
-    state.candidates = candidates.map((c) => ({ provider: c.provider.id, model: c.model.id, region: c.provider.region }));
+    const plan = planFor(state, deps);
+    state.candidates = plan.map((c) => ({ provider: c.provider.id, model: c.model.id, region: c.provider.region }));
     state.requestId = generationId();
     state.span.setAttribute('gateway.generation_id', state.requestId);
     const stream = body.stream === true;
+    const session = state.session ? `${state.key?.id ?? ''}:${state.session}` : null;
     let last: GatewayError | undefined;
-    for (const candidate of candidates) {
-      if (state.signal.aborted) break;
-      const attempt = startAttempt(deps.tracer, state, candidate);
-      try {
-        const upstreamBody = translateRequest(
-          dialect,
-          candidate.dialect,
-          DIALECTS[dialect].upstreamBody(body, { upstreamModel: candidate.endpoint.upstream_model, hashUser: deps.hashUser }),
-          { defaultMaxTokens: candidate.model.max_output_tokens ?? DEFAULT_MAX_TOKENS },
-        );
-        const reply = await candidate.provider.send({ dialect: candidate.dialect, body: upstreamBody, stream, signal: state.signal, forwardHeaders });
-        const response = stream
-          ? await streamResponse(state, candidate, reply, attempt)
-          : jsonResponse(state, candidate, reply, attempt);
-        return response;
-      } catch (err) {
-        const e = toGatewayError(err);
-        endAttempt(attempt, e);
-        state.attempts.push({
-          provider: candidate.provider.id,
-          model: candidate.model.id,
-          upstreamModel: candidate.endpoint.upstream_model,
-          outcome: 'error',
-          errorType: e.errorType,
-          status: e.status,
-        });
-        last = e;
-        if (!isRetryable(e)) break;
+    const skipped = new Set<Candidate>();
+    for (let i = 0; i < plan.length; i++) {
+      const candidate = plan[i];
+      if (skipped.has(candidate)) continue;
+      for (let retriedSame = false; ; retriedSame = true) {
+        if (state.signal.aborted) throw new GatewayError('timeout', 'The client closed the request');
+        const attempt = startAttempt(deps.tracer, state, candidate);
+        const started = performance.now();
+        try {
+          const upstreamBody = translateRequest(
+            dialect,
+            candidate.dialect,
+            DIALECTS[dialect].upstreamBody(body, { upstreamModel: candidate.endpoint.upstream_model, hashUser: deps.hashUser }),
+            { defaultMaxTokens: candidate.model.max_output_tokens ?? DEFAULT_MAX_TOKENS },
+          );
+          if (stream && debugEcho(body)) state.debugEchoes.push(redactedEcho(upstreamBody));
+          // Streams get their own abort handle so a first-token timeout can cut this attempt alone.
+          const attemptAbort = stream ? new AbortController() : undefined;
+          const signal = attemptAbort ? AbortSignal.any([state.signal, attemptAbort.signal]) : state.signal;
+          const reply = await candidate.provider.send({ dialect: candidate.dialect, body: upstreamBody, stream, signal, forwardHeaders });
+          const response = attemptAbort ? await streamResponse(state, candidate, reply, attempt, attemptAbort) : jsonResponse(state, candidate, reply, attempt);
+          deps.health.recordSuccess(endpointKey(candidate), { latencyMs: performance.now() - started });
+          if (session) deps.sticky.remember(session, endpointKey(candidate));
+          return response;
+        } catch (err) {
+          const e = toGatewayError(err);
+          endAttempt(attempt, e);
+          state.attempts.push({ provider: candidate.provider.id, model: candidate.model.id, upstreamModel: candidate.endpoint.upstream_model, outcome: 'error', errorType: e.errorType, status: e.status });
+          last = e;
+          if (state.signal.aborted) throw new GatewayError('timeout', 'The client closed the request');
+          if (!CALLER_ERRORS.has(e.errorType)) deps.health.recordFailure(endpointKey(candidate));
+          const remaining = plan.slice(i + 1).filter((c) => !skipped.has(c));
+          const step = nextStep(e, { retriedSame, lastCandidate: remaining.length === 0, retryWaitMaxMs: deps.routing.retry_wait_max_ms });
+          if (step.kind === 'stop') throw e;
+          if (step.kind === 'retry_same' && !retriedSame) {
+            if (step.waitMs > 0) await sleep(step.waitMs, undefined, { signal: state.signal }).catch(() => undefined);
+            continue;
+          }
+          if (step.kind === 'next_model') for (const c of remaining) if (c.model.id === candidate.model.id) skipped.add(c);
+          if (step.kind === 'larger_context') {
+            const here = candidate.model.context_length ?? 0;
+            for (const c of remaining) if ((c.model.context_length ?? 0) <= here) skipped.add(c);
+          }
+          break;
+        }
       }
     }
-    if (state.signal.aborted) throw new GatewayError('timeout', 'The client closed the request');
     throw last ?? new GatewayError('provider_unavailable', 'No provider could serve the request');
   };
+}
+
+/** Errors that say nothing about the endpoint's health. */
+const CALLER_ERRORS = new Set(['invalid_request', 'invalid_prompt', 'unprocessable', 'payload_too_large', 'context_length_exceeded', 'content_policy_violation', 'refusal', 'max_tokens_exceeded', 'token_limit_exceeded', 'string_too_long']);
+
+/**
+ * The endpoints to try, in order: the request's models and their endpoints, filtered and ordered by the
+ * provider preferences and endpoint health, with the session's sticky endpoint first when it is still a
+ * healthy candidate and the caller set no explicit `provider.order`.
+ */
+function planFor(state: GatewayState, deps: DispatchDeps): Candidate[] {
+  const body = state.body!;
+  const candidates = candidatesFor({ body, dialect: state.endpoint as Dialect, models: deps.models, providers: deps.providers });
+  const preferences = preferencesOf(body);
+  const plan = planRoute({
+    candidates,
+    preferences,
+    health: deps.health,
+    keyOf: endpointKey,
+    facts: (c) => ({
+      provider: c.provider.id,
+      model: c.model.id,
+      region: c.provider.region,
+      pricing: { prompt: c.endpoint.pricing.prompt, completion: c.endpoint.pricing.completion, request: c.endpoint.pricing.request },
+      dataCollection: c.provider.dataCollection,
+      supportedParameters: c.endpoint.supported_parameters,
+    }),
+    requestedParameters: Object.keys(body).filter((k) => !NOT_PARAMETERS.has(k)),
+    allowedRegions: state.key?.allowedDataRegions ?? [],
+  });
+  if (!state.session || preferences?.order) return plan;
+  const stuck = deps.sticky.lookup(`${state.key?.id ?? ''}:${state.session}`);
+  const index = stuck === undefined ? -1 : plan.findIndex((c) => endpointKey(c) === stuck);
+  if (index <= 0 || deps.health.state(stuck!) === 'open') return plan;
+  return [plan[index], ...plan.slice(0, index), ...plan.slice(index + 1)];
+}
+
+/** `provider` preferences, with the deprecated `route` mapped onto the sort partition (spec 4.2). */
+function preferencesOf(body: Record<string, unknown>): ProviderPreferences | undefined {
+  const prefs = body.provider && typeof body.provider === 'object' ? ({ ...(body.provider as ProviderPreferences) }) : undefined;
+  const route = body.route;
+  if (prefs && typeof prefs.sort === 'string' && (route === 'fallback' || route === 'sort')) {
+    prefs.sort = { by: prefs.sort, partition: route === 'sort' ? 'none' : 'model' };
+  }
+  return prefs;
+}
+
+function debugEcho(body: Record<string, unknown>): boolean {
+  return (body.debug as { echo_upstream_body?: unknown } | undefined)?.echo_upstream_body === true;
+}
+
+const SECRET_KEY = /^(api[_-]?key|x-api-key|authorization|secret|password|access[_-]?token|client[_-]?secret)$/i;
+
+/** The upstream body for the debug echo, with anything that looks like a credential replaced. */
+function redactedEcho(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(redactedEcho);
+  if (!value || typeof value !== 'object') return value;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value)) out[k] = SECRET_KEY.test(k) ? '[redacted]' : redactedEcho(v);
+  return out;
 }
 
 function startAttempt(tracer: Tracer, state: GatewayState, c: Candidate): Span {
@@ -133,16 +224,53 @@ function jsonResponse(state: GatewayState, c: Candidate, reply: UpstreamReply, a
  * Waits for the first event before committing to this endpoint, so a provider that fails before any
  * output still lets the next candidate be tried (spec 7.5.2).
  */
-async function streamResponse(state: GatewayState, c: Candidate, reply: UpstreamReply, attempt: Span): Promise<GatewayResponse> {
+async function streamResponse(state: GatewayState, c: Candidate, reply: UpstreamReply, attempt: Span, attemptAbort: AbortController): Promise<GatewayResponse> {
   if (!reply.stream) throw new GatewayError('provider_unavailable', `Provider ${c.provider.id} did not stream`);
   const dialect = state.endpoint as Dialect;
   // Same style: the provider's events go straight to the rewriter (no extra generator on the hot path).
   const events = c.dialect === dialect ? reply.events : translateStream(c.dialect, dialect, reply.events, c.provider.id);
   const iterator = events[Symbol.asyncIterator]();
-  const first = await iterator.next();
-  const rewriter = DIALECTS[state.endpoint as Dialect].streamRewriter(finishInfo(state, c));
+  const first = await firstEvent(iterator, c, attemptAbort);
+  const rewriter = DIALECTS[dialect].streamRewriter(finishInfo(state, c));
   choose(state, c);
-  return { kind: 'sse', status: 200, events: relay(state, iterator, first, rewriter, attempt) };
+  const debug = dialect === 'chat_completions' ? debugChunks(state, c) : [];
+  return { kind: 'sse', status: 200, events: relay(state, iterator, first, rewriter, attempt, debug) };
+}
+
+/**
+ * The first event, or a timeout after the provider's first-token limit. On timeout this attempt's upstream
+ * call is aborted (a silent upstream costs one timeout, never several).
+ */
+async function firstEvent(iterator: AsyncIterator<SseEvent>, c: Candidate, attemptAbort: AbortController): Promise<IteratorResult<SseEvent>> {
+  const limit = c.provider.firstTokenTimeoutMs;
+  if (!limit) return iterator.next();
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new GatewayError('timeout', `Provider ${c.provider.id} sent no output within ${limit} ms`, { metadata: { provider_name: c.provider.id } })), limit);
+  });
+  try {
+    return await Promise.race([iterator.next(), timedOut]);
+  } catch (err) {
+    attemptAbort.abort();
+    throw err;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Spec 6.1.3: one debug chunk per attempted provider, before the answer (chat style, streaming only). */
+function debugChunks(state: GatewayState, c: Candidate): SseEvent[] {
+  return state.debugEchoes.map((echo) => ({
+    data: JSON.stringify({
+      id: state.requestId,
+      object: 'chat.completion.chunk',
+      created: Math.floor(Date.now() / 1000),
+      model: c.model.id,
+      provider: c.provider.id,
+      choices: [],
+      debug: { echo_upstream_body: echo },
+    }),
+  }));
 }
 
 async function* relay(
@@ -151,10 +279,12 @@ async function* relay(
   first: IteratorResult<SseEvent>,
   rewriter: StreamRewriter,
   attempt: Span,
+  before: SseEvent[],
 ): AsyncGenerator<SseEvent> {
   let failure: GatewayError | undefined;
   let completed = false;
   try {
+    yield* before;
     for (let r = first; !r.done; r = await iterator.next()) {
       const out = rewriter.rewrite(r.value);
       if (out) yield out;

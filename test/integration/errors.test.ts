@@ -136,11 +136,15 @@ describe('upstream errors are classified once (spec 7.4)', () => {
   ];
   for (const [upstreamStatus, errorType, status, messagesType] of cases) {
     it(`upstream ${upstreamStatus} → ${status} ${errorType}`, async () => {
-      upstream.faults.push({ kind: 'status', status: upstreamStatus, body: { error: { message: 'upstream says no' } } });
+      // A transient 500 is retried once on the same endpoint, so it has to happen twice to reach the caller.
+      const fail = () => {
+        for (let i = 0; i < (upstreamStatus === 500 ? 2 : 1); i++) upstream.faults.push({ kind: 'status', status: upstreamStatus, body: { error: { message: 'upstream says no' } } });
+      };
+      fail();
       const res = await chat(gw.key, { ...chatBody, model: 'fake/gpt' });
       expectStandard(res, status, errorType);
       expect(res.json.error.metadata.provider_code).toBe(upstreamStatus);
-      upstream.faults.push({ kind: 'status', status: upstreamStatus, body: { error: { message: 'upstream says no' } } });
+      fail();
       const m = await messages(gw.key, { ...msgBody, model: 'fake/claude' });
       // Messages style answers an overloaded provider with 529 (spec 7.2).
       expectMessages(m, upstreamStatus === 503 ? 529 : status, messagesType, errorType, 'gen');
@@ -167,8 +171,16 @@ describe('upstream errors are classified once (spec 7.4)', () => {
     expect(res.json.provider).toBe('fake-openai');
   });
 
-  it('a stream whose provider fails before any output is answered with a real error status', async () => {
+  it('retries a transient 500 once on the same endpoint', async () => {
+    const before = upstream.received.length;
     upstream.faults.push({ kind: 'status', status: 500 });
+    const res = await chat(gw.key, { ...chatBody, model: 'fake/gpt' });
+    expect(res.status).toBe(200);
+    expect(upstream.received.length - before).toBe(2);
+  });
+
+  it('a stream whose provider fails before any output is answered with a real error status', async () => {
+    upstream.faults.push({ kind: 'status', status: 500 }, { kind: 'status', status: 500 });
     const res = await chat(gw.key, { ...chatBody, model: 'fake/gpt', stream: true });
     expectStandard(res, 502, 'provider_unavailable');
   });

@@ -51,11 +51,11 @@ describe('X-Gateway-Metadata', () => {
   });
 
   it('accepts the legacy header and adds the metadata to errors after routing', async () => {
-    upstream.faults.push({ kind: 'status', status: 500 });
+    upstream.faults.push({ kind: 'status', status: 503 });
     const res = await post(`${gw.url}/messages`, gw.key, { model: 'fake/claude', max_tokens: 8, messages: [{ role: 'user', content: 'x' }] }, { 'x-gateway-experimental-metadata': 'enabled' });
-    expect(res.status).toBe(502);
+    expect(res.status).toBe(529);
     expect(res.json.request_id).toMatch(/^gen-/);
     expect(res.json.gateway_metadata).toMatchObject({ requested: 'fake/claude', attempt: 1, endpoints: { total: 1 } });
-    expect(res.json.gateway_metadata.attempts[0]).toMatchObject({ outcome: 'error', error_type: 'provider_unavailable' });
+    expect(res.json.gateway_metadata.attempts[0]).toMatchObject({ outcome: 'error', error_type: 'provider_overloaded' });
   });
 });

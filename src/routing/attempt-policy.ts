@@ -1,0 +1,73 @@
+import type { GatewayError } from '../errors/gateway-error';
+
+/** What routing does after a failed attempt (nothing has reached the caller yet). */
+export type NextStep =
+  | { kind: 'retry_same'; waitMs: number }
+  | { kind: 'next_endpoint' }
+  | { kind: 'next_model' }
+  | { kind: 'larger_context' }
+  | { kind: 'stop' };
+
+export interface PolicyContext {
+  /** This endpoint was already retried once for this request. */
+  retriedSame: boolean;
+  /** No other candidate endpoint is left after this one. */
+  lastCandidate: boolean;
+  /** Longest Retry-After worth waiting out (routing.retry_wait_max_ms). */
+  retryWaitMaxMs: number;
+}
+
+/** Retry-After in milliseconds: delta-seconds or an HTTP date; null when absent or unreadable. */
+export function retryAfterMs(value: string | undefined, now = Date.now()): number | null {
+  if (!value) return null;
+  if (/^\d+(\.\d+)?$/.test(value.trim())) return Math.round(Number(value) * 1000);
+  const at = Date.parse(value);
+  return Number.isNaN(at) ? null : Math.max(0, at - now);
+}
+
+/**
+ * The attempt policy, per error class:
+ * - a caller mistake (`invalid_request`, `unprocessable`, `payload_too_large`) is never retried;
+ * - `context_length_exceeded` skips to a model with a larger context;
+ * - `content_policy_violation` and `refusal` are not retried on the same model;
+ * - a transient upstream 5xx or a connection failure before headers is retried once on the same endpoint;
+ * - 429 and overload fail over; when no other endpoint is left and the provider's Retry-After is within
+ *   `retryWaitMaxMs`, it is waited out and the same endpoint is tried once more;
+ * - a timeout fails over at once (a silent upstream costs one timeout, never several).
+ *
+ * @example nextStep(err, { retriedSame: false, lastCandidate: true, retryWaitMaxMs: 2000 })
+ */
+export function nextStep(err: GatewayError, ctx: PolicyContext): NextStep {
+  switch (err.errorType) {
+    case 'invalid_request':
+    case 'invalid_prompt':
+    case 'unprocessable':
+    case 'payload_too_large':
+    case 'max_tokens_exceeded':
+    case 'token_limit_exceeded':
+    case 'string_too_long':
+      return { kind: 'stop' };
+    case 'context_length_exceeded':
+      return { kind: 'larger_context' };
+    case 'content_policy_violation':
+    case 'refusal':
+      return { kind: 'next_model' };
+    case 'timeout':
+      return { kind: 'next_endpoint' };
+    case 'rate_limit_exceeded':
+    case 'provider_overloaded': {
+      const wait = retryAfterMs(err.headers?.['retry-after']);
+      if (ctx.lastCandidate && !ctx.retriedSame && wait !== null && wait <= ctx.retryWaitMaxMs) return { kind: 'retry_same', waitMs: wait };
+      return { kind: 'next_endpoint' };
+    }
+    case 'provider_unavailable': {
+      const code = err.metadata?.provider_code;
+      // A reset connection or an upstream 500/502 is transient; a refused connection is not (fail over).
+      const transient = code === 500 || code === 502 || (code === undefined && err.metadata?.network === 'reset');
+      if (transient && !ctx.retriedSame) return { kind: 'retry_same', waitMs: 0 };
+      return { kind: 'next_endpoint' };
+    }
+    default:
+      return { kind: 'next_endpoint' };
+  }
+}

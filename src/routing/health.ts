@@ -1,0 +1,138 @@
+/**
+ * Per-endpoint health, in-process: a circuit breaker and EWMA latency/throughput per endpoint.
+ *
+ * Keys are `${providerId}/${upstreamModel}`. Time is always passed in (default `Date.now()`), and there are no
+ * timers: the breaker moves from open to half-open when it is next asked after the cooldown.
+ *
+ * - closed: the endpoint is fine (fewer than `failureThreshold` failures in a row).
+ * - open: it failed `failureThreshold` times in a row and its cooldown is still running; it is not tried.
+ * - half_open: the cooldown is over; `tryAcquire` grants one probe. The probe's success closes the breaker, its
+ *   failure reopens it for another cooldown. A probe that never reports back (caller gone) expires after one
+ *   cooldown, so the endpoint cannot be locked out for ever.
+ *
+ * @example
+ *   const h = new EndpointHealth({ failureThreshold: 3, cooldownMs: 30_000 });
+ *   if (h.tryAcquire('acme/gpt-x', now)) { ...; ok ? h.recordSuccess(key, { latencyMs: 120 }) : h.recordFailure(key, now); }
+ */
+
+export interface HealthOptions {
+  failureThreshold: number;
+  cooldownMs: number;
+}
+
+export type BreakerState = 'closed' | 'open' | 'half_open';
+
+export const DEFAULT_HEALTH_OPTIONS: HealthOptions = { failureThreshold: 3, cooldownMs: 30_000 };
+
+/** Weight of the newest sample in the moving averages. */
+export const EWMA_ALPHA = 0.3;
+
+interface Entry {
+  /** Consecutive failures since the last success. */
+  failures: number;
+  /** While the breaker is open or half-open: the instant the cooldown ends. null = closed. */
+  openUntil: number | null;
+  /** Instant a half-open probe was granted; null when no probe is out. */
+  probeSince: number | null;
+  latencyMs: number | null;
+  throughput: number | null;
+}
+
+function ewma(prev: number | null, sample: number): number {
+  return prev === null ? sample : prev + EWMA_ALPHA * (sample - prev);
+}
+
+export class EndpointHealth {
+  readonly options: HealthOptions;
+  private readonly entries = new Map<string, Entry>();
+
+  constructor(options: Partial<HealthOptions> = {}) {
+    const failureThreshold = options.failureThreshold ?? DEFAULT_HEALTH_OPTIONS.failureThreshold;
+    const cooldownMs = options.cooldownMs ?? DEFAULT_HEALTH_OPTIONS.cooldownMs;
+    if (!Number.isInteger(failureThreshold) || failureThreshold < 1) {
+      throw new RangeError(`failureThreshold must be an integer >= 1 (got ${failureThreshold})`);
+    }
+    if (!Number.isFinite(cooldownMs) || cooldownMs < 0) {
+      throw new RangeError(`cooldownMs must be a finite number >= 0 (got ${cooldownMs})`);
+    }
+    this.options = { failureThreshold, cooldownMs };
+  }
+
+  /** closed: fine; open: failed `failureThreshold` times in a row and still cooling down; half_open: cooldown over, one probe allowed. */
+  state(key: string, now: number = Date.now()): BreakerState {
+    const e = this.entries.get(key);
+    if (!e || e.openUntil === null) return 'closed';
+    return now < e.openUntil ? 'open' : 'half_open';
+  }
+
+  /** True when the endpoint may be tried now; in half_open only the first caller gets true until that probe reports back. */
+  tryAcquire(key: string, now: number = Date.now()): boolean {
+    const state = this.state(key, now);
+    if (state === 'closed') return true;
+    if (state === 'open') return false;
+    const e = this.entries.get(key)!;
+    // A probe whose caller vanished without reporting expires after one cooldown.
+    if (e.probeSince !== null && now - e.probeSince < Math.max(this.options.cooldownMs, 1)) return false;
+    e.probeSince = now;
+    return true;
+  }
+
+  /** Closes the breaker and folds the sample into the EWMA latency (time to first byte) and throughput (tokens/s). */
+  recordSuccess(key: string, sample: { latencyMs?: number; outputTokens?: number; durationMs?: number } = {}): void {
+    const e = this.entry(key);
+    e.failures = 0;
+    e.openUntil = null;
+    e.probeSince = null;
+    const { latencyMs, outputTokens, durationMs } = sample;
+    if (typeof latencyMs === 'number' && Number.isFinite(latencyMs) && latencyMs >= 0) {
+      e.latencyMs = ewma(e.latencyMs, latencyMs);
+    }
+    if (
+      typeof outputTokens === 'number' &&
+      typeof durationMs === 'number' &&
+      Number.isFinite(outputTokens) &&
+      Number.isFinite(durationMs) &&
+      outputTokens > 0 &&
+      durationMs > 0
+    ) {
+      e.throughput = ewma(e.throughput, outputTokens / (durationMs / 1000));
+    }
+  }
+
+  /**
+   * Counts a failure. The `failureThreshold`-th failure in a row opens the breaker for `cooldownMs`; a failed
+   * half-open probe reopens it for another cooldown. Failures reported while already open (requests that were
+   * in flight when it opened) do not extend the cooldown.
+   */
+  recordFailure(key: string, now: number = Date.now()): void {
+    const e = this.entry(key);
+    const state = this.state(key, now);
+    e.failures += 1;
+    if (state === 'half_open' || (state === 'closed' && e.failures >= this.options.failureThreshold)) {
+      e.openUntil = now + this.options.cooldownMs;
+      e.probeSince = null;
+    }
+  }
+
+  /** EWMA time to first byte (ms) and throughput (output tokens/s); null until a sample arrived. */
+  stats(key: string): { latencyMs: number | null; throughput: number | null } {
+    const e = this.entries.get(key);
+    return { latencyMs: e?.latencyMs ?? null, throughput: e?.throughput ?? null };
+  }
+
+  /** Every endpoint seen so far, with its breaker state now and its consecutive failures. */
+  snapshot(now: number = Date.now()): Record<string, { state: BreakerState; failures: number }> {
+    const out: Record<string, { state: BreakerState; failures: number }> = {};
+    for (const [key, e] of this.entries) out[key] = { state: this.state(key, now), failures: e.failures };
+    return out;
+  }
+
+  private entry(key: string): Entry {
+    let e = this.entries.get(key);
+    if (!e) {
+      e = { failures: 0, openUntil: null, probeSince: null, latencyMs: null, throughput: null };
+      this.entries.set(key, e);
+    }
+    return e;
+  }
+}

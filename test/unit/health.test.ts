@@ -1,0 +1,149 @@
+import { describe, expect, it } from 'vitest';
+import { DEFAULT_HEALTH_OPTIONS, EndpointHealth, EWMA_ALPHA } from '../../src/routing/health';
+
+const K = 'acme/model-x';
+const T0 = 1_000_000;
+
+function failTimes(h: EndpointHealth, n: number, now = T0, key = K) {
+  for (let i = 0; i < n; i++) h.recordFailure(key, now);
+}
+
+describe('EndpointHealth breaker', () => {
+  it('defaults to a threshold of 3 and a cooldown of 30 s', () => {
+    expect(DEFAULT_HEALTH_OPTIONS).toEqual({ failureThreshold: 3, cooldownMs: 30_000 });
+    const h = new EndpointHealth();
+    expect(h.options).toEqual({ failureThreshold: 3, cooldownMs: 30_000 });
+    failTimes(h, 2);
+    expect(h.state(K, T0)).toBe('closed');
+    h.recordFailure(K, T0);
+    expect(h.state(K, T0 + 29_999)).toBe('open');
+    expect(h.state(K, T0 + 30_000)).toBe('half_open');
+  });
+
+  it('rejects nonsensical options', () => {
+    expect(() => new EndpointHealth({ failureThreshold: 0 })).toThrow(RangeError);
+    expect(() => new EndpointHealth({ cooldownMs: -1 })).toThrow(RangeError);
+  });
+
+  it('an unknown endpoint is closed and may be tried', () => {
+    const h = new EndpointHealth();
+    expect(h.state('never/seen', T0)).toBe('closed');
+    expect(h.tryAcquire('never/seen', T0)).toBe(true);
+    expect(h.stats('never/seen')).toEqual({ latencyMs: null, throughput: null });
+  });
+
+  it('opens only after failureThreshold failures in a row; a success resets the count', () => {
+    const h = new EndpointHealth({ failureThreshold: 2, cooldownMs: 1000 });
+    h.recordFailure(K, T0);
+    h.recordSuccess(K);
+    h.recordFailure(K, T0);
+    expect(h.state(K, T0)).toBe('closed');
+    expect(h.tryAcquire(K, T0)).toBe(true);
+    h.recordFailure(K, T0 + 10);
+    expect(h.state(K, T0 + 10)).toBe('open');
+    expect(h.tryAcquire(K, T0 + 10)).toBe(false);
+    expect(h.tryAcquire(K, T0 + 1009)).toBe(false);
+  });
+
+  it('half-open lets exactly one probe through until it reports back', () => {
+    const h = new EndpointHealth({ failureThreshold: 1, cooldownMs: 1000 });
+    h.recordFailure(K, T0);
+    const t = T0 + 1000;
+    expect(h.state(K, t)).toBe('half_open');
+    expect(h.tryAcquire(K, t)).toBe(true);
+    expect(h.tryAcquire(K, t)).toBe(false);
+    expect(h.tryAcquire(K, t + 500)).toBe(false);
+    expect(h.state(K, t + 500)).toBe('half_open');
+    h.recordSuccess(K, { latencyMs: 50 });
+    expect(h.state(K, t + 500)).toBe('closed');
+    expect(h.tryAcquire(K, t + 500)).toBe(true);
+    expect(h.tryAcquire(K, t + 500)).toBe(true);
+  });
+
+  it('a failed half-open probe reopens the breaker for another full cooldown', () => {
+    const h = new EndpointHealth({ failureThreshold: 3, cooldownMs: 1000 });
+    failTimes(h, 3);
+    const t = T0 + 1500;
+    expect(h.tryAcquire(K, t)).toBe(true);
+    h.recordFailure(K, t);
+    expect(h.state(K, t)).toBe('open');
+    expect(h.state(K, t + 999)).toBe('open');
+    expect(h.tryAcquire(K, t + 999)).toBe(false);
+    expect(h.state(K, t + 1000)).toBe('half_open');
+    expect(h.tryAcquire(K, t + 1000)).toBe(true);
+  });
+
+  it('failures reported while open do not extend the cooldown', () => {
+    const h = new EndpointHealth({ failureThreshold: 1, cooldownMs: 1000 });
+    h.recordFailure(K, T0);
+    h.recordFailure(K, T0 + 900); // a request that was already in flight
+    expect(h.state(K, T0 + 1000)).toBe('half_open');
+  });
+
+  it('a probe that never reports back expires after one cooldown', () => {
+    const h = new EndpointHealth({ failureThreshold: 1, cooldownMs: 1000 });
+    h.recordFailure(K, T0);
+    expect(h.tryAcquire(K, T0 + 1000)).toBe(true);
+    expect(h.tryAcquire(K, T0 + 1999)).toBe(false);
+    expect(h.tryAcquire(K, T0 + 2000)).toBe(true);
+    expect(h.tryAcquire(K, T0 + 2001)).toBe(false);
+  });
+
+  it('keeps endpoints apart', () => {
+    const h = new EndpointHealth({ failureThreshold: 1, cooldownMs: 1000 });
+    h.recordFailure('a/m', T0);
+    expect(h.state('a/m', T0)).toBe('open');
+    expect(h.state('b/m', T0)).toBe('closed');
+    expect(h.tryAcquire('b/m', T0)).toBe(true);
+  });
+
+  it('snapshot lists every endpoint seen with its state and consecutive failures', () => {
+    const h = new EndpointHealth({ failureThreshold: 2, cooldownMs: 1000 });
+    failTimes(h, 2, T0, 'a/m');
+    h.recordFailure('b/m', T0);
+    h.recordSuccess('c/m');
+    expect(h.snapshot(T0 + 1)).toEqual({
+      'a/m': { state: 'open', failures: 2 },
+      'b/m': { state: 'closed', failures: 1 },
+      'c/m': { state: 'closed', failures: 0 },
+    });
+    expect(h.snapshot(T0 + 1000)['a/m']).toEqual({ state: 'half_open', failures: 2 });
+  });
+});
+
+describe('EndpointHealth stats', () => {
+  it('keeps an EWMA of latency, seeded by the first sample', () => {
+    const h = new EndpointHealth();
+    h.recordSuccess(K, { latencyMs: 100 });
+    expect(h.stats(K).latencyMs).toBe(100);
+    h.recordSuccess(K, { latencyMs: 200 });
+    expect(h.stats(K).latencyMs).toBeCloseTo(100 + EWMA_ALPHA * 100, 9);
+    expect(EWMA_ALPHA).toBe(0.3);
+    expect(h.stats(K).latencyMs).toBeCloseTo(130, 9);
+  });
+
+  it('keeps an EWMA of throughput in tokens per second', () => {
+    const h = new EndpointHealth();
+    h.recordSuccess(K, { outputTokens: 100, durationMs: 2000 });
+    expect(h.stats(K)).toEqual({ latencyMs: null, throughput: 50 });
+    h.recordSuccess(K, { outputTokens: 300, durationMs: 2000 }); // 150 tok/s
+    expect(h.stats(K).throughput).toBeCloseTo(50 + 0.3 * 100, 9);
+  });
+
+  it('ignores samples that cannot be measured', () => {
+    const h = new EndpointHealth();
+    h.recordSuccess(K, { latencyMs: 80, outputTokens: 0, durationMs: 1000 });
+    h.recordSuccess(K, { outputTokens: 10, durationMs: 0 });
+    h.recordSuccess(K, { outputTokens: 10 });
+    h.recordSuccess(K, { latencyMs: Number.NaN });
+    h.recordSuccess(K, { latencyMs: -5 });
+    expect(h.stats(K)).toEqual({ latencyMs: 80, throughput: null });
+  });
+
+  it('failures leave the measurements alone', () => {
+    const h = new EndpointHealth({ failureThreshold: 1 });
+    h.recordSuccess(K, { latencyMs: 40, outputTokens: 10, durationMs: 1000 });
+    h.recordFailure(K, T0);
+    expect(h.stats(K)).toEqual({ latencyMs: 40, throughput: 10 });
+  });
+});
