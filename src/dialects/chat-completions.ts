@@ -1,4 +1,4 @@
-import type { GatewayError } from '../errors/gateway-error';
+import { GatewayError } from '../errors/gateway-error';
 import type { NormalizedUsage, SseEvent } from '../pipeline/types';
 import { DONE } from '../providers/sse';
 import { num, stripGatewayFields } from './common';
@@ -66,6 +66,7 @@ export const chatCompletions: DialectAdapter = {
     let usage: NormalizedUsage | null = null;
     let cost: number | null = null;
     let done = false;
+    let finished = false; // a choice reported its finish_reason
     let failed = false;
     let created = Math.floor(Date.now() / 1000);
     const stamp = { id: JSON.stringify(info.generationId), model: JSON.stringify(info.model), provider: JSON.stringify(info.provider) };
@@ -78,14 +79,19 @@ export const chatCompletions: DialectAdapter = {
         // Content chunks (nearly all of a stream) take the string path; usage and error chunks are parsed.
         if (!ev.data.includes('"usage"') && !ev.data.includes('"error"')) {
           const fast = stampChunk(ev.data, stamp);
-          if (fast !== null) return { data: fast };
+          if (fast !== null) {
+            if (!finished && ev.data.includes('"finish_reason":"')) finished = true;
+            return { data: fast };
+          }
         }
         let chunk: Record<string, any>;
         try {
           chunk = JSON.parse(ev.data);
         } catch {
-          return null; // not JSON: nothing a chat client could use
+          // A chunk that cannot be read may have carried content: the stream fails rather than skip it.
+          throw new GatewayError('provider_unavailable', `Provider ${info.provider} sent a malformed stream chunk`, { metadata: { provider_name: info.provider } });
         }
+        if (Array.isArray(chunk.choices) && chunk.choices.some((c: { finish_reason?: unknown }) => typeof c?.finish_reason === 'string')) finished = true;
         chunk.id = info.generationId;
         chunk.model = info.model;
         chunk.provider = info.provider;
@@ -120,7 +126,13 @@ export const chatCompletions: DialectAdapter = {
         done = true;
         return [{ data: JSON.stringify(chunk) }, DONE];
       },
-      end: () => (done ? [] : [DONE]),
+      // Spec 7.5: a stream that stops before any finish_reason never looks like a successful end; one
+      // that finished but left out `[DONE]` gets it.
+      end() {
+        if (done) return [];
+        if (finished) return [DONE];
+        return this.failure(new GatewayError('provider_unavailable', `Provider ${info.provider} ended the stream before it was complete`, { metadata: { provider_name: info.provider } }));
+      },
       usage: () => usage,
       cost: () => cost,
       failed: () => failed,

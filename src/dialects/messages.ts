@@ -1,5 +1,5 @@
 import { messagesErrorType } from '../errors/envelope';
-import type { GatewayError } from '../errors/gateway-error';
+import { GatewayError } from '../errors/gateway-error';
 import type { NormalizedUsage, SseEvent } from '../pipeline/types';
 import { DONE } from '../providers/sse';
 import { num, stripGatewayFields } from './common';
@@ -47,7 +47,15 @@ export const messages: DialectAdapter = {
     let haveUsage = false;
     let failed = false;
     let ended = false;
+    let stopped = false; // message_stop seen
     let reasoning = 0;
+    const read = (data: string) => {
+      try {
+        return JSON.parse(data);
+      } catch {
+        throw new GatewayError('provider_unavailable', `Provider ${info.provider} sent a malformed stream event`, { metadata: { provider_name: info.provider } });
+      }
+    };
     const current = () => (haveUsage ? messagesUsage({ ...seen, output_tokens_details: { reasoning_tokens: reasoning } }) : null);
     const take = (u: Record<string, any> | undefined) => {
       if (!u) return;
@@ -64,7 +72,7 @@ export const messages: DialectAdapter = {
         }
         switch (ev.event) {
           case 'message_start': {
-            const data = JSON.parse(ev.data);
+            const data = read(ev.data);
             data.message.id = info.generationId;
             data.message.model = info.model;
             data.message.provider = info.provider;
@@ -72,7 +80,7 @@ export const messages: DialectAdapter = {
             return { event: ev.event, data: JSON.stringify(data) };
           }
           case 'message_delta': {
-            const data = JSON.parse(ev.data);
+            const data = read(ev.data);
             take(data.usage);
             const usage = current();
             if (usage) data.usage = { ...data.usage, cost: info.costOf(usage), is_byok: info.isByok };
@@ -80,6 +88,9 @@ export const messages: DialectAdapter = {
           }
           case 'error':
             failed = true;
+            return ev;
+          case 'message_stop':
+            stopped = true;
             return ev;
           default:
             return ev;
@@ -92,8 +103,13 @@ export const messages: DialectAdapter = {
         const data = { type: 'error', error: { type: messagesErrorType(err.errorType), message, error_type: err.errorType } };
         return [{ event: 'error', data: JSON.stringify(data) }, DONE];
       },
-      // Spec 4.1: a messages stream ends with the `[DONE]` sentinel after message_stop.
-      end: () => (ended ? [] : [DONE]),
+      // Spec 4.1: a messages stream ends with the `[DONE]` sentinel after message_stop. Without
+      // message_stop the provider stopped early: that ends with the in-band error, never a clean end.
+      end() {
+        if (ended) return [];
+        if (stopped) return [DONE];
+        return this.failure(new GatewayError('provider_unavailable', `Provider ${info.provider} ended the stream before it was complete`, { metadata: { provider_name: info.provider } }));
+      },
       usage: current,
       cost: () => {
         const u = current();

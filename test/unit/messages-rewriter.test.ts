@@ -12,6 +12,23 @@ describe('messages stream rewriter', () => {
     })!;
     expect(JSON.parse(delta.data).usage).toMatchObject({ output_tokens: 40, cost: 0.04, is_byok: false });
     expect(rw.usage()).toEqual({ inputTokens: 10, outputTokens: 40, cachedTokens: 3, cacheWriteTokens: 0, reasoningTokens: 25 });
+    rw.rewrite({ event: 'message_stop', data: '{"type":"message_stop"}' });
     expect(rw.end()).toEqual([{ data: '[DONE]' }]);
+    expect(rw.failed()).toBe(false);
+  });
+
+  it('a stream cut before message_stop ends with an error event, not a clean end', () => {
+    const rw = messages.streamRewriter({ generationId: 'gen-1', model: 'gw/m', provider: 'p', isByok: false, costOf: () => 0, clientWantsUsage: false });
+    rw.rewrite({ event: 'message_start', data: JSON.stringify({ type: 'message_start', message: { id: 'x', usage: { input_tokens: 1 } } }) });
+    const end = rw.end();
+    expect(end[0].event).toBe('error');
+    expect(JSON.parse(end[0].data).error).toMatchObject({ type: 'api_error', error_type: 'provider_unavailable' });
+    expect(end.at(-1)).toEqual({ data: '[DONE]' });
+    expect(rw.failed()).toBe(true);
+  });
+
+  it('a malformed message_delta fails the stream', () => {
+    const rw = messages.streamRewriter({ generationId: 'gen-1', model: 'gw/m', provider: 'p', isByok: false, costOf: () => 0, clientWantsUsage: false });
+    expect(() => rw.rewrite({ event: 'message_delta', data: '{not json' })).toThrow(/malformed/);
   });
 });
