@@ -211,7 +211,9 @@ export async function sendJson(input: {
   try {
     text = await exchange.text();
   } catch (err) {
-    throw networkError(err, providerId);
+    // The provider had already answered 2xx: spec 7.5.4 gives the caller a 200 holding only the error.
+    const e = networkError(err, providerId);
+    throw new GatewayError(e.errorType, e.message, { metadata: { ...e.metadata, after_headers: true }, cause: err });
   }
   try {
     return { stream: false, body: JSON.parse(text) as Record<string, unknown> };

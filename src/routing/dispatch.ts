@@ -100,7 +100,22 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
         }
       }
     }
+    if (last?.metadata?.after_headers && dialect === 'chat_completions' && !stream) return errorAfterHeaders(state, last);
     throw last ?? new GatewayError('provider_unavailable', 'No provider could serve the request');
+  };
+}
+
+/**
+ * Spec 7.5.4: when the last provider failed after it had answered 2xx, a chat-completions caller gets 200
+ * with a body holding only `id` and `error` (callers must check for `error` even on 200). Messages-style
+ * callers get the real error status instead: their SDK would read a 200 as a message.
+ */
+function errorAfterHeaders(state: GatewayState, err: GatewayError): GatewayResponse {
+  const { after_headers: _drop, ...metadata } = err.metadata ?? {};
+  return {
+    kind: 'json',
+    status: 200,
+    body: { id: state.requestId, error: { code: err.status, message: err.message, metadata: { ...metadata, error_type: err.errorType } } },
   };
 }
 

@@ -1,0 +1,246 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { startFakeUpstream, type FakeUpstream } from '../fixtures/fake-upstream';
+import { post, sseEvents, startTestGateway, type TestGateway } from '../fixtures/gateway';
+
+/**
+ * Routing through one scripted fake upstream: two OpenAI-compatible providers (pa cheap, pb dear) on the
+ * same fake, told per upstream model name how to misbehave.
+ */
+function yaml(url: string): string {
+  return `
+server: { port: 0, watch_config: false }
+storage: { driver: sqlite, path: ':memory:' }
+routing: { retry_wait_max_ms: 1000, circuit_breaker: { failure_threshold: 2, cooldown_ms: 60000 } }
+providers:
+  - { id: pa, kind: openai, base_url: '${url}', first_token_timeout_ms: 300, idle_timeout_ms: 400 }
+  - { id: pb, kind: openai, base_url: '${url}', region: europe, data_collection: allow }
+models:
+  - id: r/pair
+    endpoints:
+      - { provider: pb, upstream_model: up-b, pricing: { prompt: 5, completion: 10 } }
+      - { provider: pa, upstream_model: up-a, pricing: { prompt: 1, completion: 2 } }
+  - id: r/small
+    context_length: 8000
+    endpoints: [{ provider: pa, upstream_model: up-small, pricing: { prompt: 1, completion: 1 } }]
+  - id: r/big
+    context_length: 200000
+    endpoints: [{ provider: pb, upstream_model: up-big, pricing: { prompt: 2, completion: 2 } }]
+  - id: r/solo
+    endpoints: [{ provider: pa, upstream_model: up-solo, pricing: { prompt: 1, completion: 1 } }]
+pipelines:
+  default: [auth, validate, upstream]
+`;
+}
+
+let upstream: FakeUpstream;
+let gw: TestGateway;
+beforeAll(async () => {
+  upstream = await startFakeUpstream();
+});
+afterAll(() => upstream.close());
+afterEach(async () => {
+  await gw?.close();
+  upstream.scripts.clear();
+  upstream.always.clear();
+  upstream.faults.length = 0;
+});
+
+const fresh = async () => (gw = await startTestGateway({ yaml: yaml(upstream.url) }));
+const ask = (body: object, key = gw.key, headers: Record<string, string> = {}) =>
+  post(`${gw.url}/chat/completions`, key, { messages: [{ role: 'user', content: 'hi' }], ...body }, headers);
+/** The upstream models the fake saw since `from`. */
+const seen = (from: number) => upstream.received.slice(from).map((r) => r.body.model);
+
+describe('provider preferences', () => {
+  it('orders a model\'s endpoints by price by default, and by provider.order when given', async () => {
+    await fresh();
+    let n = upstream.received.length;
+    expect((await ask({ model: 'r/pair' })).json.provider).toBe('pa');
+    expect(seen(n)).toEqual(['up-a']);
+    n = upstream.received.length;
+    expect((await ask({ model: 'r/pair', provider: { order: ['pb'] } })).json.provider).toBe('pb');
+    expect(seen(n)).toEqual(['up-b']);
+  });
+
+  it('only, ignore and data_collection filter providers', async () => {
+    await fresh();
+    expect((await ask({ model: 'r/pair', provider: { only: ['pb'] } })).json.provider).toBe('pb');
+    expect((await ask({ model: 'r/pair', provider: { ignore: ['pa'] } })).json.provider).toBe('pb');
+    expect((await ask({ model: 'r/pair', provider: { data_collection: 'deny' } })).json.provider).toBe('pa');
+  });
+
+  it('answers 503 saying why when max_price leaves nothing', async () => {
+    await fresh();
+    const n = upstream.received.length;
+    const res = await ask({ model: 'r/pair', provider: { max_price: { prompt: 0.5 } } });
+    expect(res.status).toBe(503);
+    expect(res.json.error.metadata).toMatchObject({ error_type: 'provider_unavailable', reason: 'max_price' });
+    expect(seen(n)).toEqual([]);
+  });
+
+  it('allow_fallbacks: false stops after the first endpoint', async () => {
+    await fresh();
+    upstream.always.set('up-a', { kind: 'status', status: 503 });
+    const n = upstream.received.length;
+    const res = await ask({ model: 'r/pair', provider: { allow_fallbacks: false } });
+    expect(res.status).toBe(503);
+    expect(seen(n)).toEqual(['up-a']);
+  });
+
+  it('a key restricted to a data region only reaches endpoints in it', async () => {
+    await fresh();
+    const eu = await gw.createKey({ allowedDataRegions: ['europe'] });
+    expect((await ask({ model: 'r/pair' }, eu.secret)).json.provider).toBe('pb');
+    const res = await ask({ model: 'r/solo' }, eu.secret);
+    expect(res.status).toBe(503);
+    expect(res.json.error.message).toMatch(/region/);
+  });
+});
+
+describe('attempt policy', () => {
+  it('fails over on 429 without retrying the same endpoint', async () => {
+    await fresh();
+    upstream.scripts.set('up-a', [{ kind: 'status', status: 429 }]);
+    const n = upstream.received.length;
+    expect((await ask({ model: 'r/pair' })).json.provider).toBe('pb');
+    expect(seen(n)).toEqual(['up-a', 'up-b']);
+  });
+
+  it('retries a reset connection once on the same endpoint', async () => {
+    await fresh();
+    upstream.scripts.set('up-solo', [{ kind: 'reset' }]);
+    const n = upstream.received.length;
+    expect((await ask({ model: 'r/solo' })).status).toBe(200);
+    expect(seen(n)).toEqual(['up-solo', 'up-solo']);
+  });
+
+  it('waits out a short Retry-After on the last endpoint, then retries it', async () => {
+    await fresh();
+    upstream.scripts.set('up-solo', [{ kind: 'status', status: 429, headers: { 'retry-after': '0.3' } }]);
+    const n = upstream.received.length;
+    const t0 = Date.now();
+    expect((await ask({ model: 'r/solo' })).status).toBe(200);
+    expect(seen(n)).toEqual(['up-solo', 'up-solo']);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(280);
+  });
+
+  it('does not wait out a long Retry-After', async () => {
+    await fresh();
+    upstream.scripts.set('up-solo', [{ kind: 'status', status: 429, headers: { 'retry-after': '30' } }]);
+    const res = await ask({ model: 'r/solo' });
+    expect(res.status).toBe(429);
+    expect(res.headers.get('retry-after')).toBe('30');
+  });
+
+  it('moves to a model with a larger context on context_length_exceeded', async () => {
+    await fresh();
+    upstream.scripts.set('up-small', [{ kind: 'status', status: 400, body: { error: { message: 'maximum context length is 8000 tokens' } } }]);
+    const n = upstream.received.length;
+    const res = await ask({ model: 'r/small', models: ['r/small', 'r/big'] });
+    expect(res.json.model).toBe('r/big');
+    expect(seen(n)).toEqual(['up-small', 'up-big']);
+  });
+
+  it('never retries a caller mistake', async () => {
+    await fresh();
+    upstream.scripts.set('up-a', [{ kind: 'status', status: 400, body: { error: { message: 'bad tool schema' } } }]);
+    const n = upstream.received.length;
+    const res = await ask({ model: 'r/pair' });
+    expect(res.status).toBe(400);
+    expect(seen(n)).toEqual(['up-a']);
+  });
+});
+
+describe('circuit breaker and sticky sessions', () => {
+  it('skips an endpoint whose breaker opened, then tries it last', async () => {
+    await fresh();
+    upstream.always.set('up-a', { kind: 'status', status: 503 });
+    await ask({ model: 'r/pair' });
+    await ask({ model: 'r/pair' }); // two failures: the breaker of pa/up-a opens
+    upstream.always.clear();
+    const n = upstream.received.length;
+    expect((await ask({ model: 'r/pair' })).json.provider).toBe('pb');
+    expect(seen(n)).toEqual(['up-b']);
+    expect(gw.gateway.health.state('pa/up-a')).toBe('open');
+  });
+
+  it('keeps a session on the endpoint that served it', async () => {
+    await fresh();
+    upstream.scripts.set('up-a', [{ kind: 'status', status: 503 }]);
+    expect((await ask({ model: 'r/pair', session_id: 's1' })).json.provider).toBe('pb'); // failed over, remembered
+    expect((await ask({ model: 'r/pair', session_id: 's1' })).json.provider).toBe('pb'); // sticky, though pa is cheaper
+    expect((await ask({ model: 'r/pair' }, gw.key, { 'x-session-id': 's1' })).json.provider).toBe('pb'); // header form
+    expect((await ask({ model: 'r/pair', session_id: 's2' })).json.provider).toBe('pa');
+    expect((await ask({ model: 'r/pair', session_id: 's1', provider: { order: ['pa'] } })).json.provider).toBe('pa'); // order wins
+  });
+});
+
+describe('the stream-failure contract (7.5)', () => {
+  const stream = (body: object = {}) => ask({ model: 'r/pair', stream: true, ...body });
+
+  it('a provider silent after its headers costs one first-token timeout, then fails over', async () => {
+    await fresh();
+    upstream.scripts.set('up-a', [{ kind: 'stall-first' }]);
+    const n = upstream.received.length;
+    const res = await stream();
+    expect(res.status).toBe(200);
+    const chunks = sseEvents(res.text).slice(0, -1).map((e) => JSON.parse(e.data));
+    expect(chunks.map((c) => c.choices[0]?.delta?.content ?? '').join('')).toBe('Hello from the fake upstream.');
+    expect(chunks[0].provider).toBe('pb');
+    expect(seen(n)).toEqual(['up-a', 'up-b']);
+  });
+
+  it('a stall after output ends with the in-band error chunk (no failover once output was sent)', async () => {
+    await fresh();
+    upstream.scripts.set('up-a', [{ kind: 'stall' }]);
+    const n = upstream.received.length;
+    const res = await stream();
+    const events = sseEvents(res.text);
+    expect(events.at(-1)!.data).toBe('[DONE]');
+    const last = JSON.parse(events.at(-2)!.data);
+    expect(last.choices[0].finish_reason).toBe('error');
+    expect(last.error.metadata.error_type).toBe('timeout');
+    expect(seen(n)).toEqual(['up-a']);
+  });
+
+  it('a stream that ends without finish_reason or [DONE] does not look like a success', async () => {
+    await fresh();
+    upstream.scripts.set('up-a', [{ kind: 'no-done' }]);
+    const events = sseEvents((await stream()).text);
+    const last = JSON.parse(events.at(-2)!.data);
+    expect(last.choices[0].finish_reason).toBe('error');
+    expect(last.error.metadata.error_type).toBe('provider_unavailable');
+  });
+
+  it('a malformed chunk ends the stream with the in-band error', async () => {
+    await fresh();
+    upstream.scripts.set('up-a', [{ kind: 'malformed' }]);
+    const events = sseEvents((await stream()).text);
+    const last = JSON.parse(events.at(-2)!.data);
+    expect(last.error.message).toMatch(/malformed/);
+  });
+
+  it('a non-streaming request whose provider fails after its headers gets 200 with only id and error (7.5.4)', async () => {
+    await fresh();
+    upstream.scripts.set('up-solo', [{ kind: 'midstream' }, { kind: 'midstream' }]);
+    const n = upstream.received.length;
+    const res = await ask({ model: 'r/solo' });
+    expect(res.status).toBe(200);
+    expect(Object.keys(res.json).sort()).toEqual(['error', 'id']);
+    expect(res.json.id).toMatch(/^gen-/);
+    expect(res.json.error.metadata.error_type).toBe('provider_unavailable');
+    expect(seen(n)).toEqual(['up-solo', 'up-solo']); // a reset after headers is retried once too
+  });
+
+  it('echoes each attempted upstream body first when debug.echo_upstream_body is set, without secrets', async () => {
+    await fresh();
+    upstream.scripts.set('up-a', [{ kind: 'status', status: 503 }]);
+    const res = await stream({ debug: { echo_upstream_body: true } });
+    const events = sseEvents(res.text).map((e) => (e.data === '[DONE]' ? e.data : JSON.parse(e.data)));
+    const debug = events.filter((e: any) => e.debug);
+    expect(debug.map((d: any) => d.debug.echo_upstream_body.model)).toEqual(['up-a', 'up-b']);
+    expect(debug.every((d: any) => Array.isArray(d.choices) && d.choices.length === 0)).toBe(true);
+    expect(JSON.stringify(debug)).not.toContain(gw.key);
+    expect(events.indexOf(debug[0])).toBe(0);
+  });
+});
