@@ -1,5 +1,6 @@
 import { Agent, errors as undiciErrors, type Dispatcher } from 'undici';
-import { GatewayError, type ErrorType } from '../errors/gateway-error';
+import { GatewayError } from '../errors/gateway-error';
+import { classifyUpstreamError } from './upstream-errors';
 import { parseSse } from './sse';
 import type { UpstreamCall, UpstreamReply } from './types';
 
@@ -252,52 +253,6 @@ function networkError(err: unknown, providerId: string): GatewayError {
     cause: err,
   });
 }
-const CONTEXT_LENGTH = /context[_ ]length|maximum context|too many tokens|prompt is too long/i;
-
-/**
- * Maps an upstream HTTP error to the gateway's error_type (spec 7.4). The upstream message is kept for
- * 4xx answers (it tells the caller what to fix); the upstream status goes to `metadata.provider_code`.
- */
-export function classifyUpstreamError(
-  status: number,
-  bodyText: string,
-  providerId: string,
-  retryAfter?: string | string[],
-): GatewayError {
-  const upstreamMessage = extractMessage(bodyText);
-  let type: ErrorType;
-  if (status === 400) type = CONTEXT_LENGTH.test(upstreamMessage) ? 'context_length_exceeded' : 'invalid_request';
-  else if (status === 401 || status === 403) type = 'provider_unavailable'; // our upstream credentials, not the caller's
-  else if (status === 404) type = 'provider_unavailable';
-  else if (status === 408 || status === 504) type = 'timeout';
-  else if (status === 413) type = CONTEXT_LENGTH.test(upstreamMessage) ? 'context_length_exceeded' : 'payload_too_large';
-  else if (status === 422) type = 'unprocessable';
-  else if (status === 429) type = 'rate_limit_exceeded';
-  else if (status === 503 || status === 529) type = 'provider_overloaded';
-  else type = 'provider_unavailable';
-  const callerFacing = type === 'invalid_request' || type === 'context_length_exceeded' || type === 'unprocessable' || type === 'payload_too_large';
-  const message = callerFacing && upstreamMessage ? upstreamMessage : `Provider ${providerId} returned HTTP ${status}`;
-  const headers = typeof retryAfter === 'string' && (type === 'rate_limit_exceeded' || type === 'provider_overloaded') ? { 'retry-after': retryAfter } : undefined;
-  return new GatewayError(type, message, { metadata: { provider_name: providerId, provider_code: status }, headers });
-}
-
-function extractMessage(text: string): string {
-  try {
-    const body = JSON.parse(text) as { error?: { message?: unknown } | string; message?: unknown };
-    if (typeof body.error === 'string') return body.error.slice(0, 500);
-    if (body.error && typeof body.error.message === 'string') return body.error.message.slice(0, 500);
-    if (typeof body.message === 'string') return body.message.slice(0, 500);
-  } catch {
-    // not JSON: fall through to no message
-  }
-  return '';
-}
-
-/** Whether another endpoint may be tried after this error (nothing has reached the caller yet). */
-export function isRetryable(err: GatewayError): boolean {
-  return !['invalid_request', 'context_length_exceeded', 'unprocessable', 'payload_too_large'].includes(err.errorType);
-}
-
 export async function closeUpstreamPool(): Promise<void> {
   await Promise.all([...agents.values()].map((a) => a.close()));
   agents.clear();

@@ -158,6 +158,17 @@ describe('upstream errors are classified once (spec 7.4)', () => {
     expect(res.json.error.message).toMatch(/maximum context length/);
   });
 
+  it('a provider content filter is 403 content_policy_violation whatever its status, with who declined (7.4 rule 1)', async () => {
+    upstream.faults.push({ kind: 'status', status: 400, body: { error: { message: 'Your request was rejected by our safety system', code: 'content_filter' } } });
+    const res = await chat(gw.key, { ...chatBody, model: 'fake/gpt' });
+    expectStandard(res, 403, 'content_policy_violation');
+    expect(res.json.error.metadata).toMatchObject({ provider_name: 'fake-openai', provider_code: 400, raw: { error: { code: 'content_filter' } } });
+    upstream.faults.push({ kind: 'status', status: 400, body: { type: 'error', error: { type: 'invalid_request_error', message: 'Output blocked by content filtering policy' } } });
+    const m = await messages(gw.key, { ...msgBody, model: 'fake/claude' });
+    // 7.3: content_policy_violation maps to invalid_request_error; the status is 403.
+    expectMessages(m, 403, 'invalid_request_error', 'content_policy_violation', 'gen');
+  });
+
   it('passes Retry-After of a rate-limited provider on', async () => {
     upstream.faults.push({ kind: 'status', status: 429, headers: { 'retry-after': '7' } });
     const res = await chat(gw.key, { ...chatBody, model: 'fake/gpt' });

@@ -1,0 +1,57 @@
+import { GatewayError, type ErrorType } from '../errors/gateway-error';
+
+const CONTEXT_LENGTH = /context[_ ]length|maximum context|too many tokens|prompt is too long/i;
+const CONTENT_POLICY = /content[_ ](management[_ ])?polic|content[_ ]filter|safety system|flagged/i;
+const REFUSAL = /refus/i;
+
+interface UpstreamErrorBody {
+  message: string;
+  code: string;
+  /** The provider's error object, small enough to hand back in `metadata.raw`. */
+  raw: unknown;
+}
+
+/** Reads the usual error shapes: OpenAI `{error: {message, code, type}}`, Anthropic `{type: error, error: {type, message}}`, `{message}`, `{error: "…"}`. */
+function readBody(text: string): UpstreamErrorBody {
+  try {
+    const body = JSON.parse(text) as { error?: { message?: unknown; code?: unknown; type?: unknown } | string; message?: unknown };
+    const err = body.error;
+    const message = typeof err === 'string' ? err : typeof err?.message === 'string' ? err.message : typeof body.message === 'string' ? body.message : '';
+    const code = typeof err === 'object' && err ? String(err.code ?? err.type ?? '') : '';
+    const raw = JSON.stringify(body).length <= 2000 ? body : undefined;
+    return { message: message.slice(0, 500), code, raw };
+  } catch {
+    return { message: '', code: '', raw: text ? text.slice(0, 500) : undefined };
+  }
+}
+
+/**
+ * Maps an upstream HTTP error to the gateway's error_type (spec 7.4), once, for every provider: by status,
+ * then by the body's code and message (context length, content policy, refusal). The upstream message is
+ * kept where it tells the caller what to fix; `metadata` carries `provider_name`, `provider_code` (the
+ * upstream status) and `raw` (the provider's error object, when small).
+ */
+export function classifyUpstreamError(status: number, bodyText: string, providerId: string, retryAfter?: string | string[]): GatewayError {
+  const body = readBody(bodyText);
+  const text = `${body.code} ${body.message}`;
+  let type: ErrorType;
+  if (status === 400 || status === 403 || status === 422) {
+    // A content filter or a refusal is 403 whatever the provider's own status (7.4 rule 1).
+    if (CONTENT_POLICY.test(text)) type = 'content_policy_violation';
+    else if (REFUSAL.test(body.code)) type = 'refusal';
+    else if (status === 403) type = 'provider_unavailable'; // our upstream credentials, not the caller's
+    else if (status === 422) type = 'unprocessable';
+    else type = CONTEXT_LENGTH.test(body.message) ? 'context_length_exceeded' : 'invalid_request';
+  } else if (status === 401 || status === 404) type = 'provider_unavailable'; // our credentials or model name
+  else if (status === 408 || status === 504) type = 'timeout';
+  else if (status === 413) type = CONTEXT_LENGTH.test(body.message) ? 'context_length_exceeded' : 'payload_too_large';
+  else if (status === 429) type = 'rate_limit_exceeded';
+  else if (status === 503 || status === 529) type = 'provider_overloaded';
+  else type = 'provider_unavailable';
+  const callerFacing = ['invalid_request', 'context_length_exceeded', 'unprocessable', 'payload_too_large', 'content_policy_violation', 'refusal'].includes(type);
+  const message = callerFacing && body.message ? body.message : `Provider ${providerId} returned HTTP ${status}`;
+  const headers = typeof retryAfter === 'string' && (type === 'rate_limit_exceeded' || type === 'provider_overloaded') ? { 'retry-after': retryAfter } : undefined;
+  const metadata: Record<string, unknown> = { provider_name: providerId, provider_code: status };
+  if (body.raw !== undefined) metadata.raw = body.raw;
+  return new GatewayError(type, message, { metadata, headers });
+}
