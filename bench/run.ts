@@ -60,6 +60,8 @@ async function main(): Promise<void> {
   const probeN = Number(values.probe);
   const loadPin = pinTo(0);
   const serverPin = pinTo(1);
+  // The driver runs the latency probes itself: keep it on the load generator's core, off the servers'.
+  if (loadPin.length) execFileSync('taskset', ['-pc', '0', String(process.pid)], { stdio: 'ignore' });
   const tmp = mkdtempSync(path.join(os.tmpdir(), 'gw-bench-'));
   const procs: Started[] = [];
   try {
