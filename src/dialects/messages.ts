@@ -76,6 +76,7 @@ export const messages: DialectAdapter = {
             data.message.id = info.generationId;
             data.message.model = info.model;
             data.message.provider = info.provider;
+            if (info.metadata) data.message.gateway_metadata = info.metadata;
             take(data.message.usage);
             return { event: ev.event, data: JSON.stringify(data) };
           }

@@ -12,6 +12,8 @@ export interface FinishInfo {
   costOf(usage: NormalizedUsage): number;
   /** Chat: whether the client asked for the usage chunk (`stream_options.include_usage`). */
   clientWantsUsage: boolean;
+  /** Routing metadata to carry in the stream (messages style: in message_start), when opted in. */
+  metadata?: Record<string, unknown>;
 }
 
 /** Rewrites a provider's stream for the client, event by event, and keeps the usage it saw. */

@@ -1,6 +1,6 @@
 import { SpanStatusCode, type Span, type Tracer } from '@opentelemetry/api';
 import type { ModelConfig } from '../config/types';
-import { DIALECTS, type StreamRewriter } from '../dialects';
+import { DIALECTS, type FinishInfo, type StreamRewriter } from '../dialects';
 import { GatewayError, toGatewayError } from '../errors/gateway-error';
 import type { GatewayResponse, GatewayState, SseEvent } from '../pipeline/types';
 import type { Dialect, Provider, UpstreamReply } from '../providers/types';
@@ -210,7 +210,7 @@ function choose(state: GatewayState, c: Candidate): void {
   state.attempts.push({ provider: c.provider.id, model: c.model.id, upstreamModel: c.endpoint.upstream_model, outcome: 'success' });
 }
 
-function finishInfo(state: GatewayState, c: Candidate) {
+function finishInfo(state: GatewayState, c: Candidate): FinishInfo {
   const options = state.body?.stream_options as { include_usage?: unknown } | undefined;
   return {
     generationId: state.requestId!,
@@ -246,10 +246,13 @@ async function streamResponse(state: GatewayState, c: Candidate, reply: Upstream
   const events = c.dialect === dialect ? reply.events : translateStream(c.dialect, dialect, reply.events, c.provider.id);
   const iterator = events[Symbol.asyncIterator]();
   const first = await firstEvent(iterator, c, attemptAbort);
-  const rewriter = DIALECTS[dialect].streamRewriter(finishInfo(state, c));
   choose(state, c);
-  const debug = dialect === 'chat_completions' ? debugChunks(state, c) : [];
-  return { kind: 'sse', status: 200, events: relay(state, iterator, first, rewriter, attempt, debug) };
+  const info = finishInfo(state, c);
+  // Messages style: the routing metadata rides in message_start (a new event name could upset SDKs).
+  if (state.metadataOptIn && dialect === 'messages') info.metadata = routingMetadata(state);
+  const rewriter = DIALECTS[dialect].streamRewriter(info);
+  const before = dialect === 'chat_completions' ? [...debugChunks(state, c), ...metadataChunk(state, c)] : [];
+  return { kind: 'sse', status: 200, events: relay(state, iterator, first, rewriter, attempt, before) };
 }
 
 /**
@@ -271,6 +274,13 @@ async function firstEvent(iterator: AsyncIterator<SseEvent>, c: Candidate, attem
   } finally {
     clearTimeout(timer);
   }
+}
+
+/** Chat style: the routing metadata as a chunk with no choices, before the answer (opted in only). */
+function metadataChunk(state: GatewayState, c: Candidate): SseEvent[] {
+  if (!state.metadataOptIn) return [];
+  const chunk = { id: state.requestId, object: 'chat.completion.chunk', created: Math.floor(Date.now() / 1000), model: c.model.id, provider: c.provider.id, choices: [], gateway_metadata: routingMetadata(state) };
+  return [{ data: JSON.stringify(chunk) }];
 }
 
 /** Spec 6.1.3: one debug chunk per attempted provider, before the answer (chat style, streaming only). */

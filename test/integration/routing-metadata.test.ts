@@ -50,6 +50,18 @@ describe('X-Gateway-Metadata', () => {
     expect((await gw.ledgerRow(res.json.id))?.provider).toBe('fake-openai');
   });
 
+  it('rides in streams too: a chat chunk with no choices first, messages in message_start', async () => {
+    const res = await post(`${gw.url}/chat/completions`, gw.key, { model: 'fake/failover', stream: true, messages: [{ role: 'user', content: 'hi' }] }, { 'x-gateway-metadata': 'enabled' });
+    const first = JSON.parse(res.text.split('\n\n')[0].replace(/^data: /, ''));
+    expect(first.choices).toEqual([]);
+    expect(first.gateway_metadata).toMatchObject({ requested: 'fake/failover', attempt: 2 });
+    const m = await post(`${gw.url}/messages`, gw.key, { model: 'fake/claude', max_tokens: 8, stream: true, messages: [{ role: 'user', content: 'x' }] }, { 'x-gateway-metadata': 'enabled' });
+    const start = JSON.parse(m.text.split('\n\n')[0].split('\n')[1].replace(/^data: /, ''));
+    expect(start.message.gateway_metadata).toMatchObject({ requested: 'fake/claude', endpoints: { total: 1 } });
+    const plain = await post(`${gw.url}/chat/completions`, gw.key, { model: 'fake/gpt', stream: true, messages: [{ role: 'user', content: 'hi' }] });
+    expect(plain.text).not.toContain('gateway_metadata');
+  });
+
   it('accepts the legacy header and adds the metadata to errors after routing', async () => {
     upstream.faults.push({ kind: 'status', status: 503 });
     const res = await post(`${gw.url}/messages`, gw.key, { model: 'fake/claude', max_tokens: 8, messages: [{ role: 'user', content: 'x' }] }, { 'x-gateway-experimental-metadata': 'enabled' });
