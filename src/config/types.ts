@@ -76,6 +76,8 @@ export interface ModelEndpointConfig {
   upstream_model: string;
   pricing: Pricing;
   supported_parameters?: string[];
+  /** The high-speed configuration (`speed: fast`), at its premium price. */
+  fast?: { upstream_model?: string; pricing: Pricing };
 }
 
 export interface ModelConfig {

@@ -45,6 +45,8 @@ export const chatCompletions: DialectAdapter = {
     const out = stripGatewayFields(body, upstreamModel);
     // Spec 4.2: the end-user id goes upstream only as a salted hash.
     if (typeof out.user === 'string') out.user = hashUser(out.user);
+    // Spec 4.2: `fast` is an alias of `priority`; `ultrafast` asks for the fastest tier there is.
+    if (out.service_tier === 'fast' || out.service_tier === 'ultrafast') out.service_tier = 'priority';
     // Always ask for the usage chunk so the request can be billed; it is dropped again for clients that
     // did not ask for it.
     if (out.stream === true) out.stream_options = { ...(out.stream_options as object | undefined), include_usage: true };

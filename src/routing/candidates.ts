@@ -41,10 +41,15 @@ export function candidatesFor(input: {
       metadata: { model: name },
     });
   }
+  const fast = input.body.speed === 'fast';
   const out: Candidate[] = [];
   for (const name of known) {
     const model = input.models.get(name)!;
-    for (const endpoint of model.endpoints) {
+    // `speed: fast`: where the model declares fast configurations, only those serve it, at their price.
+    const fastOnes = fast ? model.endpoints.filter((e) => e.fast) : [];
+    const endpoints = fastOnes.length > 0 ? fastOnes : model.endpoints;
+    for (const declared of endpoints) {
+      const endpoint = fast && declared.fast ? { ...declared, upstream_model: declared.fast.upstream_model ?? declared.upstream_model, pricing: declared.fast.pricing } : declared;
       const provider = input.providers.get(endpoint.provider)!;
       const dialect = provider.dialects.has(input.dialect) ? input.dialect : [...provider.dialects][0];
       out.push({ model, endpoint, provider, dialect });

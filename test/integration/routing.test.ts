@@ -27,6 +27,10 @@ models:
     endpoints: [{ provider: pb, upstream_model: up-big, pricing: { prompt: 2, completion: 2 } }]
   - id: r/solo
     endpoints: [{ provider: pa, upstream_model: up-solo, pricing: { prompt: 1, completion: 1 } }]
+  - id: r/speedy
+    endpoints:
+      - { provider: pa, upstream_model: up-plain, pricing: { prompt: 1, completion: 1 } }
+      - { provider: pb, upstream_model: up-std, pricing: { prompt: 2, completion: 2 }, fast: { upstream_model: up-fast, pricing: { prompt: 6, completion: 6 } } }
 pipelines:
   default: [auth, validate, upstream]
 `;
@@ -94,6 +98,29 @@ describe('provider preferences', () => {
     const res = await ask({ model: 'r/solo' }, eu.secret);
     expect(res.status).toBe(503);
     expect(res.json.error.message).toMatch(/region/);
+  });
+});
+
+describe('speed and service tier', () => {
+  it('speed: fast uses the fast configuration at its premium price; standard uses the cheapest', async () => {
+    await fresh();
+    let n = upstream.received.length;
+    const fast = await post(`${gw.url}/messages`, gw.key, { model: 'r/speedy', max_tokens: 8, speed: 'fast', messages: [{ role: 'user', content: 'x' }] });
+    expect(seen(n)).toEqual(['up-fast']);
+    expect(upstream.received.at(-1)!.body).not.toHaveProperty('speed');
+    // 10 prompt (4 cached, no cached price: prompt price) + 5 completion tokens at 6 USD / 1M
+    expect(fast.json.usage.cost).toBeCloseTo((15 * 6) / 1e6, 12);
+    n = upstream.received.length;
+    await post(`${gw.url}/messages`, gw.key, { model: 'r/speedy', max_tokens: 8, messages: [{ role: 'user', content: 'x' }] });
+    expect(seen(n)).toEqual(['up-plain']);
+  });
+
+  it('forwards service_tier, with fast as an alias of priority', async () => {
+    await fresh();
+    await ask({ model: 'r/solo', service_tier: 'fast' });
+    expect(upstream.received.at(-1)!.body.service_tier).toBe('priority');
+    await ask({ model: 'r/solo', service_tier: 'flex' });
+    expect(upstream.received.at(-1)!.body.service_tier).toBe('flex');
   });
 });
 
