@@ -12,7 +12,7 @@ server: { port: 0, watch_config: false }
 storage: { driver: sqlite, path: ':memory:' }
 routing: { retry_wait_max_ms: 1000, circuit_breaker: { failure_threshold: 2, cooldown_ms: 60000 } }
 providers:
-  - { id: pa, kind: openai, base_url: '${url}', first_token_timeout_ms: 300, idle_timeout_ms: 400 }
+  - { id: pa, kind: openai, base_url: '${url}', first_token_timeout_ms: 300, idle_timeout_ms: 400, headers_timeout_ms: 400 }
   - { id: pb, kind: openai, base_url: '${url}', region: europe, data_collection: allow }
 models:
   - id: r/pair
@@ -166,6 +166,36 @@ describe('attempt policy', () => {
     const res = await ask({ model: 'r/small', models: ['r/small', 'r/big'] });
     expect(res.json.model).toBe('r/big');
     expect(seen(n)).toEqual(['up-small', 'up-big']);
+  });
+
+  it('a provider that never answers costs one headers timeout, then the next endpoint answers', async () => {
+    await fresh();
+    upstream.scripts.set('up-a', [{ kind: 'hang' }]);
+    const n = upstream.received.length;
+    const t0 = Date.now();
+    const res = await ask({ model: 'r/pair' });
+    expect(res.json.provider).toBe('pb');
+    expect(seen(n)).toEqual(['up-a', 'up-b']);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(380);
+  });
+
+  it('a slow provider within its timeouts is waited for, not abandoned', async () => {
+    await fresh();
+    upstream.scripts.set('up-a', [{ kind: 'slow', ms: 150 }]);
+    const n = upstream.received.length;
+    expect((await ask({ model: 'r/pair' })).json.provider).toBe('pa');
+    expect(seen(n)).toEqual(['up-a']);
+  });
+
+  it('a provider rejecting assistant prefill is a caller-facing 400, not retried elsewhere', async () => {
+    await fresh();
+    upstream.always.set('up-a', { kind: 'reject-prefill' });
+    const n = upstream.received.length;
+    const res = await post(`${gw.url}/chat/completions`, gw.key, { model: 'r/pair', messages: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'Sure,' }] });
+    expect(res.status).toBe(400);
+    expect(res.json.error.message).toMatch(/prefill/);
+    expect(seen(n)).toEqual(['up-a']);
+    expect((await ask({ model: 'r/pair' })).status).toBe(200); // without prefill the same provider answers
   });
 
   it('never retries a caller mistake', async () => {
