@@ -73,8 +73,12 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           const attemptAbort = stream ? new AbortController() : undefined;
           const signal = attemptAbort ? AbortSignal.any([state.signal, attemptAbort.signal]) : state.signal;
           const reply = await candidate.provider.send({ dialect: candidate.dialect, body: upstreamBody, stream, signal, forwardHeaders });
-          const response = attemptAbort ? await streamResponse(state, candidate, reply, attempt, attemptAbort) : jsonResponse(state, candidate, reply, attempt);
-          deps.health.recordSuccess(endpointKey(candidate), { latencyMs: performance.now() - started });
+          const throughput = (outputTokens: number, durationMs: number) => deps.health.recordSuccess(endpointKey(candidate), { outputTokens, durationMs });
+          const response = attemptAbort ? await streamResponse(state, candidate, reply, attempt, attemptAbort, throughput) : jsonResponse(state, candidate, reply, attempt);
+          // Latency is time to the answer (a stream: its first event); throughput is fed in when a stream
+          // ends, or here for a JSON answer whose usage is known.
+          const elapsed = performance.now() - started;
+          deps.health.recordSuccess(endpointKey(candidate), stream ? { latencyMs: elapsed } : { latencyMs: elapsed, outputTokens: state.usage?.outputTokens, durationMs: elapsed });
           if (session) deps.sticky.remember(session, endpointKey(candidate));
           return response;
         } catch (err) {
@@ -142,7 +146,7 @@ function planFor(state: GatewayState, deps: DispatchDeps): Candidate[] {
       region: c.provider.region,
       pricing: { prompt: c.endpoint.pricing.prompt, completion: c.endpoint.pricing.completion, request: c.endpoint.pricing.request },
       dataCollection: c.provider.dataCollection,
-      supportedParameters: c.endpoint.supported_parameters,
+      supportedParameters: supportedThrough(c, state.endpoint as Dialect, Object.keys(body)),
     }),
     requestedParameters: Object.keys(body).filter((k) => !NOT_PARAMETERS.has(k)),
     allowedRegions: state.key?.allowedDataRegions ?? [],
@@ -152,6 +156,22 @@ function planFor(state: GatewayState, deps: DispatchDeps): Candidate[] {
   const index = stuck === undefined ? -1 : plan.findIndex((c) => endpointKey(c) === stuck);
   if (index <= 0 || deps.health.state(stuck!) === 'open') return plan;
   return [plan[index], ...plan.slice(0, index), ...plan.slice(index + 1)];
+}
+
+/**
+ * Request parameters a translated call cannot carry (the translator drops them). For
+ * `provider.require_parameters`, an endpoint reached through translation does not support them.
+ */
+const UNTRANSLATABLE: Record<Dialect, ReadonlySet<string>> = {
+  chat_completions: new Set(['seed', 'logprobs', 'top_logprobs', 'logit_bias', 'frequency_penalty', 'presence_penalty', 'repetition_penalty', 'min_p', 'top_a', 'prediction', 'modalities', 'n', 'audio', 'image_config', 'verbosity', 'web_search_options']),
+  messages: new Set(['context_management', 'container', 'mcp_servers', 'cache_control', 'deferred_tools']),
+};
+
+/** The parameters an endpoint honours as the client's request reaches it (undefined: all). */
+function supportedThrough(c: Candidate, client: Dialect, requested: string[]): string[] | undefined {
+  if (c.dialect === client) return c.endpoint.supported_parameters;
+  const base = c.endpoint.supported_parameters ?? requested;
+  return base.filter((p) => !UNTRANSLATABLE[client].has(p));
 }
 
 /** `provider` preferences, with the deprecated `route` mapped onto the sort partition (spec 4.2). */
@@ -239,7 +259,14 @@ function jsonResponse(state: GatewayState, c: Candidate, reply: UpstreamReply, a
  * Waits for the first event before committing to this endpoint, so a provider that fails before any
  * output still lets the next candidate be tried (spec 7.5.2).
  */
-async function streamResponse(state: GatewayState, c: Candidate, reply: UpstreamReply, attempt: Span, attemptAbort: AbortController): Promise<GatewayResponse> {
+async function streamResponse(
+  state: GatewayState,
+  c: Candidate,
+  reply: UpstreamReply,
+  attempt: Span,
+  attemptAbort: AbortController,
+  onStreamEnd: (outputTokens: number, durationMs: number) => void,
+): Promise<GatewayResponse> {
   if (!reply.stream) throw new GatewayError('provider_unavailable', `Provider ${c.provider.id} did not stream`);
   const dialect = state.endpoint as Dialect;
   // Same style: the provider's events go straight to the rewriter (no extra generator on the hot path).
@@ -252,7 +279,7 @@ async function streamResponse(state: GatewayState, c: Candidate, reply: Upstream
   if (state.metadataOptIn && dialect === 'messages') info.metadata = routingMetadata(state);
   const rewriter = DIALECTS[dialect].streamRewriter(info);
   const before = dialect === 'chat_completions' ? [...debugChunks(state, c), ...metadataChunk(state, c)] : [];
-  return { kind: 'sse', status: 200, events: relay(state, iterator, first, rewriter, attempt, before) };
+  return { kind: 'sse', status: 200, events: relay(state, iterator, first, rewriter, attempt, before, onStreamEnd) };
 }
 
 /**
@@ -305,7 +332,9 @@ async function* relay(
   rewriter: StreamRewriter,
   attempt: Span,
   before: SseEvent[],
+  onStreamEnd?: (outputTokens: number, durationMs: number) => void,
 ): AsyncGenerator<SseEvent> {
+  const streamStarted = performance.now();
   let failure: GatewayError | undefined;
   let completed = false;
   try {
@@ -325,5 +354,8 @@ async function* relay(
     state.outcome = state.signal.aborted || (!completed && !failure) ? 'cancelled' : failure || rewriter.failed() ? 'failed' : 'completed';
     if (!completed) await iterator.return?.().catch(() => undefined);
     endAttempt(attempt, failure);
+    if (completed && state.route && state.usage) {
+      onStreamEnd?.(state.usage.outputTokens, performance.now() - streamStarted);
+    }
   }
 }

@@ -289,6 +289,48 @@ describe('the stream-failure contract (7.5)', () => {
     expect(seen(n)).toEqual(['up-solo', 'up-solo']); // a reset after headers is retried once too
   });
 
+  it('a client that goes away mid-stream aborts the upstream call at once, and what was delivered is billed', async () => {
+    await fresh();
+    upstream.scripts.set('up-a', [{ kind: 'stall' }]);
+    const before = upstream.abandoned();
+    const controller = new AbortController();
+    const res = await fetch(`${gw.url}/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${gw.key}` },
+      body: JSON.stringify({ model: 'r/pair', stream: true, messages: [{ role: 'user', content: 'hi' }] }),
+      signal: controller.signal,
+    });
+    const reader = res.body!.getReader();
+    const first = new TextDecoder().decode((await reader.read()).value);
+    const id = JSON.parse(first.split('\n\n')[0].replace(/^data: /, '')).id;
+    controller.abort();
+    for (let i = 0; i < 200 && upstream.abandoned() === before; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(upstream.abandoned()).toBe(before + 1);
+    let row = null;
+    for (let i = 0; i < 200 && !row; i++) {
+      row = await gw.ledgerRow(id);
+      if (!row) await new Promise((r) => setTimeout(r, 10));
+    }
+    expect(row?.status).toBe('cancelled');
+  });
+
+  it('feeds stream throughput into endpoint health (for sort: throughput)', async () => {
+    await fresh();
+    upstream.scripts.set('up-a', []);
+    await stream({ stream_options: { include_usage: true } });
+    expect(gw.gateway.health.stats('pa/up-a').throughput).toBeGreaterThan(0);
+  });
+
+  it('require_parameters excludes an endpoint whose style cannot carry a parameter the caller set', async () => {
+    await fresh();
+    const res = await post(`${gw.url}/messages`, gw.key, { model: 'r/solo', max_tokens: 8, context_management: { edits: [] }, provider: { require_parameters: true }, messages: [{ role: 'user', content: 'x' }] });
+    expect(res.status).toBe(503);
+    expect(res.json.metadata ?? res.json.error).toBeTruthy();
+    expect(JSON.stringify(res.json)).toMatch(/require_parameters/);
+    const ok = await post(`${gw.url}/messages`, gw.key, { model: 'r/solo', max_tokens: 8, context_management: { edits: [] }, messages: [{ role: 'user', content: 'x' }] });
+    expect(ok.status).toBe(200);
+  });
+
   it('echoes each attempted upstream body first when debug.echo_upstream_body is set, without secrets', async () => {
     await fresh();
     upstream.scripts.set('up-a', [{ kind: 'status', status: 503 }]);
