@@ -81,10 +81,14 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   }
 
   private readonly onAbort = () => {
-    const err = Object.assign(new Error('Request aborted'), { name: 'AbortError' });
-    if (this.controller) this.controller.abort(err);
-    else this.fail(err);
+    this.abort(Object.assign(new Error('Request aborted'), { name: 'AbortError' }));
   };
+
+  /** Cuts the call off: a pending read fails with `reason`. */
+  abort(reason: Error): void {
+    if (this.controller && !this.done) this.controller.abort(reason);
+    else this.fail(reason);
+  }
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.controller = controller;
@@ -207,7 +211,7 @@ export async function sendJson(input: {
     timeouts: input.timeouts,
     providerId,
   });
-  if (call.stream) return { stream: true, events: parseSse(upstreamBytes(exchange.bytes(), providerId)) };
+  if (call.stream) return { stream: true, events: parseSse(upstreamBytes(exchange.bytes(), providerId)), abort: (reason) => exchange.abort(reason) };
   let text: string;
   try {
     text = await exchange.text();

@@ -16,7 +16,12 @@ export interface UpstreamCall {
 
 export type UpstreamReply =
   | { stream: false; body: Record<string, unknown> }
-  | { stream: true; events: AsyncIterable<SseEvent> };
+  | {
+      stream: true;
+      events: AsyncIterable<SseEvent>;
+      /** Cuts this call off now (e.g. no first event in time); the events then end with an error. */
+      abort?: (reason: Error) => void;
+    };
 
 /**
  * A provider adapter. Errors are thrown as GatewayError, classified once here (see http.ts), with

@@ -69,12 +69,9 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
             { defaultMaxTokens: candidate.model.max_output_tokens ?? DEFAULT_MAX_TOKENS },
           );
           if (stream && debugEcho(body)) state.debugEchoes.push(redactedEcho(upstreamBody));
-          // Streams get their own abort handle so a first-token timeout can cut this attempt alone.
-          const attemptAbort = stream ? new AbortController() : undefined;
-          const signal = attemptAbort ? AbortSignal.any([state.signal, attemptAbort.signal]) : state.signal;
-          const reply = await candidate.provider.send({ dialect: candidate.dialect, body: upstreamBody, stream, signal, forwardHeaders });
+          const reply = await candidate.provider.send({ dialect: candidate.dialect, body: upstreamBody, stream, signal: state.signal, forwardHeaders });
           const throughput = (outputTokens: number, durationMs: number) => deps.health.recordSuccess(endpointKey(candidate), { outputTokens, durationMs });
-          const response = attemptAbort ? await streamResponse(state, candidate, reply, attempt, attemptAbort, throughput) : jsonResponse(state, candidate, reply, attempt);
+          const response = stream ? await streamResponse(state, candidate, reply, attempt, throughput) : jsonResponse(state, candidate, reply, attempt);
           // Latency is time to the answer (a stream: its first event); throughput is fed in when a stream
           // ends, or here for a JSON answer whose usage is known.
           const elapsed = performance.now() - started;
@@ -264,7 +261,6 @@ async function streamResponse(
   c: Candidate,
   reply: UpstreamReply,
   attempt: Span,
-  attemptAbort: AbortController,
   onStreamEnd: (outputTokens: number, durationMs: number) => void,
 ): Promise<GatewayResponse> {
   if (!reply.stream) throw new GatewayError('provider_unavailable', `Provider ${c.provider.id} did not stream`);
@@ -272,7 +268,7 @@ async function streamResponse(
   // Same style: the provider's events go straight to the rewriter (no extra generator on the hot path).
   const events = c.dialect === dialect ? reply.events : translateStream(c.dialect, dialect, reply.events, c.provider.id);
   const iterator = events[Symbol.asyncIterator]();
-  const first = await firstEvent(iterator, c, attemptAbort);
+  const first = await firstEvent(iterator, c, reply.abort);
   choose(state, c);
   const info = finishInfo(state, c);
   // Messages style: the routing metadata rides in message_start (a new event name could upset SDKs).
@@ -286,9 +282,9 @@ async function streamResponse(
  * The first event, or a timeout after the provider's first-token limit. On timeout this attempt's upstream
  * call is aborted (a silent upstream costs one timeout, never several).
  */
-async function firstEvent(iterator: AsyncIterator<SseEvent>, c: Candidate, attemptAbort: AbortController): Promise<IteratorResult<SseEvent>> {
+async function firstEvent(iterator: AsyncIterator<SseEvent>, c: Candidate, abort: ((reason: Error) => void) | undefined): Promise<IteratorResult<SseEvent>> {
   const limit = c.provider.firstTokenTimeoutMs;
-  if (!limit) return iterator.next();
+  if (!limit || !abort) return iterator.next();
   let timer: NodeJS.Timeout | undefined;
   const timedOut = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(new GatewayError('timeout', `Provider ${c.provider.id} sent no output within ${limit} ms`, { metadata: { provider_name: c.provider.id } })), limit);
@@ -296,7 +292,7 @@ async function firstEvent(iterator: AsyncIterator<SseEvent>, c: Candidate, attem
   try {
     return await Promise.race([iterator.next(), timedOut]);
   } catch (err) {
-    attemptAbort.abort();
+    abort(err as Error);
     throw err;
   } finally {
     clearTimeout(timer);
