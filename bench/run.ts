@@ -102,7 +102,9 @@ async function main(): Promise<void> {
     };
     const pidOf: Record<TargetName, number | undefined> = { direct: fake.child.pid, gateway: gw.child.pid, portkey: portkey?.child.pid };
 
-    // 1. Unloaded latency, sequential probes (microseconds).
+    // 1. Warm-up under load (JIT, pools, caches), so no measurement sees a cold process.
+    for (const s of SCENARIOS) for (const t of Object.values(targets(s))) await load(t!, { connections, seconds: Number(values.warmup), pin: loadPin });
+    // 2. Unloaded latency, sequential probes (microseconds).
     const probes = new Map<string, ProbeResult>();
     for (const s of SCENARIOS) {
       for (const [name, t] of Object.entries(targets(s))) {
@@ -110,8 +112,7 @@ async function main(): Promise<void> {
         log(`probe ${s.id} ${name}: p50 ${probes.get(`${s.id}/${name}`)!.p50Us} µs`);
       }
     }
-    // 2. Warm-up under load, then alternating runs.
-    for (const s of SCENARIOS) for (const t of Object.values(targets(s))) await load(t!, { connections, seconds: Number(values.warmup), pin: loadPin });
+    // 3. Alternating load runs.
     const loads = new Map<string, LoadResult[]>();
     const peaks: Partial<Record<TargetName, number>> = {};
     for (let r = 0; r < runs; r++) {
