@@ -38,15 +38,8 @@ export function retryAfterMs(value: string | undefined, now = Date.now()): numbe
  * @example nextStep(err, { retriedSame: false, lastCandidate: true, retryWaitMaxMs: 2000 })
  */
 export function nextStep(err: GatewayError, ctx: PolicyContext): NextStep {
+  if (CALLER_MISTAKES.has(err.errorType)) return { kind: 'stop' };
   switch (err.errorType) {
-    case 'invalid_request':
-    case 'invalid_prompt':
-    case 'unprocessable':
-    case 'payload_too_large':
-    case 'max_tokens_exceeded':
-    case 'token_limit_exceeded':
-    case 'string_too_long':
-      return { kind: 'stop' };
     case 'context_length_exceeded':
       return { kind: 'larger_context' };
     case 'content_policy_violation':
@@ -70,4 +63,14 @@ export function nextStep(err: GatewayError, ctx: PolicyContext): NextStep {
     default:
       return { kind: 'next_endpoint' };
   }
+}
+
+/** Errors in what the caller sent: no endpoint would answer differently, so none is tried again. */
+const CALLER_MISTAKES: ReadonlySet<string> = new Set([
+  'invalid_request', 'invalid_prompt', 'unprocessable', 'payload_too_large', 'max_tokens_exceeded', 'token_limit_exceeded', 'string_too_long',
+]);
+
+/** Errors that say nothing about the endpoint's health (the caller's input or the content was the cause). */
+export function blamesCaller(err: GatewayError): boolean {
+  return CALLER_MISTAKES.has(err.errorType) || err.errorType === 'context_length_exceeded' || err.errorType === 'content_policy_violation' || err.errorType === 'refusal';
 }

@@ -1,20 +1,19 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { SpanStatusCode, type Span, type Tracer } from '@opentelemetry/api';
-import type { ModelConfig } from '../config/types';
+import type { GatewayConfig, ModelConfig } from '../config/types';
 import { DIALECTS, type FinishInfo, type StreamRewriter } from '../dialects';
+import { translateRequest, translateResponse, translateStream } from '../dialects/translate';
 import { GatewayError, toGatewayError } from '../errors/gateway-error';
 import type { GatewayResponse, GatewayState, SseEvent } from '../pipeline/types';
 import type { Dialect, Provider, UpstreamReply } from '../providers/types';
 import { costOf } from '../spend/pricing';
-import { setTimeout as sleep } from 'node:timers/promises';
-import type { GatewayConfig } from '../config/types';
-import { nextStep } from './attempt-policy';
-import { candidatesFor, type Candidate } from './candidates';
-import type { EndpointHealth } from './health';
-import { planRoute, type ProviderPreferences } from './preferences';
-import type { StickyRoutes } from './sticky';
+import { blamesCaller, nextStep } from './attempt-policy';
+import type { Candidate } from './candidates';
 import { generationId } from './generation-id';
+import type { EndpointHealth } from './health';
 import { routingMetadata } from './metadata';
-import { translateRequest, translateResponse, translateStream } from '../dialects/translate';
+import { endpointKey, planFor, sessionKey } from './plan';
+import type { StickyRoutes } from './sticky';
 
 /** `max_tokens` sent to a messages-style provider when a chat client set none and the model declares none. */
 const DEFAULT_MAX_TOKENS = 4096;
@@ -33,11 +32,6 @@ export interface DispatchDeps {
 /** Sends one request upstream: candidates in order, the next one only while nothing reached the caller. */
 export type Dispatch = (state: GatewayState, forwardHeaders: Record<string, string>) => Promise<GatewayResponse>;
 
-/** Body fields that are not "parameters" for `provider.require_parameters`. */
-const NOT_PARAMETERS = new Set(['model', 'models', 'messages', 'stream', 'stream_options', 'fallbacks', 'provider', 'plugins', 'route', 'session_id', 'trace', 'debug', 'user', 'metadata', 'system', 'preset', 'usage', 'transforms']);
-
-const endpointKey = (c: Candidate) => `${c.provider.id}/${c.endpoint.upstream_model}`;
-
 /**
  * @example const dispatch = createDispatch({ models, providers, tracer, hashUser, health, sticky, routing });
  *          state.response = await dispatch(state, { 'anthropic-beta': '…' });
@@ -46,12 +40,12 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
   return async (state, forwardHeaders) => {
     const dialect = state.endpoint as Dialect;
     const body = state.body!;
-    const plan = planFor(state, deps);
+    const session = sessionKey(state);
+    const plan = planFor(state, deps, session);
     state.candidates = plan.map((c) => ({ provider: c.provider.id, model: c.model.id, region: c.provider.region }));
     state.requestId = generationId();
     state.span.setAttribute('gateway.generation_id', state.requestId);
     const stream = body.stream === true;
-    const session = state.session ? `${state.key?.id ?? ''}:${state.session}` : null;
     let last: GatewayError | undefined;
     const skipped = new Set<Candidate>();
     for (let i = 0; i < plan.length; i++) {
@@ -84,7 +78,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           state.attempts.push({ provider: candidate.provider.id, model: candidate.model.id, upstreamModel: candidate.endpoint.upstream_model, outcome: 'error', errorType: e.errorType, status: e.status });
           last = e;
           if (state.signal.aborted) throw new GatewayError('timeout', 'The client closed the request');
-          if (!CALLER_ERRORS.has(e.errorType)) deps.health.recordFailure(endpointKey(candidate));
+          if (!blamesCaller(e)) deps.health.recordFailure(endpointKey(candidate));
           const remaining = plan.slice(i + 1).filter((c) => !skipped.has(c));
           const step = nextStep(e, { retriedSame, lastCandidate: remaining.length === 0, retryWaitMaxMs: deps.routing.retry_wait_max_ms });
           if (step.kind === 'stop') throw e;
@@ -118,67 +112,6 @@ function errorAfterHeaders(state: GatewayState, err: GatewayError): GatewayRespo
     status: 200,
     body: { id: state.requestId, error: { code: err.status, message: err.message, metadata: { ...metadata, error_type: err.errorType } } },
   };
-}
-
-/** Errors that say nothing about the endpoint's health. */
-const CALLER_ERRORS = new Set(['invalid_request', 'invalid_prompt', 'unprocessable', 'payload_too_large', 'context_length_exceeded', 'content_policy_violation', 'refusal', 'max_tokens_exceeded', 'token_limit_exceeded', 'string_too_long']);
-
-/**
- * The endpoints to try, in order: the request's models and their endpoints, filtered and ordered by the
- * provider preferences and endpoint health, with the session's sticky endpoint first when it is still a
- * healthy candidate and the caller set no explicit `provider.order`.
- */
-function planFor(state: GatewayState, deps: DispatchDeps): Candidate[] {
-  const body = state.body!;
-  const candidates = candidatesFor({ body, dialect: state.endpoint as Dialect, models: deps.models, providers: deps.providers });
-  const preferences = preferencesOf(body);
-  const plan = planRoute({
-    candidates,
-    preferences,
-    health: deps.health,
-    keyOf: endpointKey,
-    facts: (c) => ({
-      provider: c.provider.id,
-      model: c.model.id,
-      region: c.provider.region,
-      pricing: { prompt: c.endpoint.pricing.prompt, completion: c.endpoint.pricing.completion, request: c.endpoint.pricing.request },
-      dataCollection: c.provider.dataCollection,
-      supportedParameters: supportedThrough(c, state.endpoint as Dialect, Object.keys(body)),
-    }),
-    requestedParameters: Object.keys(body).filter((k) => !NOT_PARAMETERS.has(k)),
-    allowedRegions: state.key?.allowedDataRegions ?? [],
-  });
-  if (!state.session || preferences?.order) return plan;
-  const stuck = deps.sticky.lookup(`${state.key?.id ?? ''}:${state.session}`);
-  const index = stuck === undefined ? -1 : plan.findIndex((c) => endpointKey(c) === stuck);
-  if (index <= 0 || deps.health.state(stuck!) === 'open') return plan;
-  return [plan[index], ...plan.slice(0, index), ...plan.slice(index + 1)];
-}
-
-/**
- * Request parameters a translated call cannot carry (the translator drops them). For
- * `provider.require_parameters`, an endpoint reached through translation does not support them.
- */
-const UNTRANSLATABLE: Record<Dialect, ReadonlySet<string>> = {
-  chat_completions: new Set(['seed', 'logprobs', 'top_logprobs', 'logit_bias', 'frequency_penalty', 'presence_penalty', 'repetition_penalty', 'min_p', 'top_a', 'prediction', 'modalities', 'n', 'audio', 'image_config', 'verbosity', 'web_search_options']),
-  messages: new Set(['context_management', 'container', 'mcp_servers', 'cache_control', 'deferred_tools']),
-};
-
-/** The parameters an endpoint honours as the client's request reaches it (undefined: all). */
-function supportedThrough(c: Candidate, client: Dialect, requested: string[]): string[] | undefined {
-  if (c.dialect === client) return c.endpoint.supported_parameters;
-  const base = c.endpoint.supported_parameters ?? requested;
-  return base.filter((p) => !UNTRANSLATABLE[client].has(p));
-}
-
-/** `provider` preferences, with the deprecated `route` mapped onto the sort partition (spec 4.2). */
-function preferencesOf(body: Record<string, unknown>): ProviderPreferences | undefined {
-  const prefs = body.provider && typeof body.provider === 'object' ? ({ ...(body.provider as ProviderPreferences) }) : undefined;
-  const route = body.route;
-  if (prefs && typeof prefs.sort === 'string' && (route === 'fallback' || route === 'sort')) {
-    prefs.sort = { by: prefs.sort, partition: route === 'sort' ? 'none' : 'model' };
-  }
-  return prefs;
 }
 
 function debugEcho(body: Record<string, unknown>): boolean {
@@ -274,7 +207,7 @@ async function streamResponse(
   // Messages style: the routing metadata rides in message_start (a new event name could upset SDKs).
   if (state.metadataOptIn && dialect === 'messages') info.metadata = routingMetadata(state);
   const rewriter = DIALECTS[dialect].streamRewriter(info);
-  const before = dialect === 'chat_completions' ? [...debugChunks(state, c), ...metadataChunk(state, c)] : [];
+  const before = dialect === 'chat_completions' ? sideChunks(state, c) : [];
   return { kind: 'sse', status: 200, events: relay(state, iterator, first, rewriter, attempt, before, onStreamEnd) };
 }
 
@@ -299,26 +232,20 @@ async function firstEvent(iterator: AsyncIterator<SseEvent>, c: Candidate, abort
   }
 }
 
-/** Chat style: the routing metadata as a chunk with no choices, before the answer (opted in only). */
-function metadataChunk(state: GatewayState, c: Candidate): SseEvent[] {
-  if (!state.metadataOptIn) return [];
-  const chunk = { id: state.requestId, object: 'chat.completion.chunk', created: Math.floor(Date.now() / 1000), model: c.model.id, provider: c.provider.id, choices: [], gateway_metadata: routingMetadata(state) };
-  return [{ data: JSON.stringify(chunk) }];
+/** A chat chunk with no choices that carries gateway data (routing metadata, debug echo) before the answer. */
+function sideChunk(state: GatewayState, c: Candidate, extra: Record<string, unknown>): SseEvent {
+  const chunk = { id: state.requestId, object: 'chat.completion.chunk', created: Math.floor(Date.now() / 1000), model: c.model.id, provider: c.provider.id, choices: [], ...extra };
+  return { data: JSON.stringify(chunk) };
 }
 
-/** Spec 6.1.3: one debug chunk per attempted provider, before the answer (chat style, streaming only). */
-function debugChunks(state: GatewayState, c: Candidate): SseEvent[] {
-  return state.debugEchoes.map((echo) => ({
-    data: JSON.stringify({
-      id: state.requestId,
-      object: 'chat.completion.chunk',
-      created: Math.floor(Date.now() / 1000),
-      model: c.model.id,
-      provider: c.provider.id,
-      choices: [],
-      debug: { echo_upstream_body: echo },
-    }),
-  }));
+/**
+ * Chat style, before the answer: one debug chunk per attempted provider (spec 6.1.3, streaming only), then
+ * the routing metadata when opted in.
+ */
+function sideChunks(state: GatewayState, c: Candidate): SseEvent[] {
+  const out = state.debugEchoes.map((echo) => sideChunk(state, c, { debug: { echo_upstream_body: echo } }));
+  if (state.metadataOptIn) out.push(sideChunk(state, c, { gateway_metadata: routingMetadata(state) }));
+  return out;
 }
 
 async function* relay(
@@ -328,7 +255,7 @@ async function* relay(
   rewriter: StreamRewriter,
   attempt: Span,
   before: SseEvent[],
-  onStreamEnd?: (outputTokens: number, durationMs: number) => void,
+  onStreamEnd: (outputTokens: number, durationMs: number) => void,
 ): AsyncGenerator<SseEvent> {
   const streamStarted = performance.now();
   let failure: GatewayError | undefined;
@@ -350,8 +277,6 @@ async function* relay(
     state.outcome = state.signal.aborted || (!completed && !failure) ? 'cancelled' : failure || rewriter.failed() ? 'failed' : 'completed';
     if (!completed) await iterator.return?.().catch(() => undefined);
     endAttempt(attempt, failure);
-    if (completed && state.route && state.usage) {
-      onStreamEnd?.(state.usage.outputTokens, performance.now() - streamStarted);
-    }
+    if (completed && state.usage) onStreamEnd(state.usage.outputTokens, performance.now() - streamStarted);
   }
 }
