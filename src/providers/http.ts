@@ -74,7 +74,10 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   private started: { resolve: () => void; reject: (e: Error) => void } | undefined;
   readonly responseStarted: Promise<void>;
 
-  constructor(private readonly signal: AbortSignal) {
+  constructor(
+    private readonly signal: AbortSignal,
+    private readonly providerId: string,
+  ) {
     this.responseStarted = new Promise((resolve, reject) => (this.started = { resolve, reject }));
     this.responseStarted.catch(() => undefined);
     signal.addEventListener('abort', this.onAbort, { once: true });
@@ -143,7 +146,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     return this.chunks.length === 1 ? this.chunks[0].toString('utf8') : Buffer.concat(this.chunks).toString('utf8');
   }
 
-  /** The body chunk by chunk as it arrives. */
+  /** The body chunk by chunk as it arrives; a failure mid-body surfaces as a classified GatewayError. */
   async *bytes(): AsyncGenerator<Buffer> {
     try {
       for (;;) {
@@ -154,7 +157,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
           for (const c of batch) yield c;
           continue;
         }
-        if (this.error) throw this.error;
+        if (this.error) throw networkError(this.error, this.providerId);
         if (this.done) return;
         await new Promise<void>((r) => (this.wake = r));
       }
@@ -171,7 +174,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
  * classified GatewayError, network failures too.
  */
 export async function postUpstream(input: PostInput): Promise<UpstreamExchange> {
-  const exchange = new UpstreamExchange(input.signal);
+  const exchange = new UpstreamExchange(input.signal, input.providerId);
   try {
     agentFor(input.timeouts.connectMs).dispatch(
       {
@@ -211,7 +214,7 @@ export async function sendJson(input: {
     timeouts: input.timeouts,
     providerId,
   });
-  if (call.stream) return { stream: true, events: parseSse(upstreamBytes(exchange.bytes(), providerId)), abort: (reason) => exchange.abort(reason) };
+  if (call.stream) return { stream: true, events: parseSse(exchange.bytes()), abort: (reason) => exchange.abort(reason) };
   let text: string;
   try {
     text = await exchange.text();
@@ -226,15 +229,6 @@ export async function sendJson(input: {
     throw new GatewayError('provider_unavailable', `Provider ${providerId} returned a body that is not JSON`, {
       metadata: { provider_name: providerId },
     });
-  }
-}
-
-/** Wraps a body iterator so network failures mid-stream surface as GatewayErrors too. */
-export async function* upstreamBytes(body: AsyncIterable<Uint8Array>, providerId: string): AsyncGenerator<Uint8Array> {
-  try {
-    for await (const chunk of body) yield chunk;
-  } catch (err) {
-    throw networkError(err, providerId);
   }
 }
 
