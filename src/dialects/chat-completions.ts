@@ -1,3 +1,4 @@
+import { publicMessage } from '../errors/envelope';
 import { GatewayError } from '../errors/gateway-error';
 import type { NormalizedUsage, SseEvent } from '../pipeline/types';
 import { DONE } from '../providers/sse';
@@ -14,6 +15,17 @@ export function chatUsage(u: unknown): NormalizedUsage | null {
     cachedTokens: num(usage.prompt_tokens_details?.cached_tokens),
     cacheWriteTokens: num(usage.prompt_tokens_details?.cache_write_tokens),
     reasoningTokens: num(usage.completion_tokens_details?.reasoning_tokens),
+  };
+}
+
+/** Normalized usage → the chat-completions `usage` object (for translated answers). */
+export function chatUsageBody(u: NormalizedUsage): Record<string, unknown> {
+  return {
+    prompt_tokens: u.inputTokens,
+    completion_tokens: u.outputTokens,
+    total_tokens: u.inputTokens + u.outputTokens,
+    prompt_tokens_details: { cached_tokens: u.cachedTokens, cache_write_tokens: u.cacheWriteTokens },
+    completion_tokens_details: { reasoning_tokens: u.reasoningTokens },
   };
 }
 
@@ -122,7 +134,7 @@ export const chatCompletions: DialectAdapter = {
           created,
           model: info.model,
           provider: info.provider,
-          error: { code: err.status, message: err.status >= 500 && err.errorType === 'server' ? 'Internal server error' : err.message, metadata },
+          error: { code: err.status, message: publicMessage(err), metadata },
           choices: [{ index: 0, delta: { content: '' }, finish_reason: 'error' }],
         };
         done = true;

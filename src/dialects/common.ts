@@ -33,3 +33,10 @@ export function stripGatewayFields(body: Record<string, unknown>, upstreamModel:
 export function num(v: unknown): number {
   return typeof v === 'number' && Number.isFinite(v) ? v : 0;
 }
+
+/** A JSON object as the translators handle it. */
+export type Obj = Record<string, any>;
+
+export function isObj(v: unknown): v is Obj {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}

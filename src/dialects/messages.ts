@@ -1,4 +1,4 @@
-import { messagesErrorType } from '../errors/envelope';
+import { messagesErrorType, publicMessage } from '../errors/envelope';
 import { GatewayError } from '../errors/gateway-error';
 import type { NormalizedUsage, SseEvent } from '../pipeline/types';
 import { DONE } from '../providers/sse';
@@ -16,8 +16,22 @@ export function messagesUsage(u: unknown): NormalizedUsage | null {
     outputTokens: num(usage.output_tokens),
     cachedTokens: cached,
     cacheWriteTokens: written,
-    reasoningTokens: num(usage.output_tokens_details?.reasoning_tokens),
+    // `thinking_tokens` is the Messages API's own name for what the gateway calls reasoning tokens.
+    reasoningTokens: num(usage.output_tokens_details?.reasoning_tokens) || num(usage.output_tokens_details?.thinking_tokens),
   };
+}
+
+/** Normalized usage → the messages `usage` object (for translated answers). */
+export function messagesUsageBody(u: NormalizedUsage): Record<string, unknown> {
+  const out: Record<string, unknown> = {
+    input_tokens: Math.max(0, u.inputTokens - u.cachedTokens - u.cacheWriteTokens),
+    output_tokens: u.outputTokens,
+    cache_creation_input_tokens: u.cacheWriteTokens,
+    cache_read_input_tokens: u.cachedTokens,
+  };
+  // `reasoning_tokens` is what the gateway bills from; `thinking_tokens` is the Messages API's own name.
+  if (u.reasoningTokens > 0) out.output_tokens_details = { reasoning_tokens: u.reasoningTokens, thinking_tokens: u.reasoningTokens };
+  return out;
 }
 
 export const messages: DialectAdapter = {
@@ -100,8 +114,7 @@ export const messages: DialectAdapter = {
       failure(err: GatewayError): SseEvent[] {
         failed = true;
         ended = true;
-        const message = err.status >= 500 && err.errorType === 'server' ? 'Internal server error' : err.message;
-        const data = { type: 'error', error: { type: messagesErrorType(err.errorType), message, error_type: err.errorType } };
+        const data = { type: 'error', error: { type: messagesErrorType(err.errorType), message: publicMessage(err), error_type: err.errorType } };
         return [{ event: 'error', data: JSON.stringify(data) }, DONE];
       },
       // Spec 4.1: a messages stream ends with the `[DONE]` sentinel after message_stop. Without

@@ -33,11 +33,18 @@ export function statusFor(err: GatewayError, style: ApiStyle): number {
   return err.status;
 }
 
-/** Spec 7.4 rule 3: on a 500 the message is generic and provider details are dropped. */
+/** Spec 7.4 rule 3: a 500 (`server`, `unmapped`) shows a generic message and no provider details. */
+function masked(err: GatewayError): boolean {
+  return err.status >= 500 && (err.errorType === 'server' || err.errorType === 'unmapped');
+}
+
+/** The message a caller may see, in an envelope or an in-band stream error. */
+export function publicMessage(err: GatewayError): string {
+  return masked(err) ? GENERIC_500 : err.message;
+}
+
 function publicParts(err: GatewayError): { message: string; metadata: Record<string, unknown> } {
-  if (err.status >= 500 && (err.errorType === 'server' || err.errorType === 'unmapped')) {
-    return { message: GENERIC_500, metadata: { error_type: err.errorType } };
-  }
+  if (masked(err)) return { message: GENERIC_500, metadata: { error_type: err.errorType } };
   return { message: err.message, metadata: { ...err.metadata, error_type: err.errorType } };
 }
 

@@ -26,6 +26,27 @@ function readBody(text: string): UpstreamErrorBody {
 }
 
 /**
+ * The error_type of an upstream failure from its HTTP status and, where they decide it, the provider's
+ * error code and message. Shared by the provider layer and the translation of in-band stream errors.
+ */
+export function upstreamErrorType(status: number, code = '', message = ''): ErrorType {
+  if (status === 400 || status === 403 || status === 422) {
+    // A content filter or a refusal is 403 whatever the provider's own status (7.4 rule 1).
+    if (CONTENT_POLICY.test(`${code} ${message}`)) return 'content_policy_violation';
+    if (REFUSAL.test(code)) return 'refusal';
+    if (status === 403) return 'provider_unavailable'; // our upstream credentials, not the caller's
+    if (status === 422) return 'unprocessable';
+    return CONTEXT_LENGTH.test(message) ? 'context_length_exceeded' : 'invalid_request';
+  }
+  if (status === 401 || status === 404) return 'provider_unavailable'; // our credentials or model name
+  if (status === 408 || status === 504) return 'timeout';
+  if (status === 413) return CONTEXT_LENGTH.test(message) ? 'context_length_exceeded' : 'payload_too_large';
+  if (status === 429) return 'rate_limit_exceeded';
+  if (status === 503 || status === 529) return 'provider_overloaded';
+  return 'provider_unavailable';
+}
+
+/**
  * Maps an upstream HTTP error to the gateway's error_type (spec 7.4), once, for every provider: by status,
  * then by the body's code and message (context length, content policy, refusal). The upstream message is
  * kept where it tells the caller what to fix; `metadata` carries `provider_name`, `provider_code` (the
@@ -33,21 +54,7 @@ function readBody(text: string): UpstreamErrorBody {
  */
 export function classifyUpstreamError(status: number, bodyText: string, providerId: string, retryAfter?: string | string[]): GatewayError {
   const body = readBody(bodyText);
-  const text = `${body.code} ${body.message}`;
-  let type: ErrorType;
-  if (status === 400 || status === 403 || status === 422) {
-    // A content filter or a refusal is 403 whatever the provider's own status (7.4 rule 1).
-    if (CONTENT_POLICY.test(text)) type = 'content_policy_violation';
-    else if (REFUSAL.test(body.code)) type = 'refusal';
-    else if (status === 403) type = 'provider_unavailable'; // our upstream credentials, not the caller's
-    else if (status === 422) type = 'unprocessable';
-    else type = CONTEXT_LENGTH.test(body.message) ? 'context_length_exceeded' : 'invalid_request';
-  } else if (status === 401 || status === 404) type = 'provider_unavailable'; // our credentials or model name
-  else if (status === 408 || status === 504) type = 'timeout';
-  else if (status === 413) type = CONTEXT_LENGTH.test(body.message) ? 'context_length_exceeded' : 'payload_too_large';
-  else if (status === 429) type = 'rate_limit_exceeded';
-  else if (status === 503 || status === 529) type = 'provider_overloaded';
-  else type = 'provider_unavailable';
+  const type = upstreamErrorType(status, body.code, body.message);
   const callerFacing = ['invalid_request', 'context_length_exceeded', 'unprocessable', 'payload_too_large', 'content_policy_violation', 'refusal'].includes(type);
   const message = callerFacing && body.message ? body.message : `Provider ${providerId} returned HTTP ${status}`;
   const headers = typeof retryAfter === 'string' && (type === 'rate_limit_exceeded' || type === 'provider_overloaded') ? { 'retry-after': retryAfter } : undefined;

@@ -20,12 +20,8 @@
  *   `cache_control` and `citations` are dropped.
  */
 import { GatewayError } from '../../errors/gateway-error';
+import { isObj, type Obj } from '../common';
 
-export type Obj = Record<string, any>;
-
-export function isObj(v: unknown): v is Obj {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
 
 const DATA_URL = /^data:([^;,]+)[^,]*?;base64,([\s\S]*)$/;
 

@@ -50,7 +50,8 @@
  * `model`, `stream` and `service_tier` pass unchanged in both directions.
  */
 import { GatewayError } from '../../errors/gateway-error';
-import { blockToChatParts, chatContent, chatPartToBlock, chatTextBlocks, invalid, isObj, type Obj } from './content';
+import { isObj, type Obj } from '../common';
+import { blockToChatParts, chatContent, chatPartToBlock, chatTextBlocks, invalid } from './content';
 
 /** Reasoning effort → thinking budget (messages → chat uses budgetToEffort). */
 export const EFFORT_BUDGET: Readonly<Record<string, number>> = {

@@ -1,15 +1,15 @@
 import { messagesErrorType } from '../../errors/envelope';
 import { ERROR_STATUS, type ErrorType } from '../../errors/gateway-error';
-import { num } from '../common';
+import { upstreamErrorType } from '../../providers/upstream-errors';
+import type { NormalizedUsage } from '../../pipeline/types';
+import { chatUsage, chatUsageBody } from '../chat-completions';
+import { isObj, type Obj } from '../common';
+import { messagesUsage, messagesUsageBody } from '../messages';
 
 /**
  * Non-streaming response translation between the two API styles, plus the small mappings (stop reason,
  * usage, errors) that the stream translators share. The gateway stamps id/model/provider/cost afterwards.
  */
-
-type Obj = Record<string, any>;
-
-const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /** Text shown as `message.refusal` when a messages-style refusal carries no explanation. */
 export const DEFAULT_REFUSAL = 'The model declined to respond.';
@@ -46,41 +46,16 @@ export function stopReasonOf(finishReason: unknown): string {
 
 // ---- usage ----
 
-/** Messages usage → chat usage. Chat `prompt_tokens` includes cache reads and writes. */
+const NO_USAGE: NormalizedUsage = { inputTokens: 0, outputTokens: 0, cachedTokens: 0, cacheWriteTokens: 0, reasoningTokens: 0 };
+
+/** Messages usage → chat usage, through the one normalized form each dialect reads and writes. */
 export function messagesUsageToChat(u: unknown): Obj {
-  const usage = isObj(u) ? u : {};
-  const input = num(usage.input_tokens);
-  const cached = num(usage.cache_read_input_tokens);
-  const written = num(usage.cache_creation_input_tokens);
-  const output = num(usage.output_tokens);
-  const details = isObj(usage.output_tokens_details) ? usage.output_tokens_details : {};
-  const reasoning = num(details.reasoning_tokens) || num(details.thinking_tokens);
-  return {
-    prompt_tokens: input + cached + written,
-    completion_tokens: output,
-    total_tokens: input + cached + written + output,
-    prompt_tokens_details: { cached_tokens: cached, cache_write_tokens: written },
-    completion_tokens_details: { reasoning_tokens: reasoning },
-  };
+  return chatUsageBody(messagesUsage(u) ?? NO_USAGE);
 }
 
 /** Chat usage → messages usage (`input_tokens` there excludes cache reads and writes). */
 export function chatUsageToMessages(u: unknown): Obj {
-  const usage = isObj(u) ? u : {};
-  const prompt = isObj(usage.prompt_tokens_details) ? usage.prompt_tokens_details : {};
-  const completion = isObj(usage.completion_tokens_details) ? usage.completion_tokens_details : {};
-  const cached = num(prompt.cached_tokens);
-  const written = num(prompt.cache_write_tokens);
-  const reasoning = num(completion.reasoning_tokens);
-  const out: Obj = {
-    input_tokens: Math.max(0, num(usage.prompt_tokens) - cached - written),
-    output_tokens: num(usage.completion_tokens),
-    cache_creation_input_tokens: written,
-    cache_read_input_tokens: cached,
-  };
-  // `reasoning_tokens` is what the gateway bills from; `thinking_tokens` is the Messages API's own name.
-  if (reasoning > 0) out.output_tokens_details = { reasoning_tokens: reasoning, thinking_tokens: reasoning };
-  return out;
+  return messagesUsageBody(chatUsage(u) ?? NO_USAGE);
 }
 
 // ---- errors ----
@@ -97,16 +72,6 @@ const TYPE_OF_MESSAGES_ERROR: Record<string, ErrorType> = {
 
 const isErrorType = (v: unknown): v is ErrorType => typeof v === 'string' && Object.prototype.hasOwnProperty.call(ERROR_STATUS, v);
 
-function errorTypeOfStatus(status: number): ErrorType {
-  if (status === 400) return 'invalid_request';
-  if (status === 408 || status === 504) return 'timeout';
-  if (status === 413) return 'payload_too_large';
-  if (status === 422) return 'unprocessable';
-  if (status === 429) return 'rate_limit_exceeded';
-  if (status === 503 || status === 529) return 'provider_overloaded';
-  return 'provider_unavailable';
-}
-
 /** A messages-style `error` object (`{type, message, error_type?}`) → the chat error object `{code, message, metadata}`. */
 export function messagesErrorToChat(e: unknown): Obj {
   const err = isObj(e) ? e : {};
@@ -121,7 +86,7 @@ export function chatErrorToMessages(e: unknown): Obj {
   const meta = isObj(err.metadata) ? err.metadata : {};
   let errorType: ErrorType;
   if (isErrorType(meta.error_type)) errorType = meta.error_type;
-  else if (typeof err.code === 'number') errorType = errorTypeOfStatus(err.code);
+  else if (typeof err.code === 'number') errorType = upstreamErrorType(err.code);
   else if (isErrorType(err.code)) errorType = err.code;
   else errorType = 'provider_unavailable';
   const message = typeof err.message === 'string' ? err.message : 'Provider error';

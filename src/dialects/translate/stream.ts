@@ -1,5 +1,6 @@
 import { GatewayError } from '../../errors/gateway-error';
 import type { SseEvent } from '../../pipeline/types';
+import { isObj, type Obj } from '../common';
 import {
   argumentsOf,
   chatErrorToMessages,
@@ -27,11 +28,7 @@ export interface StreamTranslator {
   readonly complete: boolean;
 }
 
-type Obj = Record<string, any>;
-
 const DONE: SseEvent = { data: '[DONE]' };
-
-const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 function parse(ev: SseEvent): Obj {
   let data: unknown;
