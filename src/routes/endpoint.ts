@@ -50,7 +50,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       body = spec.readsBody ? await readJson(ctx, runtime.config.server.max_body_bytes) : null;
       const parent = parentContext(ctx, body);
       span = tracer.startSpan(spanName(spec.id, body), { attributes: spanAttributes(ctx, body) }, parent);
-      state = newState(spec, body, abort.signal, span, ctx);
+      state = newState({ spec, body, signal: abort.signal, span, ctx, startedAt: started });
       state.traceContext = trace.setSpan(parent, span);
       ctx.state.gateway = state;
       await runtime.pipelines[spec.id](ctx);
@@ -60,16 +60,13 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       ctx.status = response.status;
       if (response.kind === 'json') {
         ctx.body = response.body;
-        span.setAttribute('http.response.status_code', response.status);
-        await finish(runtime, state, span, { status: response.status, started });
       } else {
-        span.setAttribute('http.response.status_code', response.status);
         ctx.respond = false; // the stream is written here, event by event, not by Koa
         await writeSse(ctx, response.status, response.events, runtime.services.logger);
         if (state.signal.aborted && state.outcome === 'completed') state.outcome = 'cancelled';
         span.setAttribute('gateway.outcome', state.outcome);
-        await finish(runtime, state, span, { status: response.status, started });
       }
+      finish(runtime, state, span, response.status);
     } catch (err) {
       const e = toGatewayError(err);
       if (e.errorType === 'server') runtime.services.logger.error({ err: e.cause ?? e, path: ctx.path }, 'unexpected error');
@@ -82,9 +79,11 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       if (span) {
         span.setStatus({ code: SpanStatusCode.ERROR, message: e.message });
         span.setAttribute('gateway.error_type', e.errorType);
-        span.setAttribute('http.response.status_code', ctx.status);
-        if (state) await finish(runtime, state, span, { status: ctx.status, started, errorType: e.errorType });
-        else span.end();
+        if (state) finish(runtime, state, span, ctx.status, e.errorType);
+        else {
+          span.setAttribute('http.response.status_code', ctx.status);
+          span.end();
+        }
       }
     }
   };
@@ -145,32 +144,27 @@ function drained(res: NodeJS.WritableStream, signal: AbortSignal): Promise<void>
   });
 }
 
-interface Ending {
-  status: number;
-  started: number;
-  errorType?: string;
-}
-
-/** The end of every request that got past body parsing: ledger row, access log line, span end. */
-async function finish(runtime: Runtime, state: GatewayState, span: Span, end: Ending): Promise<void> {
+/** The end of every request that got past body parsing: ledger row (queued), span end, access log line. */
+function finish(runtime: Runtime, state: GatewayState, span: Span, status: number, errorType?: string): void {
   const { logger, ledger } = runtime.services;
   try {
     const row = ledgerRowOf(state);
     if (row) ledger.add(row);
   } finally {
+    span.setAttribute('http.response.status_code', status);
     if (state.costUsd !== null) span.setAttribute('gateway.cost_usd', state.costUsd);
     span.end();
     logger.info(
       {
         endpoint: state.endpoint,
-        status: end.status,
-        ms: Math.round((performance.now() - end.started) * 10) / 10,
+        status,
+        ms: Math.round((performance.now() - state.startedAt) * 10) / 10,
         generation_id: state.requestId,
         key_id: state.key?.id,
         model: state.route?.model,
         provider: state.route?.provider,
         outcome: state.route ? state.outcome : undefined,
-        error_type: end.errorType,
+        error_type: errorType,
         cost_usd: state.costUsd ?? undefined,
       },
       'request',
@@ -178,7 +172,16 @@ async function finish(runtime: Runtime, state: GatewayState, span: Span, end: En
   }
 }
 
-function newState(spec: EndpointSpec, body: Record<string, unknown> | null, signal: AbortSignal, span: Span, ctx: GatewayContext): GatewayState {
+interface NewState {
+  spec: EndpointSpec;
+  body: Record<string, unknown> | null;
+  signal: AbortSignal;
+  span: Span;
+  ctx: GatewayContext;
+  startedAt: number;
+}
+
+function newState({ spec, body, signal, span, ctx, startedAt }: NewState): GatewayState {
   const opt = ctx.get('x-gateway-metadata') || ctx.get('x-gateway-experimental-metadata');
   return {
     endpoint: spec.id,
@@ -186,7 +189,7 @@ function newState(spec: EndpointSpec, body: Record<string, unknown> | null, sign
     body,
     key: null,
     requestId: null,
-    startedAt: performance.now(),
+    startedAt,
     session: sessionOf(body, ctx.get('x-session-id')),
     debugEchoes: [],
     metadataOptIn: opt.toLowerCase() === 'enabled',
