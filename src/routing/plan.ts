@@ -34,6 +34,7 @@ export function planFor(state: GatewayState, deps: PlanDeps, session: string | n
   const body = state.body!;
   const candidates = candidatesFor({ body, dialect: state.endpoint as Dialect, models: deps.models, providers: deps.providers });
   const preferences = preferencesOf(body);
+  const requested = Object.keys(body).filter((k) => !NOT_PARAMETERS.has(k));
   const plan = planRoute({
     candidates,
     preferences,
@@ -45,9 +46,9 @@ export function planFor(state: GatewayState, deps: PlanDeps, session: string | n
       region: c.provider.region,
       pricing: { prompt: c.endpoint.pricing.prompt, completion: c.endpoint.pricing.completion, request: c.endpoint.pricing.request },
       dataCollection: c.provider.dataCollection,
-      supportedParameters: supportedThrough(c, state.endpoint as Dialect, Object.keys(body)),
+      supportedParameters: supportedThrough(c, state.endpoint as Dialect, requested),
     }),
-    requestedParameters: Object.keys(body).filter((k) => !NOT_PARAMETERS.has(k)),
+    requestedParameters: requested,
     allowedRegions: state.key?.allowedDataRegions ?? [],
   });
   if (!session || preferences?.order) return plan;
