@@ -30,6 +30,7 @@ const { values } = parseArgs({
     connections: { type: 'string', default: '50' },
     probe: { type: 'string', default: '2000' },
     scenarios: { type: 'string', default: 'chat,chat-stream,messages,messages-stream' },
+    'gateway-node-options': { type: 'string', default: '' },
   },
 });
 
@@ -49,6 +50,12 @@ function body(s: Scenario, model: string): string {
   const b: Record<string, unknown> = { model, max_tokens: 64, messages: [{ role: 'user', content: 'Write one short sentence about foxes.' }] };
   if (s.stream) b.stream = true;
   return JSON.stringify(b);
+}
+
+/** The gateway's environment: ours, plus `--gateway-node-options` (V8 flags to compare) as NODE_OPTIONS. */
+function gatewayEnv(): NodeJS.ProcessEnv {
+  const extra = values['gateway-node-options'];
+  return extra ? { ...process.env, NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} ${extra}`.trim() } : process.env;
 }
 
 type TargetName = 'direct' | 'gateway' | 'portkey';
@@ -71,7 +78,7 @@ async function main(): Promise<void> {
     const config = path.join(tmp, 'gateway.yaml');
     writeFileSync(config, gatewayYaml(fakeOrigin, tmp));
     const key = execFileSync(process.execPath, [MAIN, 'keys', 'create', '--name', 'bench', '--config', config], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
-    const gw = await startNode([MAIN, 'serve', '--config', config], { pin: serverPin, ready: /listening on http:\/\/[\d.]+:(\d+)/, logFile: path.join(tmp, 'gateway.log') });
+    const gw = await startNode([MAIN, 'serve', '--config', config], { pin: serverPin, ready: /listening on http:\/\/[\d.]+:(\d+)/, logFile: path.join(tmp, 'gateway.log'), env: gatewayEnv() });
     procs.push(gw);
     const gwOrigin = `http://127.0.0.1:${gw.match[1]}`;
     const rssStart = rssMiB(gw.child.pid);

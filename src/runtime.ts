@@ -10,7 +10,10 @@ import { modelsStage } from './routes/models';
 import type { KeyLookup, Services } from './services';
 import type { EndpointHealth } from './routing/health';
 import type { StickyRoutes } from './routing/sticky';
+import type { SpendControl } from './spend/control';
 import type { LedgerWriter } from './spend/ledger';
+import type { RateLimiter } from './spend/rate-limits';
+import type { SharedState } from './state/types';
 import type { Store } from './store/types';
 
 /** Everything derived from one loaded gateway.yaml. Swapped as a whole on reload. */
@@ -28,6 +31,9 @@ export interface RuntimeInput {
   keys: KeyLookup;
   health: EndpointHealth;
   sticky: StickyRoutes;
+  state: SharedState;
+  spend: SpendControl;
+  rateLimits: RateLimiter;
   tracer: Tracer;
   logger: Logger;
   hashUser(user: string): string;
@@ -43,6 +49,9 @@ export function buildRuntime(input: RuntimeInput): Runtime {
     store: input.store,
     ledger: input.ledger,
     keys: input.keys,
+    state: input.state,
+    spend: input.spend,
+    rateLimits: input.rateLimits,
     models,
     logger: input.logger,
     tracer,

@@ -16,7 +16,12 @@ import { buildRuntime, type Runtime } from './runtime';
 import type { KeyLookup } from './services';
 import { EndpointHealth } from './routing/health';
 import { StickyRoutes } from './routing/sticky';
+import { SpendControl } from './spend/control';
 import { LedgerWriter } from './spend/ledger';
+import { RateLimiter } from './spend/rate-limits';
+import { openState } from './state';
+import type { SharedState } from './state/types';
+import { ensureDeclared } from './store/declared';
 import type { Store } from './store/types';
 
 export interface GatewayOptions {
@@ -25,6 +30,8 @@ export interface GatewayOptions {
   store: Store;
   logger: Logger;
   tracer?: Tracer;
+  /** The clock of spend windows, holds and rate limits (tests inject one). */
+  clock?: () => number;
 }
 
 export interface Gateway {
@@ -34,6 +41,9 @@ export interface Gateway {
   ledger: LedgerWriter;
   /** Per-endpoint health (circuit breakers), shared by every config generation. */
   health: EndpointHealth;
+  /** The shared fast state (memory or Redis) and the spend checks over it. */
+  state: SharedState;
+  spend: SpendControl;
   /** The runtime new requests get. */
   runtime(): Runtime;
   /**
@@ -63,7 +73,13 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const { routing } = options.config;
   const health = new EndpointHealth({ failureThreshold: routing.circuit_breaker.failure_threshold, cooldownMs: routing.circuit_breaker.cooldown_ms });
   const sticky = new StickyRoutes(routing.sticky_ttl_ms);
-  const build = (config: GatewayConfig) => buildRuntime({ config, registry, store, ledger, keys, health, sticky, tracer, logger, hashUser });
+  await ensureDeclared(store, options.config);
+  // Shared state, spend control and rate limits outlive reloads; they read the current config per request.
+  const state = openState(options.config.state, options.clock);
+  const spend = new SpendControl({ store, state, ledger, logger, clock: options.clock });
+  const rateLimits = new RateLimiter(state, store, ledger, (id, config) => spend.account(id, config));
+  const build = (config: GatewayConfig) =>
+    buildRuntime({ config, registry, store, ledger, keys, health, sticky, tracer, logger, hashUser, state, spend, rateLimits });
   let current = build(options.config);
   const runtime = () => current;
 
@@ -100,6 +116,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     keys,
     ledger,
     health,
+    state,
+    spend,
     runtime,
     reload(config) {
       const before = current.config;
@@ -131,6 +149,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       }
       // After the server has drained: every finished request's row is queued, now write them all.
       await ledger.close();
+      await state.close();
     },
   };
 }

@@ -2,7 +2,10 @@ import type { Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import type { GatewayConfig, ModelConfig } from './config/types';
 import type { Dispatch } from './routing/dispatch';
+import type { SpendControl } from './spend/control';
 import type { LedgerWriter } from './spend/ledger';
+import type { RateLimiter } from './spend/rate-limits';
+import type { SharedState } from './state/types';
 import type { KeyRecord, Store } from './store/types';
 
 /** Looks a presented key up by its hash (cached; see auth/key-cache.ts). */
@@ -21,6 +24,10 @@ export interface Services {
   store: Store;
   ledger: LedgerWriter;
   keys: KeyLookup;
+  /** Shared fast state (memory or Redis): holds, counters, rate windows, sticky sessions. */
+  state: SharedState;
+  spend: SpendControl;
+  rateLimits: RateLimiter;
   dispatch: Dispatch;
   models: ReadonlyMap<string, ModelConfig>;
   logger: Logger;

@@ -124,6 +124,7 @@ function checkReferences(config: GatewayConfig): void {
       }
     });
   });
+  checkSpendReferences(config);
   for (const [name, list] of Object.entries(config.pipelines)) {
     if (!list) continue;
     for (const required of ['auth', 'upstream']) {
@@ -131,6 +132,40 @@ function checkReferences(config: GatewayConfig): void {
     }
     if (list[0] !== 'auth') throw new ConfigError(`pipelines.${name}: "auth" must be the first stage`);
   }
+}
+
+/** Guardrails, workspaces and rate-limited models named anywhere must exist and be unique. */
+function checkSpendReferences(config: GatewayConfig): void {
+  const guardrails = new Set<string>();
+  config.guardrails.forEach((g, i) => {
+    if (guardrails.has(g.id)) throw new ConfigError(`guardrails[${i}].id: duplicate guardrail id "${g.id}"`);
+    guardrails.add(g.id);
+  });
+  const known = (id: string | undefined, at: string) => {
+    if (id !== undefined && !guardrails.has(id)) throw new ConfigError(`${at}: unknown guardrail "${id}"`);
+  };
+  const workspaces = new Set<string>();
+  config.workspaces.forEach((w, i) => {
+    if (workspaces.has(w.name)) throw new ConfigError(`workspaces[${i}].name: duplicate workspace "${w.name}"`);
+    workspaces.add(w.name);
+    known(w.default_guardrail, `workspaces[${i}].default_guardrail`);
+    w.members.forEach((m, j) => known(m.guardrail, `workspaces[${i}].members[${j}].guardrail`));
+    w.keys.forEach((k, j) => known(k.guardrail, `workspaces[${i}].keys[${j}].guardrail`));
+    const budgetIds = new Set<string>();
+    w.budgets.forEach((b, j) => {
+      if (budgetIds.has(b.id)) throw new ConfigError(`workspaces[${i}].budgets[${j}].id: duplicate budget id "${b.id}"`);
+      budgetIds.add(b.id);
+    });
+  });
+  const accounts = new Set<string>();
+  config.accounts.forEach((a, i) => {
+    if (accounts.has(a.name)) throw new ConfigError(`accounts[${i}].name: duplicate account "${a.name}"`);
+    accounts.add(a.name);
+  });
+  const models = new Set(config.models.map((m) => m.id));
+  config.rate_limits.models.forEach((r, i) => {
+    if (!models.has(r.model)) throw new ConfigError(`rate_limits.models[${i}].model: unknown model "${r.model}"`);
+  });
 }
 
 /**

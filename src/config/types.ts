@@ -11,7 +11,7 @@ export interface GatewayConfig {
     watch_config: boolean;
   };
   storage: StorageConfig;
-  state: { driver: 'memory' };
+  state: StateConfig;
   telemetry: { exporter: 'none' | 'console' | 'otlp'; endpoint?: string; service_name: string; max_queue: number };
   logging: { level: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent' };
   ledger: { flush_ms: number; max_batch: number };
@@ -19,8 +19,79 @@ export interface GatewayConfig {
   providers: ProviderConfig[];
   models: ModelConfig[];
   pipelines: { default: string[]; messages?: string[]; chat_completions?: string[] };
-  free_models: { daily_requests: number };
+  free_models: FreeModelsConfig;
+  accounts: AccountConfig[];
+  workspaces: WorkspaceConfig[];
+  guardrails: GuardrailConfig[];
+  spend: SpendConfig;
+  rate_limits: RateLimitsConfig;
+  byok: { encryption_key?: string };
   plugins: Record<string, unknown>;
+}
+
+export interface StateConfig {
+  driver: 'memory' | 'redis';
+  url?: string;
+  prefix: string;
+  command_timeout_ms: number;
+}
+
+export type ResetInterval = 'daily' | 'weekly' | 'monthly' | 'lifetime';
+
+export interface BudgetConfig {
+  limit_usd: number;
+  reset_interval: ResetInterval;
+  include_byok: boolean;
+}
+
+export interface AccountConfig {
+  name: string;
+  billing: 'prepaid' | 'invoice' | 'enterprise' | 'subscription';
+}
+
+export interface WorkspaceConfig {
+  name: string;
+  account: string;
+  default_guardrail?: string;
+  members: { user_id: string; guardrail?: string }[];
+  keys: { key: string; guardrail: string }[];
+  budgets: (BudgetConfig & { id: string })[];
+}
+
+export interface GuardrailConfig {
+  id: string;
+  budget?: BudgetConfig;
+}
+
+export interface SpendConfig {
+  max_completion_tokens: number;
+  balance_cache_ms: number;
+  hold_ttl_ms: number;
+  in_flight: {
+    enabled: boolean;
+    fraction: number;
+    ceiling_usd: number;
+    applies_below_balance_usd: number;
+    settlement_ms: number;
+    retry_after_s: number;
+  };
+}
+
+export interface RequestLimitConfig {
+  requests: number;
+  window_s: number;
+}
+
+export interface RateLimitsConfig {
+  key?: RequestLimitConfig;
+  models: (RequestLimitConfig & { model: string; per: 'global' | 'key' })[];
+}
+
+export interface FreeModelsConfig {
+  per_minute: number;
+  daily_requests: number;
+  daily_requests_purchased: number;
+  purchase_threshold_usd: number;
 }
 
 export type ProviderConfig = OpenAIProviderConfig | AnthropicProviderConfig | SimulatedProviderConfig;

@@ -79,6 +79,11 @@ export interface GatewayState {
   costUsd: number | null;
   /** How the request ended, for the ledger. */
   outcome: 'completed' | 'failed' | 'cancelled';
+  /**
+   * Run once when the request is over (answer written, stream ended or failed), after usage and cost are
+   * final: e.g. `budget-check` settles its hold here. Each must not throw.
+   */
+  onFinish: (() => void)[];
   response: GatewayResponse | null;
 }
 

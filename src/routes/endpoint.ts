@@ -151,6 +151,13 @@ function finish(runtime: Runtime, state: GatewayState, span: Span, status: numbe
     const row = ledgerRowOf(state);
     if (row) ledger.add(row);
   } finally {
+    for (const done of state.onFinish) {
+      try {
+        done();
+      } catch (err) {
+        logger.error({ err, generation_id: state.requestId }, 'a finish hook failed');
+      }
+    }
     span.setAttribute('http.response.status_code', status);
     if (state.costUsd !== null) span.setAttribute('gateway.cost_usd', state.costUsd);
     span.end();
@@ -202,6 +209,7 @@ function newState({ spec, body, signal, span, ctx, startedAt }: NewState): Gatew
     usage: null,
     costUsd: null,
     outcome: 'completed',
+    onFinish: [],
     response: null,
   };
 }

@@ -1,8 +1,10 @@
 import type { Stage } from '../pipeline/types';
 import type { Services } from '../services';
+import { applicableBudgets, budgetWindow, type ApplicableBudget } from '../spend/budgets';
 import { roundUsd } from '../spend/pricing';
-import { windowEnd } from '../spend/windows';
-import type { KeyRecord, UsageTotals } from '../store/types';
+import { freeDailyKey, freeDailyLimit } from '../spend/rate-limits';
+import { windowStart } from '../spend/windows';
+import type { Account, KeyRecord } from '../store/types';
 
 /** A Budget object of spec 2.1. */
 export interface Budget {
@@ -17,28 +19,31 @@ export interface Budget {
   scope: string;
 }
 
-/** Spend counted against the key's own limit in its current window. */
-export function keyLimitSpend(key: KeyRecord, usage: UsageTotals): number {
-  const pick = { daily: ['usageDaily', 'byokUsageDaily'], weekly: ['usageWeekly', 'byokUsageWeekly'], monthly: ['usageMonthly', 'byokUsageMonthly'] } as const;
-  const [paid, byok] = key.limitReset ? pick[key.limitReset] : (['usage', 'byokUsage'] as const);
-  return roundUsd(usage[paid] + (key.includeByokInLimit ? usage[byok] : 0));
+/** A budget as GET /key shows it, with its spend in the current window (settled ledger rows). */
+export function budgetEntry(b: ApplicableBudget, spendUsd: number, now: Date): Budget {
+  const spend = roundUsd(spendUsd);
+  const end = budgetWindow(b.interval, now).end;
+  return {
+    budget_id: b.budgetId,
+    guardrail_id: b.guardrailId,
+    include_byok: b.includeByok,
+    limit_usd: b.limitUsd,
+    spend_usd: spend,
+    remaining_usd: roundUsd(Math.max(0, b.limitUsd - spend)),
+    reset_interval: b.interval,
+    resets_at: end === null ? null : new Date(end).toISOString(),
+    scope: b.scope,
+  };
 }
 
-/** The key's own limit as a budget entry (scope `key_limit`); null when the key has no limit. */
-export function keyLimitBudget(key: KeyRecord, usage: UsageTotals, now: Date): Budget | null {
-  if (key.limitUsd === null) return null;
-  const spend = keyLimitSpend(key, usage);
-  return {
-    budget_id: null,
-    guardrail_id: null,
-    include_byok: key.includeByokInLimit,
-    limit_usd: key.limitUsd,
-    spend_usd: spend,
-    remaining_usd: roundUsd(Math.max(0, key.limitUsd - spend)),
-    reset_interval: key.limitReset ?? 'lifetime',
-    resets_at: key.limitReset ? windowEnd(key.limitReset, now).toISOString() : null,
-    scope: 'key_limit',
-  };
+/**
+ * Spec 8.4: when a budget is spent, the one enforcement rejects on (the first spent one in check order;
+ * workspace budgets are listed broadest first); otherwise the one with the least remaining (first on a tie).
+ */
+export function effectiveBudget(budgets: Budget[]): Budget | undefined {
+  const spent = budgets.find((b) => b.remaining_usd <= 0);
+  if (spent) return spent;
+  return budgets.reduce<Budget | undefined>((a, b) => (a === undefined || b.remaining_usd < a.remaining_usd ? b : a), undefined);
 }
 
 /** GET /key: the calling key's information (spec 2.1, 4.5). Runs after `auth`. */
@@ -46,15 +51,18 @@ export function keyInfoStage(services: Services): Stage {
   return async (ctx) => {
     const state = ctx.state.gateway;
     const key = state.key!;
-    const now = new Date();
+    const now = new Date(services.spend.clock());
     // Read your own writes: rows of requests that already finished are written before the sums are read.
     await services.ledger.flush();
-    const [usage, account] = await Promise.all([
+    const [usage, account, workspace] = await Promise.all([
       services.store.usageForKey(key.id, now),
       services.store.findAccount(key.accountId),
+      services.spend.workspaceConfig(key, services.config),
     ]);
-    const keyBudget = keyLimitBudget(key, usage, now);
-    const budgets = keyBudget ? [keyBudget] : [];
+    const applicable = applicableBudgets(services.config, key, workspace);
+    const spends = await Promise.all(applicable.map((b) => services.spend.spendOf(b, now)));
+    const budgets = applicable.map((b, i) => budgetEntry(b, spends[i], now));
+    const keyBudget = budgets.find((b) => b.scope === 'key_limit');
     const data: Record<string, unknown> = {
       allowed_data_regions: key.allowedDataRegions,
       budgets,
@@ -64,7 +72,7 @@ export function keyInfoStage(services: Services): Stage {
       byok_usage_monthly: usage.byokUsageMonthly,
       creator_user_id: key.creatorUserId,
       expires_at: key.expiresAt,
-      free_model_daily_requests: await freeModelCounter(services, key, now),
+      free_model_daily_requests: await freeModelCounter(services, key, account, now),
       include_byok_in_limit: key.includeByokInLimit,
       is_free_tier: (account?.purchasedUsd ?? 0) <= 0,
       is_management_key: key.isManagement,
@@ -81,14 +89,19 @@ export function keyInfoStage(services: Services): Stage {
       usage_weekly: usage.usageWeekly,
       usage_monthly: usage.usageMonthly,
     };
-    // Spec 8.4: the entry with the least remaining (a spent one is at 0 and blocks first).
-    if (budgets.length > 0) data.effective_budget = budgets.reduce((a, b) => (b.remaining_usd < a.remaining_usd ? b : a));
+    const effective = effectiveBudget(budgets);
+    if (effective) data.effective_budget = effective;
     state.response = { kind: 'json', status: 200, body: { data } };
   };
 }
 
-async function freeModelCounter(services: Services, key: KeyRecord, now: Date) {
-  const limit = services.config.free_models.daily_requests;
-  const used = await services.store.countFreeModelRequests(key.id, now);
+/** The account's free-model requests today: the live counter, or the ledger when the counter is gone. */
+async function freeModelCounter(services: Services, key: KeyRecord, account: Account | null, now: Date) {
+  const limit = freeDailyLimit(services.config, account);
+  const [live, logged] = await Promise.all([
+    services.state.rateCount(freeDailyKey(key.accountId, now), now.getTime()),
+    services.store.countFreeModelRequests(key.accountId, windowStart('daily', now).getTime()),
+  ]);
+  const used = Math.max(live, logged);
   return { limit, remaining: Math.max(0, limit - used), used };
 }

@@ -10,6 +10,7 @@ export function ledgerRowOf(state: GatewayState): LedgerRow | null {
   return {
     generationId: requestId,
     keyId: key.id,
+    userId: key.creatorUserId,
     workspaceId: key.workspaceId,
     accountId: key.accountId,
     endpoint: state.endpoint === 'messages' ? 'messages' : 'chat_completions',

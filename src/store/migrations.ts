@@ -15,7 +15,7 @@
  */
 
 import { windowEnd, windowStart, type WindowInterval } from '../spend/windows';
-import type { Account, KeyRecord, LedgerRow, LimitReset, UsageTotals, Workspace } from './types';
+import type { Account, ByokKeyRecord, KeyRecord, LedgerRow, LimitReset, SpendScope, UsageTotals, Workspace } from './types';
 
 export interface Migration {
   id: number;
@@ -151,6 +151,38 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX ledger_key_time ON ledger (key_id, created_at) INCLUDE (is_byok, cost_usd);
     `,
   },
+  {
+    id: 2,
+    name: 'ledger user_id and spend indexes (budgets per member and workspace), byok_keys',
+    sqlite: `
+      ALTER TABLE ledger ADD COLUMN user_id TEXT NOT NULL DEFAULT '';
+      CREATE INDEX ledger_workspace_time ON ledger (workspace_id, created_at, is_byok, cost_usd);
+      CREATE INDEX ledger_member_time ON ledger (workspace_id, user_id, created_at, is_byok, cost_usd);
+      CREATE INDEX ledger_account_time ON ledger (account_id, created_at);
+      CREATE TABLE byok_keys (
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        provider TEXT NOT NULL,
+        secret TEXT NOT NULL,
+        label TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (workspace_id, provider)
+      );
+    `,
+    postgres: `
+      ALTER TABLE ledger ADD COLUMN user_id TEXT NOT NULL DEFAULT '';
+      CREATE INDEX ledger_workspace_time ON ledger (workspace_id, created_at) INCLUDE (is_byok, cost_usd);
+      CREATE INDEX ledger_member_time ON ledger (workspace_id, user_id, created_at) INCLUDE (is_byok, cost_usd);
+      CREATE INDEX ledger_account_time ON ledger (account_id, created_at);
+      CREATE TABLE byok_keys (
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        provider TEXT NOT NULL,
+        secret TEXT NOT NULL,
+        label TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        PRIMARY KEY (workspace_id, provider)
+      );
+    `,
+  },
 ];
 
 /** Migrations not yet applied, in id order. */
@@ -220,6 +252,7 @@ export function rowToLedger(r: Row): LedgerRow {
   return {
     generationId: String(r.generation_id),
     keyId: String(r.key_id),
+    userId: String(r.user_id ?? ''),
     workspaceId: String(r.workspace_id),
     accountId: String(r.account_id),
     endpoint: r.endpoint as LedgerRow['endpoint'],
@@ -236,6 +269,10 @@ export function rowToLedger(r: Row): LedgerRow {
     status: r.status as LedgerRow['status'],
     createdAt: iso(r.created_at),
   };
+}
+
+export function rowToByok(r: Row): ByokKeyRecord {
+  return { workspaceId: String(r.workspace_id), provider: String(r.provider), secret: String(r.secret), label: String(r.label), createdAt: iso(r.created_at) };
 }
 
 export function rowToUsage(r: Row): UsageTotals {
@@ -270,6 +307,26 @@ export function usageSelect(isByok: string, notByok: string): string {
       ${sum(isByok, [4, 5])} AS byok_usage_weekly,
       ${sum(isByok, [6, 7])} AS byok_usage_monthly
     FROM ledger WHERE key_id = $1`;
+}
+
+/**
+ * `spendTotals`: paid and BYOK spend of one scope since `$n` (inclusive; 0 for all time). The WHERE clause
+ * names the leading columns of one covering index per scope, so the sum reads only the index.
+ */
+export function spendSelect(scope: SpendScope, isByok: string, notByok: string): { sql: string; params: string[] } {
+  const where =
+    scope.kind === 'key'
+      ? { sql: 'key_id = $1', params: [scope.keyId] }
+      : scope.kind === 'member'
+        ? { sql: 'workspace_id = $1 AND user_id = $2', params: [scope.workspaceId, scope.userId] }
+        : { sql: 'workspace_id = $1', params: [scope.workspaceId] };
+  const since = `$${where.params.length + 1}`;
+  return {
+    sql: `SELECT COALESCE(SUM(CASE WHEN ${notByok} THEN cost_usd END), 0) AS paid,
+      COALESCE(SUM(CASE WHEN ${isByok} THEN cost_usd END), 0) AS byok
+      FROM ledger WHERE ${where.sql} AND created_at >= ${since}`,
+    params: where.params,
+  };
 }
 
 /** The parameters of `usageSelect` for one key at `now`, in $1…$7 order. */

@@ -1,19 +1,20 @@
-import { windowStart } from '../spend/windows';
 import { randomUUID } from 'node:crypto';
 import { Pool, type PoolClient } from 'pg';
 import {
   MIGRATIONS_TABLE,
   pendingMigrations,
   rowToAccount,
+  rowToByok,
   rowToKey,
   rowToLedger,
   rowToUsage,
   rowToWorkspace,
+  spendSelect,
   toMillis,
   usageParams,
   usageSelect,
 } from './migrations';
-import type { Account, KeyRecord, LedgerRow, NewKey, Store, UsageTotals, Workspace } from './types';
+import type { Account, ByokKeyRecord, KeyRecord, LedgerRow, NewKey, SpendScope, Store, UsageTotals, Workspace } from './types';
 
 type Row = Record<string, unknown>;
 
@@ -32,7 +33,17 @@ const SCHEMA_NAME = /^[a-z_][a-z0-9_]*$/;
 
 const LEDGER_COLUMNS = `generation_id, key_id, workspace_id, account_id, endpoint, model, provider, upstream_model,
   prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens, reasoning_tokens, cost_usd, is_byok, status,
-  created_at`;
+  created_at, user_id`;
+
+/** One ledger row's values in LEDGER_COLUMNS order. */
+function ledgerValues(row: LedgerRow): unknown[] {
+  if (!Number.isFinite(row.costUsd)) throw new Error(`ledger cost must be a finite number, got ${row.costUsd}`);
+  return [
+    row.generationId, row.keyId, row.workspaceId, row.accountId, row.endpoint, row.model, row.provider, row.upstreamModel,
+    row.promptTokens, row.completionTokens, row.cachedTokens, row.cacheWriteTokens, row.reasoningTokens, row.costUsd,
+    row.isByok, row.status, toMillis(row.createdAt), row.userId,
+  ];
+}
 
 /**
  * Why one statement: a data-modifying CTE runs as a single implicit transaction, so the ledger row and the
@@ -43,9 +54,9 @@ const LEDGER_COLUMNS = `generation_id, key_id, workspace_id, account_id, endpoin
 const INSERT_LEDGER = `
   WITH inserted AS (
     INSERT INTO ledger (${LEDGER_COLUMNS})
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
     ON CONFLICT (generation_id) DO NOTHING
-    RETURNING account_id, cost_usd
+    RETURNING account_id, CASE WHEN is_byok THEN 0 ELSE cost_usd END AS cost_usd
   )
   UPDATE accounts SET balance_usd = accounts.balance_usd - inserted.cost_usd
   FROM inserted WHERE accounts.id = inserted.account_id
@@ -55,12 +66,12 @@ const INSERT_LEDGER = `
 const INSERT_LEDGER_BATCH = `
   WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
-      $9::int[], $10::int[], $11::int[], $12::int[], $13::int[], $14::double precision[], $15::boolean[], $16::text[], $17::bigint[])
+      $9::int[], $10::int[], $11::int[], $12::int[], $13::int[], $14::double precision[], $15::boolean[], $16::text[], $17::bigint[], $18::text[])
   ),
   inserted AS (
     INSERT INTO ledger (${LEDGER_COLUMNS}) SELECT * FROM input
     ON CONFLICT (generation_id) DO NOTHING
-    RETURNING account_id, cost_usd
+    RETURNING account_id, CASE WHEN is_byok THEN 0 ELSE cost_usd END AS cost_usd
   ),
   debits AS (SELECT account_id, sum(cost_usd) AS cost FROM inserted GROUP BY account_id),
   updated AS (
@@ -263,40 +274,14 @@ export class PostgresStore implements Store {
   }
 
   async insertLedger(row: LedgerRow): Promise<boolean> {
-    if (!Number.isFinite(row.costUsd)) throw new Error(`ledger cost must be a finite number, got ${row.costUsd}`);
-    const result = await this.pool.query(INSERT_LEDGER, [
-      row.generationId,
-      row.keyId,
-      row.workspaceId,
-      row.accountId,
-      row.endpoint,
-      row.model,
-      row.provider,
-      row.upstreamModel,
-      row.promptTokens,
-      row.completionTokens,
-      row.cachedTokens,
-      row.cacheWriteTokens,
-      row.reasoningTokens,
-      row.costUsd,
-      row.isByok,
-      row.status,
-      toMillis(row.createdAt),
-    ]);
+    const result = await this.pool.query(INSERT_LEDGER, ledgerValues(row));
     return result.rowCount === 1;
   }
 
   async insertLedgerBatch(rows: LedgerRow[]): Promise<number> {
     if (rows.length === 0) return 0;
-    const columns: unknown[][] = Array.from({ length: 17 }, () => []);
-    for (const row of rows) {
-      if (!Number.isFinite(row.costUsd)) throw new Error(`ledger cost must be a finite number, got ${row.costUsd}`);
-      [
-        row.generationId, row.keyId, row.workspaceId, row.accountId, row.endpoint, row.model, row.provider, row.upstreamModel,
-        row.promptTokens, row.completionTokens, row.cachedTokens, row.cacheWriteTokens, row.reasoningTokens, row.costUsd,
-        row.isByok, row.status, toMillis(row.createdAt),
-      ].forEach((v, i) => columns[i].push(v));
-    }
+    const columns: unknown[][] = Array.from({ length: 18 }, () => []);
+    for (const row of rows) ledgerValues(row).forEach((v, i) => columns[i].push(v));
     const row = await this.one(INSERT_LEDGER_BATCH, columns);
     return Number(row?.n ?? 0);
   }
@@ -310,11 +295,36 @@ export class PostgresStore implements Store {
     return rowToUsage((await this.one(USAGE, usageParams(keyId, now)))!);
   }
 
-  async countFreeModelRequests(keyId: string, now: Date = new Date()): Promise<number> {
+  async spendTotals(scope: SpendScope, sinceMs: number): Promise<{ paid: number; byok: number }> {
+    const { sql, params } = spendSelect(scope, 'is_byok', 'NOT is_byok');
+    const row = (await this.one(sql, [...params, sinceMs]))!;
+    return { paid: Number(row.paid), byok: Number(row.byok) };
+  }
+
+  async countFreeModelRequests(accountId: string, sinceMs: number): Promise<number> {
     const row = await this.one(
-      "SELECT COUNT(*) AS n FROM ledger WHERE key_id = $1 AND created_at >= $2 AND right(model, 5) = ':free'",
-      [keyId, windowStart('daily', now).getTime()],
+      "SELECT COUNT(*) AS n FROM ledger WHERE account_id = $1 AND created_at >= $2 AND right(model, 5) = ':free'",
+      [accountId, sinceMs],
     );
     return Number(row?.n ?? 0);
   }
+
+  async putByokKey(input: Omit<ByokKeyRecord, 'createdAt'>): Promise<void> {
+    await this.pool.query(
+      `INSERT INTO byok_keys (workspace_id, provider, secret, label, created_at) VALUES ($1, $2, $3, $4, $5)
+       ON CONFLICT (workspace_id, provider) DO UPDATE SET secret = excluded.secret, label = excluded.label, created_at = excluded.created_at`,
+      [input.workspaceId, input.provider, input.secret, input.label, Date.now()],
+    );
+  }
+
+  async listByokKeys(workspaceId: string): Promise<ByokKeyRecord[]> {
+    const result = await this.pool.query('SELECT * FROM byok_keys WHERE workspace_id = $1 ORDER BY provider', [workspaceId]);
+    return result.rows.map(rowToByok);
+  }
+
+  async deleteByokKey(workspaceId: string, provider: string): Promise<boolean> {
+    const result = await this.pool.query('DELETE FROM byok_keys WHERE workspace_id = $1 AND provider = $2', [workspaceId, provider]);
+    return result.rowCount === 1;
+  }
+
 }

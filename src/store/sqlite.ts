@@ -6,21 +6,22 @@ import {
   MIGRATIONS_TABLE,
   pendingMigrations,
   rowToAccount,
+  rowToByok,
   rowToKey,
   rowToLedger,
   rowToUsage,
   rowToWorkspace,
+  spendSelect,
   toMillis,
   usageParams,
   usageSelect,
 } from './migrations';
-import { windowStart } from '../spend/windows';
-import type { Account, KeyRecord, LedgerRow, NewKey, Store, UsageTotals, Workspace } from './types';
+import type { Account, ByokKeyRecord, KeyRecord, LedgerRow, NewKey, SpendScope, Store, UsageTotals, Workspace } from './types';
 
 type Row = Record<string, unknown>;
 
 /** `:free` variants: the model id's last 5 characters (works the same in both engines). */
-const FREE_COUNT = "SELECT COUNT(*) FROM ledger WHERE key_id = ? AND created_at >= ? AND substr(model, length(model) - 4) = ':free'";
+const FREE_COUNT = "SELECT COUNT(*) FROM ledger WHERE account_id = ? AND created_at >= ? AND substr(model, length(model) - 4) = ':free'";
 
 export interface SqliteStoreOptions {
   /** Database file; its folder is created when missing. `:memory:` for a throwaway store. */
@@ -68,23 +69,32 @@ function prepareAll(db: Database.Database) {
     keyCount: db.prepare('SELECT COUNT(*) FROM api_keys').pluck(),
 
     ledgerInsert: db.prepare(
-      `INSERT INTO ledger (generation_id, key_id, workspace_id, account_id, endpoint, model, provider, upstream_model,
-         prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens, reasoning_tokens, cost_usd, is_byok,
-         status, created_at)
-       VALUES (@generation_id, @key_id, @workspace_id, @account_id, @endpoint, @model, @provider, @upstream_model,
-         @prompt_tokens, @completion_tokens, @cached_tokens, @cache_write_tokens, @reasoning_tokens, @cost_usd,
-         @is_byok, @status, @created_at)
+      `INSERT INTO ledger (generation_id, key_id, user_id, workspace_id, account_id, endpoint, model, provider,
+         upstream_model, prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens, reasoning_tokens, cost_usd,
+         is_byok, status, created_at)
+       VALUES (@generation_id, @key_id, @user_id, @workspace_id, @account_id, @endpoint, @model, @provider,
+         @upstream_model, @prompt_tokens, @completion_tokens, @cached_tokens, @cache_write_tokens, @reasoning_tokens,
+         @cost_usd, @is_byok, @status, @created_at)
        ON CONFLICT (generation_id) DO NOTHING`,
     ),
     ledgerGet: db.prepare('SELECT * FROM ledger WHERE generation_id = ?'),
     usage: db.prepare(usageSelect('is_byok = 1', 'is_byok = 0')),
     freeCount: db.prepare(FREE_COUNT).pluck(),
+    spendKey: db.prepare(spendSelect({ kind: 'key', keyId: '' }, 'is_byok = 1', 'is_byok = 0').sql),
+    spendMember: db.prepare(spendSelect({ kind: 'member', workspaceId: '', userId: '' }, 'is_byok = 1', 'is_byok = 0').sql),
+    spendWorkspace: db.prepare(spendSelect({ kind: 'workspace', workspaceId: '' }, 'is_byok = 1', 'is_byok = 0').sql),
+    byokPut: db.prepare(
+      `INSERT INTO byok_keys (workspace_id, provider, secret, label, created_at) VALUES (?, ?, ?, ?, ?)
+       ON CONFLICT (workspace_id, provider) DO UPDATE SET secret = excluded.secret, label = excluded.label, created_at = excluded.created_at`,
+    ),
+    byokList: db.prepare('SELECT * FROM byok_keys WHERE workspace_id = ? ORDER BY provider'),
+    byokDelete: db.prepare('DELETE FROM byok_keys WHERE workspace_id = ? AND provider = ?'),
   };
   /** The ledger row and the balance change commit together, or neither does. */
   const insertLedger = db.transaction((row: LedgerRow): boolean => {
     const params = ledgerParams(row);
     if (s.ledgerInsert.run(params).changes !== 1) return false;
-    s.accountDebit.run(params);
+    if (!row.isByok) s.accountDebit.run(params);
     return true;
   });
   // One debit per account per batch instead of one per row: half the statements on the hot write path.
@@ -94,6 +104,7 @@ function prepareAll(db: Database.Database) {
     for (const row of rows) {
       if (s.ledgerInsert.run(ledgerParams(row)).changes !== 1) continue;
       inserted++;
+      if (row.isByok) continue; // paid with the workspace's own provider key, not with credits
       debits.set(row.accountId, (debits.get(row.accountId) ?? 0) + row.costUsd);
     }
     for (const [account_id, cost_usd] of debits) s.accountDebit.run({ account_id, cost_usd });
@@ -253,8 +264,28 @@ export class SqliteStore implements Store {
     return rowToUsage(this.s.usage.get(params) as Row);
   }
 
-  async countFreeModelRequests(keyId: string, now: Date = new Date()): Promise<number> {
-    return Number(this.s.freeCount.get(keyId, windowStart('daily', now).getTime()));
+  async spendTotals(scope: SpendScope, sinceMs: number): Promise<{ paid: number; byok: number }> {
+    const { params } = spendSelect(scope, '', '');
+    const stmt = scope.kind === 'key' ? this.s.spendKey : scope.kind === 'member' ? this.s.spendMember : this.s.spendWorkspace;
+    const bind = Object.fromEntries([...params, sinceMs].map((v, i) => [i + 1, v]));
+    const row = stmt.get(bind) as Row;
+    return { paid: Number(row.paid), byok: Number(row.byok) };
+  }
+
+  async countFreeModelRequests(accountId: string, sinceMs: number): Promise<number> {
+    return Number(this.s.freeCount.get(accountId, sinceMs));
+  }
+
+  async putByokKey(input: Omit<ByokKeyRecord, 'createdAt'>): Promise<void> {
+    this.s.byokPut.run(input.workspaceId, input.provider, input.secret, input.label, Date.now());
+  }
+
+  async listByokKeys(workspaceId: string): Promise<ByokKeyRecord[]> {
+    return (this.s.byokList.all(workspaceId) as Row[]).map(rowToByok);
+  }
+
+  async deleteByokKey(workspaceId: string, provider: string): Promise<boolean> {
+    return this.s.byokDelete.run(workspaceId, provider).changes === 1;
   }
 }
 
@@ -263,6 +294,7 @@ function ledgerParams(row: LedgerRow): Record<string, string | number> {
   return {
     generation_id: row.generationId,
     key_id: row.keyId,
+    user_id: row.userId,
     workspace_id: row.workspaceId,
     account_id: row.accountId,
     endpoint: row.endpoint,

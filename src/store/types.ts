@@ -60,6 +60,7 @@ export interface NewKey {
 export interface LedgerRow {
   generationId: string; // primary key: a second insert of the same id is ignored
   keyId: string;
+  userId: string; // the key's creator: the member whose combined spend member budgets count
   workspaceId: string;
   accountId: string;
   endpoint: 'messages' | 'chat_completions';
@@ -72,7 +73,7 @@ export interface LedgerRow {
   cacheWriteTokens: number;
   reasoningTokens: number;
   costUsd: number;
-  isByok: boolean;
+  isByok: boolean; // served with the workspace's own provider key: counted, never debited from the balance
   status: 'completed' | 'failed' | 'cancelled';
   createdAt: string;
 }
@@ -93,6 +94,21 @@ export interface UsageTotals {
   byokUsageDaily: number;
   byokUsageWeekly: number;
   byokUsageMonthly: number;
+}
+
+/** Whose spend a budget counts (spec 8.4): one key, one member's keys in a workspace, or a whole workspace. */
+export type SpendScope =
+  | { kind: 'key'; keyId: string }
+  | { kind: 'member'; workspaceId: string; userId: string }
+  | { kind: 'workspace'; workspaceId: string };
+
+/** A workspace's own provider key (BYOK); `secret` is the sealed (encrypted) form, never the plaintext. */
+export interface ByokKeyRecord {
+  workspaceId: string;
+  provider: string;
+  secret: string;
+  label: string;
+  createdAt: string;
 }
 
 export interface Store {
@@ -133,6 +149,14 @@ export interface Store {
   getLedger(generationId: string): Promise<LedgerRow | null>;
   /** Spend of one key: all time and the current UTC day, week (from Monday) and month. */
   usageForKey(keyId: string, now?: Date): Promise<UsageTotals>;
-  /** Requests of one key to free model variants (model id ending in `:free`) since 00:00 UTC today. */
-  countFreeModelRequests(keyId: string, now?: Date): Promise<number>;
+  /** Paid and BYOK spend (USD) of a scope in ledger rows created at or after `sinceMs` (0: all time). */
+  spendTotals(scope: SpendScope, sinceMs: number): Promise<{ paid: number; byok: number }>;
+  /** Requests of one account to free model variants (model id ending in `:free`) since `sinceMs`. */
+  countFreeModelRequests(accountId: string, sinceMs: number): Promise<number>;
+
+  /** Stores (or replaces) a workspace's sealed provider key. */
+  putByokKey(input: Omit<ByokKeyRecord, 'createdAt'>): Promise<void>;
+  listByokKeys(workspaceId: string): Promise<ByokKeyRecord[]>;
+  /** False when there was none. */
+  deleteByokKey(workspaceId: string, provider: string): Promise<boolean>;
 }

@@ -69,6 +69,7 @@ let ledgerSeq = 0;
 function ledgerRow(ids: { keyId: string; workspaceId: string; accountId: string }, over: Partial<LedgerRow> = {}): LedgerRow {
   return {
     generationId: `gen-${process.pid}-${++ledgerSeq}-${randomBytes(4).toString('hex')}`,
+    userId: 'user_1',
     ...ids,
     endpoint: 'chat_completions',
     model: 'openai/gpt-4o-mini',
@@ -289,7 +290,8 @@ describe.each([sqliteEngine(), postgresEngine()])('Store on $name', (engine) => 
     expect(await store.insertLedgerBatch([known, ...fresh])).toBe(2);
     expect(await store.insertLedgerBatch([...fresh])).toBe(0);
     expect(await store.insertLedgerBatch([])).toBe(0);
-    expect((await store.findAccount(account.id))!.balanceUsd).toBe(8.25);
+    // The BYOK row is recorded but paid with the workspace's own provider key: no debit.
+    expect((await store.findAccount(account.id))!.balanceUsd).toBe(8.5);
     expect(await store.getLedger(fresh[1].generationId)).toMatchObject({ costUsd: 0.25, isByok: true, status: 'cancelled' });
   });
 
@@ -297,6 +299,7 @@ describe.each([sqliteEngine(), postgresEngine()])('Store on $name', (engine) => 
     const { ids } = await fixture('roundtrip');
     const row: LedgerRow = {
       generationId: 'gen-roundtrip-1',
+      userId: 'user_round',
       ...ids,
       endpoint: 'messages',
       model: 'anthropic/claude-sonnet',
@@ -374,6 +377,46 @@ describe.each([sqliteEngine(), postgresEngine()])('Store on $name', (engine) => 
     const { ids } = await fixture('usage-now');
     await store.insertLedger(ledgerRow(ids, { createdAt: new Date().toISOString(), costUsd: 0.75 }));
     expect(await store.usageForKey(ids.keyId)).toMatchObject({ usage: 0.75, usageDaily: 0.75, usageMonthly: 0.75 });
+  });
+
+  it('spendTotals sums a key, a member (all their keys in the workspace) and a workspace, BYOK apart', async () => {
+    const { workspace, ids, account } = await fixture('spend-scopes');
+    const other = await store.createKey({ hash: hashKey(generateKey()), label: 'x', name: 'k2', workspaceId: workspace.id, creatorUserId: 'user-2' });
+    const otherIds = { ...ids, keyId: other.id };
+    await store.insertLedgerBatch([
+      ledgerRow(ids, { userId: 'user-1', costUsd: 1, createdAt: '2025-06-14T12:00:00.000Z' }),
+      ledgerRow(ids, { userId: 'user-1', costUsd: 0.5, createdAt: '2025-06-15T12:00:00.000Z' }),
+      ledgerRow(ids, { userId: 'user-1', costUsd: 0.25, isByok: true, createdAt: '2025-06-15T12:00:00.000Z' }),
+      ledgerRow(otherIds, { userId: 'user-2', costUsd: 2, createdAt: '2025-06-15T12:00:00.000Z' }),
+    ]);
+    const day = Date.parse('2025-06-15T00:00:00.000Z');
+    expect(await store.spendTotals({ kind: 'key', keyId: ids.keyId }, 0)).toEqual({ paid: 1.5, byok: 0.25 });
+    expect(await store.spendTotals({ kind: 'key', keyId: ids.keyId }, day)).toEqual({ paid: 0.5, byok: 0.25 });
+    expect(await store.spendTotals({ kind: 'member', workspaceId: workspace.id, userId: 'user-1' }, 0)).toEqual({ paid: 1.5, byok: 0.25 });
+    expect(await store.spendTotals({ kind: 'workspace', workspaceId: workspace.id }, day)).toEqual({ paid: 2.5, byok: 0.25 });
+    expect(await store.spendTotals({ kind: 'workspace', workspaceId: 'nope' }, 0)).toEqual({ paid: 0, byok: 0 });
+    expect((await store.findAccount(account.id))!.balanceUsd).toBe(-3.5);
+  });
+
+  it('countFreeModelRequests counts one account\'s `:free` requests since an instant', async () => {
+    const { ids } = await fixture('free-count');
+    await store.insertLedgerBatch([
+      ledgerRow(ids, { model: 'x/y:free', createdAt: '2025-06-15T01:00:00.000Z' }),
+      ledgerRow(ids, { model: 'x/y:free', createdAt: '2025-06-14T23:59:59.000Z' }),
+      ledgerRow(ids, { model: 'x/y', createdAt: '2025-06-15T02:00:00.000Z' }),
+    ]);
+    expect(await store.countFreeModelRequests(ids.accountId, Date.parse('2025-06-15T00:00:00.000Z'))).toBe(1);
+    expect(await store.countFreeModelRequests(ids.accountId, 0)).toBe(2);
+  });
+
+  it('keeps one sealed BYOK key per workspace and provider', async () => {
+    const { workspace } = await fixture('byok');
+    await store.putByokKey({ workspaceId: workspace.id, provider: 'openai', secret: 'sealed-1', label: 'sk-...1' });
+    await store.putByokKey({ workspaceId: workspace.id, provider: 'openai', secret: 'sealed-2', label: 'sk-...2' });
+    expect(await store.listByokKeys(workspace.id)).toMatchObject([{ provider: 'openai', secret: 'sealed-2', label: 'sk-...2' }]);
+    expect(await store.deleteByokKey(workspace.id, 'openai')).toBe(true);
+    expect(await store.deleteByokKey(workspace.id, 'openai')).toBe(false);
+    expect(await store.listByokKeys(workspace.id)).toEqual([]);
   });
 
   it('50 parallel ledger inserts (each sent twice) leave the exact balance', async () => {

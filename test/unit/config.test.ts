@@ -63,7 +63,11 @@ describe('parseConfigText: defaults', () => {
       watch_config: true,
     });
     expect(c.storage).toEqual({ driver: 'sqlite', path: './data/gateway.db' });
-    expect(c.state).toEqual({ driver: 'memory' });
+    expect(c.state).toEqual({ driver: 'memory', prefix: 'gw:', command_timeout_ms: 1000 });
+    expect(c.spend.in_flight).toEqual({ enabled: true, fraction: 0.5, ceiling_usd: 25, applies_below_balance_usd: 100, settlement_ms: 5000, retry_after_s: 2 });
+    expect(c.free_models).toEqual({ per_minute: 20, daily_requests: 50, daily_requests_purchased: 1000, purchase_threshold_usd: 10 });
+    expect(c.rate_limits).toEqual({ models: [] });
+    expect([c.accounts, c.workspaces, c.guardrails]).toEqual([[], [], []]);
     expect(c.telemetry.exporter).toBe('none');
     expect(c.telemetry.service_name).toBe('model-gateway');
     expect(c.logging.level).toBe('info');
@@ -243,6 +247,25 @@ describe('parseConfigText: errors name the field path', () => {
       config({ models: '  - { id: m1, endpoints: [{ provider: local, upstream_model: x }] }\n  - { id: m1, endpoints: [{ provider: local, upstream_model: y }] }' }),
       'models[1].id',
     );
+  });
+
+  it('spending sections: unknown or duplicate guardrails, workspaces, budgets, accounts and rate-limited models', () => {
+    const g = 'guardrails:\n  - { id: g1, budget: { limit_usd: 5 } }\n';
+    expectPathError(config({ extra: 'workspaces:\n  - { name: w, default_guardrail: nope }' }), 'workspaces[0].default_guardrail');
+    expectPathError(config({ extra: `${g}workspaces:\n  - { name: w, members: [{ user_id: u, guardrail: nope }] }` }), 'workspaces[0].members[0].guardrail');
+    expectPathError(config({ extra: `${g}workspaces:\n  - { name: w, keys: [{ key: k, guardrail: nope }] }` }), 'workspaces[0].keys[0].guardrail');
+    expectPathError(config({ extra: `${g}  - { id: g1 }` }), 'guardrails[1].id');
+    expectPathError(config({ extra: 'workspaces:\n  - { name: w }\n  - { name: w }' }), 'workspaces[1].name');
+    expectPathError(config({ extra: 'workspaces:\n  - { name: w, budgets: [{ id: b, limit_usd: 1 }, { id: b, limit_usd: 2 }] }' }), 'workspaces[0].budgets[1].id');
+    expectPathError(config({ extra: 'accounts:\n  - { name: a }\n  - { name: a }' }), 'accounts[1].name');
+    expectPathError(config({ extra: 'accounts:\n  - { name: a, billing: postpaid }' }), 'accounts[0].billing');
+    expectPathError(config({ extra: 'rate_limits:\n  models: [{ model: nope, requests: 1 }]' }), 'rate_limits.models[0].model');
+    expectPathError(config({ extra: `${g}  - { id: g2, budget: { limit_usd: -1 } }` }), 'guardrails[1].budget.limit_usd');
+    expectPathError(config({ extra: 'state: { driver: redis }' }), 'state.url');
+    expectPathError(config({ extra: 'spend: { in_flight: { fraction: 0 } }' }), 'spend.in_flight.fraction');
+    const ok = parse(config({ extra: `${g}workspaces:\n  - { name: w, default_guardrail: g1, budgets: [{ id: b, limit_usd: 1, reset_interval: lifetime }] }` }));
+    expect(ok.workspaces[0]).toEqual({ name: 'w', account: 'default', default_guardrail: 'g1', members: [], keys: [], budgets: [{ id: 'b', limit_usd: 1, reset_interval: 'lifetime', include_byok: false }] });
+    expect(ok.guardrails[0].budget).toEqual({ limit_usd: 5, reset_interval: 'monthly', include_byok: false });
   });
 
   it('pipeline without auth, without upstream, or with auth not first', () => {

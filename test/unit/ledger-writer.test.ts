@@ -5,7 +5,7 @@ import type { LedgerRow, Store } from '../../src/store/types';
 
 function row(i: number): LedgerRow {
   return {
-    generationId: `gen-${i}`, keyId: 'k', workspaceId: 'w', accountId: 'a', endpoint: 'chat_completions', model: 'm', provider: 'p',
+    generationId: `gen-${i}`, keyId: 'k', userId: 'u', workspaceId: 'w', accountId: 'a', endpoint: 'chat_completions', model: 'm', provider: 'p',
     upstreamModel: 'u', promptTokens: 1, completionTokens: 1, cachedTokens: 0, cacheWriteTokens: 0, reasoningTokens: 0, costUsd: 0.5,
     isByok: false, status: 'completed', createdAt: new Date().toISOString(),
   };

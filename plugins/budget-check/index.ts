@@ -1,0 +1,21 @@
+import type { StageDefinition } from '../../src/pipeline/types';
+import type { Services } from '../../src/services';
+import schema from './schema.json';
+
+/**
+ * `budget-check`: the spend checks of spec 8.4 and 8.2 before any provider is contacted (guardrail budgets,
+ * workspace budgets, the key's limit, the balance, the in-flight budget; see src/spend/control.ts). The
+ * request's estimate is held while it runs and settled to its actual cost when it ends.
+ */
+export const budgetCheck: StageDefinition<Record<string, never>, Services> = {
+  id: 'budget-check',
+  configSchema: schema,
+  create(_config, services) {
+    return async (ctx, next) => {
+      const state = ctx.state.gateway;
+      const admission = await services.spend.admit(services.config, services.models, state);
+      if (admission) state.onFinish.push(() => services.spend.settle(admission, state));
+      await next();
+    };
+  },
+};

@@ -1,0 +1,191 @@
+import { randomUUID } from 'node:crypto';
+import { LRUCache } from 'lru-cache';
+import type { Logger } from 'pino';
+import type { GatewayConfig, ModelConfig, WorkspaceConfig } from '../config/types';
+import { GatewayError } from '../errors/gateway-error';
+import type { GatewayState } from '../pipeline/types';
+import { fromNano, toNano, type BudgetLine, type ReserveResult, type SharedState } from '../state/types';
+import type { Account, KeyRecord, Store } from '../store/types';
+import { applicableBudgets, budgetWindow, counterId, type ApplicableBudget } from './budgets';
+import { estimate } from './estimate';
+import type { LedgerWriter } from './ledger';
+import { budgetRejection, creditsRejection, inFlightRejection } from './rejections';
+
+/** What an admitted request holds, to be settled when it ends. */
+export interface Admission {
+  holdId: string;
+  groups: string[];
+  counters: string[];
+  inFlightGroup: string | null;
+  settlementMs: number;
+}
+
+export interface SpendDeps {
+  store: Store;
+  state: SharedState;
+  ledger: LedgerWriter;
+  logger: Logger;
+  clock?: () => number;
+}
+
+/** Counters live a day past their window so a request near the boundary still finds them. */
+const COUNTER_GRACE_MS = 86_400_000;
+
+/**
+ * The spend checks of spec 8.2 and 8.4, run before any provider is contacted, and the settlement after.
+ *
+ * `admit` checks, in order: guardrail budgets, workspace budgets, the key's own limit, the account balance,
+ * the in-flight budget; all in one atomic `reserve` of the shared state, which also holds the request's
+ * estimate in each budget it counts against. `settle` releases the hold and adds the actual cost.
+ * Outlives config reloads (it keeps the account cache); the config is passed in per call.
+ *
+ * @example const admission = await spend.admit(config, models, state); … spend.settle(admission, state);
+ */
+export class SpendControl {
+  private readonly accounts = new LRUCache<string, Account>({ max: 10_000, ttl: 1000 });
+  private readonly workspaceNames = new LRUCache<string, string>({ max: 10_000 });
+  readonly clock: () => number;
+
+  constructor(private readonly deps: SpendDeps) {
+    this.clock = deps.clock ?? Date.now;
+  }
+
+  async admit(config: GatewayConfig, models: ReadonlyMap<string, ModelConfig>, state: GatewayState): Promise<Admission | null> {
+    try {
+      return await this.tryAdmit(config, models, state);
+    } catch (err) {
+      throw checksUnavailable(err);
+    }
+  }
+
+  private async tryAdmit(config: GatewayConfig, models: ReadonlyMap<string, ModelConfig>, state: GatewayState): Promise<Admission | null> {
+    const key = state.key!;
+    const est = estimate(state.body!, models, config.spend.max_completion_tokens);
+    if (est.models.length === 0) return null; // no known model: routing answers 404
+    const now = this.clock();
+    const date = new Date(now);
+    const [account, workspace] = await Promise.all([this.account(key.accountId, config), this.workspaceConfig(key, config)]);
+    const billing = config.accounts.find((a) => a.name === account?.name)?.billing ?? 'prepaid';
+    const prepaid = billing === 'prepaid';
+    const balance = account?.balanceUsd ?? 0;
+    // Spec 8.2.1: a negative balance blocks even free models; a paid request needs a positive balance.
+    const balanceBlocked = prepaid && (est.paid ? balance <= 0 : balance < 0);
+    const budgets = est.paid ? applicableBudgets(config, key, workspace) : [];
+    const estimateNano = est.paid ? toNano(est.usd) : 0;
+    const f = config.spend.in_flight;
+    const inFlight =
+      prepaid && f.enabled && estimateNano > 0 && balance < f.applies_below_balance_usd
+        ? { group: `account:${key.accountId}`, capNano: toNano(Math.min(f.fraction * Math.max(0, balance), f.ceiling_usd)) }
+        : null;
+    const lines: BudgetLine[] = budgets.map((b) => ({
+      counter: counterId(b.group, b.interval, date),
+      group: b.group,
+      limitNano: toNano(b.limitUsd),
+      includeByok: b.includeByok,
+    }));
+    if (lines.length === 0 && !inFlight && !balanceBlocked) return null;
+    const holdId = randomUUID();
+    const input = { holdId, now, lines, balanceBlocked, estimateNano, holdUntil: now + config.spend.hold_ttl_ms, inFlight };
+    let result: ReserveResult = await this.deps.state.reserve(input);
+    for (let i = 0; i < 3 && !result.ok && result.reason === 'missing'; i++) {
+      await this.initCounters(result.counters, budgets, lines, date);
+      result = await this.deps.state.reserve(input);
+    }
+    if (result.ok) {
+      state.span.setAttribute('gateway.spend.estimate_usd', est.usd);
+      return {
+        holdId,
+        groups: [...new Set(lines.map((l) => l.group))],
+        counters: [...new Set(lines.map((l) => l.counter))],
+        inFlightGroup: inFlight?.group ?? null,
+        settlementMs: f.settlement_ms,
+      };
+    }
+    switch (result.reason) {
+      case 'budget':
+        throw budgetRejection(budgets[result.line], fromNano(result.spentNano), fromNano(result.heldNano), date);
+      case 'balance':
+        throw creditsRejection('insufficient_credits', balance);
+      case 'in_flight':
+        if (estimateNano > result.capNano) throw creditsRejection('weight_exceeds_budget', balance, est.usd, fromNano(result.capNano));
+        throw inFlightRejection(fromNano(result.heldNano), fromNano(result.capNano), est.usd, retryAfter(result.nextExpiry, now, f.retry_after_s));
+      default:
+        throw new GatewayError('server', 'spend counters could not be initialized');
+    }
+  }
+
+  /** Releases the request's hold and counts its actual cost; never throws (a failure is logged). */
+  settle(admission: Admission, state: GatewayState): void {
+    const costNano = toNano(state.costUsd ?? 0);
+    const now = this.clock();
+    this.deps.state
+      .settle({
+        holdId: admission.holdId,
+        groups: admission.groups,
+        counters: admission.counters,
+        byok: state.route?.isByok ?? false,
+        costNano,
+        inFlight: admission.inFlightGroup ? { group: admission.inFlightGroup, until: now + admission.settlementMs } : null,
+      })
+      .catch((err) => this.deps.logger.error({ err, generation_id: state.requestId }, 'settling a spend hold failed; it expires by TTL'));
+  }
+
+  /** The account of a key, cached for `spend.balance_cache_ms` (holds cover the balance's lag). */
+  async account(accountId: string, config: GatewayConfig): Promise<Account | null> {
+    const hit = this.accounts.get(accountId);
+    if (hit) return hit;
+    const account = await this.deps.store.findAccount(accountId);
+    if (account && config.spend.balance_cache_ms > 0) this.accounts.set(accountId, account, { ttl: config.spend.balance_cache_ms });
+    return account;
+  }
+
+  /** Forgets cached balances (after `credits add` in this process). */
+  forgetAccount(accountId: string): void {
+    this.accounts.delete(accountId);
+  }
+
+  /** The gateway.yaml entry of the key's workspace (matched by name), if any. */
+  async workspaceConfig(key: KeyRecord, config: GatewayConfig): Promise<WorkspaceConfig | undefined> {
+    if (config.workspaces.length === 0) return undefined;
+    let name = this.workspaceNames.get(key.workspaceId);
+    if (name === undefined) {
+      name = (await this.deps.store.findWorkspace(key.workspaceId))?.name ?? '';
+      this.workspaceNames.set(key.workspaceId, name);
+    }
+    return config.workspaces.find((w) => w.name === name);
+  }
+
+  /** Spend of one budget in its current window, from the ledger (the source of truth). */
+  async spendOf(budget: ApplicableBudget, date: Date): Promise<number> {
+    const t = await this.deps.store.spendTotals(budget.spend, budgetWindow(budget.interval, date).start);
+    return t.paid + (budget.includeByok ? t.byok : 0);
+  }
+
+  /** Builds missing spend counters from the ledger (after writing out this process's queued rows). */
+  private async initCounters(missing: string[], budgets: ApplicableBudget[], lines: BudgetLine[], date: Date): Promise<void> {
+    await this.deps.ledger.flush();
+    await Promise.all(
+      missing.map(async (counter) => {
+        const b = budgets[lines.findIndex((l) => l.counter === counter)];
+        const window = budgetWindow(b.interval, date);
+        const t = await this.deps.store.spendTotals(b.spend, window.start);
+        await this.deps.state.initCounter(counter, toNano(t.paid), toNano(t.byok), window.end === null ? null : window.end + COUNTER_GRACE_MS);
+      }),
+    );
+  }
+}
+
+/**
+ * The shared state or the store failed (Redis or PostgreSQL unreachable): fail closed, with a typed 503 and
+ * a short Retry-After rather than admitting unchecked spend. The cause is logged, never shown.
+ */
+export function checksUnavailable(err: unknown): GatewayError {
+  if (err instanceof GatewayError) return err;
+  return new GatewayError('server', 'Spend and rate-limit checks are unavailable', { status: 503, headers: { 'Retry-After': '1' }, cause: err });
+}
+
+/** Seconds until the in-flight budget frees up: the next hold expiry, at most the configured hint. */
+function retryAfter(nextExpiry: number | null, now: number, max: number): number {
+  if (nextExpiry === null) return max;
+  return Math.max(1, Math.min(max, Math.ceil((nextExpiry - now) / 1000)));
+}

@@ -1,0 +1,119 @@
+import type { GatewayConfig } from '../config/types';
+import { GatewayError } from '../errors/gateway-error';
+import type { GatewayState } from '../pipeline/types';
+import { requestedModels } from '../routing/candidates';
+import type { RateLine, RateResult, SharedState } from '../state/types';
+import type { Account, Store } from '../store/types';
+import { checksUnavailable } from './control';
+import type { LedgerWriter } from './ledger';
+import { windowEnd, windowStart } from './windows';
+
+/** A free model variant (spec 8.3.2): the id ends with `:free`. */
+export const isFreeModel = (id: string): boolean => id.endsWith(':free');
+
+/** The daily free-model ceiling of an account: the higher tier from one credit below the purchase threshold. */
+export function freeDailyLimit(config: GatewayConfig, account: Account | null): number {
+  const f = config.free_models;
+  return (account?.purchasedUsd ?? 0) >= f.purchase_threshold_usd - 1 ? f.daily_requests_purchased : f.daily_requests;
+}
+
+/** The shared-state key of an account's free-model counter for the UTC day of `now`. */
+export function freeDailyKey(accountId: string, now: Date): string {
+  return `rl:free-day:${accountId}:${windowStart('daily', now).getTime()}`;
+}
+
+interface Described extends RateLine {
+  scope: 'key' | 'model' | 'free_model_per_minute' | 'free_model_daily';
+  what: string;
+}
+
+/**
+ * Platform rate limits (spec 8.3, 7.10): requests per key, per model (global or per key) and, for `:free`
+ * models, per account per minute and per UTC day. Fixed windows aligned to the epoch (to UTC midnight for
+ * the daily one), counted atomically in the shared state: a rejected request counts nowhere. A 429 carries
+ * `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (epoch ms) and `Retry-After` (seconds).
+ */
+export class RateLimiter {
+  constructor(
+    private readonly state: SharedState,
+    private readonly store: Store,
+    private readonly ledger: LedgerWriter,
+    /** The account of a key (cached), read only for free models, whose daily tier depends on it. */
+    private readonly accountOf: (accountId: string, config: GatewayConfig) => Promise<Account | null>,
+  ) {}
+
+  async check(config: GatewayConfig, gw: GatewayState, now: number): Promise<void> {
+    try {
+      await this.tryCheck(config, gw, now);
+    } catch (err) {
+      throw checksUnavailable(err);
+    }
+  }
+
+  private async tryCheck(config: GatewayConfig, gw: GatewayState, now: number): Promise<void> {
+    const model = gw.body ? requestedModels(gw.body)[0] : undefined;
+    const account = model !== undefined && isFreeModel(model) ? await this.accountOf(gw.key!.accountId, config) : null;
+    const lines = this.linesFor(config, gw, model, account, now);
+    if (lines.length === 0) return;
+    let result: RateResult = await this.state.hit(lines, now);
+    if (!result.ok && result.reason === 'missing') {
+      // The free-model daily counter is rebuilt from the ledger (a new day, or Redis lost it).
+      await this.ledger.flush();
+      const date = new Date(now);
+      const used = await this.store.countFreeModelRequests(gw.key!.accountId, windowStart('daily', date).getTime());
+      for (const key of result.keys) await this.state.initRate(key, used, windowEnd('daily', date).getTime());
+      result = await this.state.hit(lines, now);
+    }
+    if (result.ok) return;
+    if (result.reason === 'missing') throw new GatewayError('server', 'rate-limit counters could not be initialized');
+    const line = lines[result.line];
+    const retryAfter = Math.max(1, Math.ceil((line.resetAt - now) / 1000));
+    throw new GatewayError('rate_limit_exceeded', `Rate limit exceeded: ${line.what}; ${line.limit} requests allowed, try again in ${retryAfter} s`, {
+      metadata: { scope: line.scope, limit: line.limit, resets_at: new Date(line.resetAt).toISOString() },
+      headers: {
+        'X-RateLimit-Limit': String(line.limit),
+        'X-RateLimit-Remaining': '0',
+        'X-RateLimit-Reset': String(line.resetAt),
+        'Retry-After': String(retryAfter),
+      },
+    });
+  }
+
+  private linesFor(config: GatewayConfig, gw: GatewayState, model: string | undefined, account: Account | null, now: number): Described[] {
+    const key = gw.key!;
+    const lines: Described[] = [];
+    const fixed = (windowS: number) => {
+      const ms = windowS * 1000;
+      const start = Math.floor(now / ms) * ms;
+      return { start, resetAt: start + ms };
+    };
+    const rl = config.rate_limits;
+    if (rl.key) {
+      const w = fixed(rl.key.window_s);
+      lines.push({ key: `rl:key:${key.id}:${w.start}`, limit: rl.key.requests, resetAt: w.resetAt, scope: 'key', what: `this key's limit per ${rl.key.window_s} s` });
+    }
+    // Only the model the request asks for first counts (fallbacks are not counted against their own limits).
+    if (model === undefined) return lines;
+    for (const r of rl.models) {
+      if (r.model !== model) continue;
+      const w = fixed(r.window_s);
+      const who = r.per === 'key' ? `key:${key.id}` : 'all';
+      lines.push({ key: `rl:model:${model}:${who}:${w.start}`, limit: r.requests, resetAt: w.resetAt, scope: 'model', what: `model ${model} per ${r.window_s} s${r.per === 'key' ? ' for this key' : ''}` });
+    }
+    if (isFreeModel(model)) {
+      const f = config.free_models;
+      const w = fixed(60);
+      lines.push({ key: `rl:free-min:${key.accountId}:${w.start}`, limit: f.per_minute, resetAt: w.resetAt, scope: 'free_model_per_minute', what: 'free models per minute' });
+      const date = new Date(now);
+      lines.push({
+        key: freeDailyKey(key.accountId, date),
+        limit: freeDailyLimit(config, account),
+        resetAt: windowEnd('daily', date).getTime(),
+        rebuild: true,
+        scope: 'free_model_daily',
+        what: 'free models per day',
+      });
+    }
+    return lines;
+  }
+}

@@ -1,0 +1,177 @@
+import { LRUCache } from 'lru-cache';
+import type { RateLine, RateResult, ReserveInput, ReserveResult, SettleInput, SharedState } from './types';
+
+interface Counter {
+  paid: number;
+  byok: number;
+  expiresAt: number | null;
+}
+
+interface Hold {
+  amount: number;
+  until: number;
+}
+
+/**
+ * `state.driver: memory`: the shared state of one gateway process. Every method runs to completion without
+ * awaiting, so each check-and-reserve is atomic, as the Redis driver's Lua scripts are.
+ *
+ * @example const state = new MemoryState(); await state.reserve({ holdId: 'gen-1', now: Date.now(), lines: [], … });
+ */
+export class MemoryState implements SharedState {
+  readonly driver = 'memory' as const;
+  private readonly counters = new Map<string, Counter>();
+  private readonly holds = new Map<string, Map<string, Hold>>();
+  private readonly rates = new Map<string, { count: number; resetAt: number }>();
+  private readonly sticky = new LRUCache<string, string>({ max: 100_000, ttlAutopurge: false });
+  private readonly sweeper: NodeJS.Timeout;
+
+  constructor(private readonly clock: () => number = Date.now) {
+    // Expired counters, windows and holds are dropped once a minute so memory stays flat.
+    this.sweeper = setInterval(() => this.sweep(this.clock()), 60_000);
+    this.sweeper.unref();
+  }
+
+  async reserve(input: ReserveInput): Promise<ReserveResult> {
+    const { now } = input;
+    const missing = input.lines.map((l) => l.counter).filter((c) => !this.counter(c, now));
+    if (missing.length > 0) return { ok: false, reason: 'missing', counters: [...new Set(missing)] };
+    for (let i = 0; i < input.lines.length; i++) {
+      const line = input.lines[i];
+      const c = this.counter(line.counter, now)!;
+      const spent = c.paid + (line.includeByok ? c.byok : 0);
+      const held = this.heldNow(line.group, now);
+      if (spent + held >= line.limitNano) return { ok: false, reason: 'budget', line: i, spentNano: spent, heldNano: held };
+    }
+    if (input.balanceBlocked) return { ok: false, reason: 'balance' };
+    if (input.inFlight) {
+      const held = this.heldNow(input.inFlight.group, now);
+      if (held + input.estimateNano > input.inFlight.capNano) {
+        return { ok: false, reason: 'in_flight', heldNano: held, capNano: input.inFlight.capNano, nextExpiry: this.nextExpiry(input.inFlight.group, now) };
+      }
+    }
+    if (input.estimateNano > 0) {
+      const groups = new Set(input.lines.map((l) => l.group));
+      if (input.inFlight) groups.add(input.inFlight.group);
+      for (const g of groups) this.group(g).set(input.holdId, { amount: input.estimateNano, until: input.holdUntil });
+    }
+    return { ok: true };
+  }
+
+  async settle(input: SettleInput): Promise<void> {
+    for (const g of input.groups) this.holds.get(g)?.delete(input.holdId);
+    const now = this.clock();
+    for (const id of input.counters) {
+      const c = this.counter(id, now);
+      if (!c) continue;
+      if (input.byok) c.byok += input.costNano;
+      else c.paid += input.costNano;
+    }
+    if (input.inFlight) {
+      const group = this.group(input.inFlight.group);
+      if (input.costNano > 0 && input.inFlight.until > now) group.set(input.holdId, { amount: input.costNano, until: input.inFlight.until });
+      else group.delete(input.holdId);
+    }
+  }
+
+  async initCounter(counter: string, paidNano: number, byokNano: number, expiresAt: number | null): Promise<void> {
+    if (this.counter(counter, this.clock())) return;
+    this.counters.set(counter, { paid: paidNano, byok: byokNano, expiresAt });
+  }
+
+  async held(group: string, now: number): Promise<number> {
+    return this.heldNow(group, now);
+  }
+
+  async hit(lines: RateLine[], now: number): Promise<RateResult> {
+    const missing = lines.filter((l) => l.rebuild && !this.rate(l.key, now)).map((l) => l.key);
+    if (missing.length > 0) return { ok: false, reason: 'missing', keys: missing };
+    for (let i = 0; i < lines.length; i++) {
+      const count = this.rate(lines[i].key, now)?.count ?? 0;
+      if (count >= lines[i].limit) return { ok: false, reason: 'limited', line: i, count };
+    }
+    const counts = lines.map((l) => {
+      const r = this.rate(l.key, now) ?? { count: 0, resetAt: l.resetAt };
+      r.count++;
+      this.rates.set(l.key, r);
+      return r.count;
+    });
+    return { ok: true, counts };
+  }
+
+  async initRate(key: string, count: number, resetAt: number): Promise<void> {
+    if (!this.rate(key, this.clock())) this.rates.set(key, { count, resetAt });
+  }
+
+  async rateCount(key: string, now: number): Promise<number> {
+    return this.rate(key, now)?.count ?? 0;
+  }
+
+  async stickyGet(session: string, ttlMs: number): Promise<string | undefined> {
+    const v = this.sticky.get(session);
+    if (v !== undefined) this.sticky.set(session, v, { ttl: ttlMs });
+    return v;
+  }
+
+  async stickySet(session: string, endpointKey: string, ttlMs: number): Promise<void> {
+    this.sticky.set(session, endpointKey, { ttl: ttlMs });
+  }
+
+  async stickyDelete(session: string): Promise<void> {
+    this.sticky.delete(session);
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.sweeper);
+  }
+
+  private counter(id: string, now: number): Counter | undefined {
+    const c = this.counters.get(id);
+    if (c && c.expiresAt !== null && c.expiresAt <= now) {
+      this.counters.delete(id);
+      return undefined;
+    }
+    return c;
+  }
+
+  private rate(key: string, now: number) {
+    const r = this.rates.get(key);
+    if (r && r.resetAt <= now) {
+      this.rates.delete(key);
+      return undefined;
+    }
+    return r;
+  }
+
+  private group(id: string): Map<string, Hold> {
+    let g = this.holds.get(id);
+    if (!g) this.holds.set(id, (g = new Map()));
+    return g;
+  }
+
+  private heldNow(group: string, now: number): number {
+    const g = this.holds.get(group);
+    if (!g) return 0;
+    let sum = 0;
+    for (const [id, h] of g) {
+      if (h.until <= now) g.delete(id);
+      else sum += h.amount;
+    }
+    return sum;
+  }
+
+  private nextExpiry(group: string, now: number): number | null {
+    let next: number | null = null;
+    for (const h of this.holds.get(group)?.values() ?? []) if (h.until > now && (next === null || h.until < next)) next = h.until;
+    return next;
+  }
+
+  private sweep(now: number): void {
+    for (const id of this.counters.keys()) this.counter(id, now);
+    for (const key of this.rates.keys()) this.rate(key, now);
+    for (const [id, g] of this.holds) {
+      this.heldNow(id, now);
+      if (g.size === 0) this.holds.delete(id);
+    }
+  }
+}

@@ -1,0 +1,198 @@
+/**
+ * Lua sources of the Redis state driver (redis.ts). Each check-and-reserve is one script, so it is atomic
+ * across gateway processes sharing the Redis.
+ *
+ * Expiry is logical: scripts compare stored instants with the `now` the caller passes, never Redis's clock,
+ * so tests can inject time. Key TTLs set here are garbage collection only, computed by the caller.
+ *
+ * Amounts and instants are written from ARGV strings as given: Lua 5.1 formats numbers with 14 significant
+ * digits, which would round nano-USD amounts above 1e14 (100,000 USD).
+ *
+ * Layouts:
+ *   counter  hash {paid, byok, exp}; no `exp` for a lifetime counter
+ *   holds    hash holdId -> "amount:until"
+ *   rate     hash {count, resetAt}
+ */
+
+const helpers = `
+-- A counter's paid and byok spend, or nil when it does not exist or its window has ended.
+local function counter(key, now)
+  local v = redis.call('HMGET', key, 'paid', 'byok', 'exp')
+  if not v[1] then return nil end
+  if v[3] and tonumber(v[3]) <= now then
+    redis.call('DEL', key)
+    return nil
+  end
+  return tonumber(v[1]), tonumber(v[2])
+end
+
+-- A rate window's count, or nil when it does not exist or has ended.
+local function window(key, now)
+  local v = redis.call('HMGET', key, 'count', 'resetAt')
+  if not v[1] then return nil end
+  if tonumber(v[2]) <= now then
+    redis.call('DEL', key)
+    return nil
+  end
+  return tonumber(v[1])
+end
+
+-- Sum of a group's live holds and the earliest of their expiries (false when none); drops expired holds.
+local function holds(key, now)
+  local sum, nextExpiry = 0, false
+  local all = redis.call('HGETALL', key)
+  for i = 1, #all, 2 do
+    local sep = string.find(all[i + 1], ':', 1, true)
+    local amount, untilMs = tonumber(string.sub(all[i + 1], 1, sep - 1)), tonumber(string.sub(all[i + 1], sep + 1))
+    if untilMs <= now then
+      redis.call('HDEL', key, all[i])
+    else
+      sum = sum + amount
+      if not nextExpiry or untilMs < nextExpiry then nextExpiry = untilMs end
+    end
+  end
+  return sum, nextExpiry
+end
+
+-- Extends a holds hash's TTL, never shortens it: other holds in it may live longer than this one.
+local function keepFor(key, ttl)
+  if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
+end
+`;
+
+/**
+ * KEYS: n counters, the n lines' groups, then the in-flight group when there is one.
+ * ARGV: holdId, now, estimate, holdUntil, holdTtl, balanceBlocked (1|0), capNano, then per line limit and
+ * includeByok (1|0).
+ * Returns {'missing', lineIndex…} | {'budget', line, spent, held} | {'balance'} | {'in_flight', held, nextExpiry}
+ * | {'ok'}, in MemoryState's order of checks.
+ */
+export const reserveLua =
+  helpers +
+  `
+local holdId, now, estimate, holdUntil = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local holdTtl, balanceBlocked, cap = tonumber(ARGV[5]), ARGV[6] == '1', tonumber(ARGV[7])
+local n = (#ARGV - 7) / 2
+
+local missing = {}
+for i = 1, n do
+  if not counter(KEYS[i], now) then missing[#missing + 1] = i - 1 end
+end
+if #missing > 0 then return {'missing', unpack(missing)} end
+
+local heldIn = {}
+for i = 1, n do
+  local paid, byok = counter(KEYS[i], now)
+  local spent = paid + (ARGV[7 + 2 * i] == '1' and byok or 0)
+  local group = KEYS[n + i]
+  if heldIn[group] == nil then heldIn[group] = holds(group, now) end
+  if spent + heldIn[group] >= tonumber(ARGV[6 + 2 * i]) then return {'budget', i - 1, spent, heldIn[group]} end
+end
+
+if balanceBlocked then return {'balance'} end
+
+local inFlight = KEYS[2 * n + 1]
+if inFlight then
+  local held, nextExpiry = holds(inFlight, now)
+  if held + tonumber(estimate) > cap then return {'in_flight', held, nextExpiry} end
+end
+
+if tonumber(estimate) > 0 then
+  local done = {}
+  for i = n + 1, #KEYS do
+    if not done[KEYS[i]] then
+      done[KEYS[i]] = true
+      redis.call('HSET', KEYS[i], holdId, estimate .. ':' .. holdUntil)
+      keepFor(KEYS[i], holdTtl)
+    end
+  end
+end
+return {'ok'}
+`;
+
+/**
+ * KEYS: g groups, c counters, then the in-flight group when there is one.
+ * ARGV: holdId, now, byok (1|0), cost, g, c, until, holdTtl.
+ */
+export const settleLua =
+  helpers +
+  `
+local holdId, now, field, cost = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1' and 'byok' or 'paid', ARGV[4]
+local g, c = tonumber(ARGV[5]), tonumber(ARGV[6])
+for i = 1, g do redis.call('HDEL', KEYS[i], holdId) end
+for i = g + 1, g + c do
+  -- A missing counter is rebuilt from the ledger, which already has this cost.
+  if counter(KEYS[i], now) then redis.call('HINCRBY', KEYS[i], field, cost) end
+end
+local inFlight = KEYS[g + c + 1]
+if inFlight then
+  if tonumber(cost) > 0 and tonumber(ARGV[7]) > now then
+    redis.call('HSET', inFlight, holdId, cost .. ':' .. ARGV[7])
+    keepFor(inFlight, tonumber(ARGV[8]))
+  else
+    redis.call('HDEL', inFlight, holdId)
+  end
+end
+return 0
+`;
+
+/** KEYS: the counter. ARGV: now, paid, byok, expiresAt ('' for lifetime), ttl. First writer wins. */
+export const initCounterLua =
+  helpers +
+  `
+if counter(KEYS[1], tonumber(ARGV[1])) then return 0 end
+redis.call('HSET', KEYS[1], 'paid', ARGV[2], 'byok', ARGV[3])
+if ARGV[4] ~= '' then
+  redis.call('HSET', KEYS[1], 'exp', ARGV[4])
+  redis.call('PEXPIRE', KEYS[1], ARGV[5])
+end
+return 1
+`;
+
+/** KEYS: the group. ARGV: now. */
+export const heldLua =
+  helpers +
+  `
+local sum = holds(KEYS[1], tonumber(ARGV[1]))
+return sum
+`;
+
+/**
+ * KEYS: one rate window per line. ARGV: now, then per line limit, resetAt, rebuild (1|0), ttl.
+ * Returns {'missing', lineIndex…} | {'limited', line, count} | {'ok', count…}. All or nothing.
+ */
+export const hitLua =
+  helpers +
+  `
+local now = tonumber(ARGV[1])
+local missing = {}
+for i = 1, #KEYS do
+  if ARGV[4 * i] == '1' and not window(KEYS[i], now) then missing[#missing + 1] = i - 1 end
+end
+if #missing > 0 then return {'missing', unpack(missing)} end
+for i = 1, #KEYS do
+  local count = window(KEYS[i], now) or 0
+  if count >= tonumber(ARGV[4 * i - 2]) then return {'limited', i - 1, count} end
+end
+local counts = {'ok'}
+for i = 1, #KEYS do
+  if window(KEYS[i], now) then
+    counts[#counts + 1] = redis.call('HINCRBY', KEYS[i], 'count', 1)
+  else
+    redis.call('HSET', KEYS[i], 'count', 1, 'resetAt', ARGV[4 * i - 1])
+    redis.call('PEXPIRE', KEYS[i], ARGV[4 * i + 1])
+    counts[#counts + 1] = 1
+  end
+end
+return counts
+`;
+
+/** KEYS: the rate window. ARGV: now, count, resetAt, ttl. First writer wins. */
+export const initRateLua =
+  helpers +
+  `
+if window(KEYS[1], tonumber(ARGV[1])) then return 0 end
+redis.call('HSET', KEYS[1], 'count', ARGV[2], 'resetAt', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return 1
+`;

@@ -1,0 +1,105 @@
+/**
+ * The shared fast state (DESIGN "State and scale"): spend counters, in-flight holds, rate-limit windows and
+ * sticky sessions. `memory` keeps it in this process; `redis` shares it between gateway processes, with every
+ * check-and-reserve done atomically in one Lua script. Both drivers pass the same contract test
+ * (test/integration/shared-state.test.ts).
+ *
+ * Money here is integer nano-USD (1e-9 USD): sums stay exact in JS and in Lua (both use doubles, exact for
+ * integers up to 2^53, i.e. about 9 million USD per counter).
+ *
+ * Spend counters are caches of ledger sums. A counter that does not exist (never used, a new window, or lost
+ * with Redis) makes `reserve` answer `missing`; the caller then sums the ledger, `initCounter`s, and retries.
+ */
+
+/** One budget a request is checked against, in enforcement order. */
+export interface BudgetLine {
+  /** Spend counter id, e.g. `key:<id>:monthly:1730419200000` or `workspace:<id>:lifetime`. */
+  counter: string;
+  /** Hold group whose holds count against this budget, e.g. `key:<id>`, `member:<ws>:<user>`, `workspace:<id>`. */
+  group: string;
+  limitNano: number;
+  /** Whether BYOK spend counts against it. */
+  includeByok: boolean;
+}
+
+export interface ReserveInput {
+  holdId: string;
+  /** Epoch ms: holds whose expiry is at or before it no longer count. */
+  now: number;
+  /** Budgets in enforcement order: the first whose spend plus holds reached its limit rejects. */
+  lines: BudgetLine[];
+  /** The account balance cannot pay (checked after every budget line, before the in-flight budget). */
+  balanceBlocked: boolean;
+  /** The estimate to hold in every line's group (and the in-flight group); 0 holds nothing. */
+  estimateNano: number;
+  /** Expiry of the hold (epoch ms), so a crashed process's holds lapse. */
+  holdUntil: number;
+  /** The account's in-flight budget, when it applies: holds of `group` plus the estimate must fit `capNano`. */
+  inFlight: { group: string; capNano: number } | null;
+}
+
+export type ReserveResult =
+  | { ok: true }
+  | { ok: false; reason: 'budget'; line: number; spentNano: number; heldNano: number }
+  | { ok: false; reason: 'balance' }
+  | { ok: false; reason: 'in_flight'; heldNano: number; capNano: number; nextExpiry: number | null }
+  /** These counters do not exist: initialize them from the ledger and call again. Nothing was held. */
+  | { ok: false; reason: 'missing'; counters: string[] };
+
+export interface SettleInput {
+  holdId: string;
+  /** Hold groups to release the hold from (the budget lines' groups). */
+  groups: string[];
+  /** Spend counters the actual cost is added to (existing ones only; a missing one is rebuilt from the ledger). */
+  counters: string[];
+  byok: boolean;
+  costNano: number;
+  /** The in-flight hold turns into the actual cost until `until` (epoch ms), covering the balance's lag. */
+  inFlight: { group: string; until: number } | null;
+}
+
+/** A fixed-window request counter. */
+export interface RateLine {
+  key: string;
+  limit: number;
+  /** End of the current window (epoch ms); the counter expires then. */
+  resetAt: number;
+  /** Counted from the ledger when missing (the free-model daily counter) instead of starting at zero. */
+  rebuild?: boolean;
+}
+
+export type RateResult =
+  | { ok: true; counts: number[] }
+  | { ok: false; reason: 'limited'; line: number; count: number }
+  | { ok: false; reason: 'missing'; keys: string[] };
+
+export interface SharedState {
+  readonly driver: 'memory' | 'redis';
+  reserve(input: ReserveInput): Promise<ReserveResult>;
+  settle(input: SettleInput): Promise<void>;
+  /** Sets a spend counter unless it exists (first writer wins); `expiresAt` null for lifetime counters. */
+  initCounter(counter: string, paidNano: number, byokNano: number, expiresAt: number | null): Promise<void>;
+  /** Held nano-USD of a group at `now` (for GET /key and tests). */
+  held(group: string, now: number): Promise<number>;
+  /** Checks every line; when none is full, counts the request in all of them. All or nothing. */
+  hit(lines: RateLine[], now: number): Promise<RateResult>;
+  /** Sets a rate counter unless it exists. */
+  initRate(key: string, count: number, resetAt: number): Promise<void>;
+  /** A rate counter's value (0 when absent). */
+  rateCount(key: string, now: number): Promise<number>;
+  /** Sticky routing: session → endpoint key, with a TTL refreshed on use. */
+  stickyGet(session: string, ttlMs: number): Promise<string | undefined>;
+  stickySet(session: string, endpointKey: string, ttlMs: number): Promise<void>;
+  stickyDelete(session: string): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** USD → integer nano-USD. */
+export function toNano(usd: number): number {
+  return Math.round(usd * 1e9);
+}
+
+/** Integer nano-USD → USD. */
+export function fromNano(nano: number): number {
+  return nano / 1e9;
+}
