@@ -148,7 +148,7 @@ function drained(res: NodeJS.WritableStream, signal: AbortSignal): Promise<void>
 function finish(runtime: Runtime, state: GatewayState, span: Span, status: number, errorType?: string): void {
   const { logger, ledger } = runtime.services;
   try {
-    const row = ledgerRowOf(state);
+    const row = ledgerRowOf(state, runtime.services.spend.clock());
     if (row) ledger.add(row);
   } finally {
     for (const done of state.onFinish) {

@@ -3,7 +3,7 @@ import type { GatewayState } from '../pipeline/types';
 import type { LedgerRow, Store } from '../store/types';
 
 /** The ledger row of a request that reached a provider, or null when it never did. */
-export function ledgerRowOf(state: GatewayState): LedgerRow | null {
+export function ledgerRowOf(state: GatewayState, now: number = Date.now()): LedgerRow | null {
   const { key, route, requestId } = state;
   if (!key || !route || !requestId) return null;
   const u = state.usage;
@@ -25,7 +25,7 @@ export function ledgerRowOf(state: GatewayState): LedgerRow | null {
     costUsd: state.costUsd ?? 0,
     isByok: route.isByok,
     status: state.outcome,
-    createdAt: new Date().toISOString(),
+    createdAt: new Date(now).toISOString(),
   };
 }
 

@@ -1,8 +1,8 @@
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { ensureBuilt, KEY, killAll, perTest, runCli, spawnCli, startServe, within, WAIT_MS, type Proc } from '../fixtures/cli';
 import { post } from '../fixtures/gateway';
 
 /**
@@ -11,42 +11,7 @@ import { post } from '../fixtures/gateway';
  * HTTP answer, bounded by a timeout that fails the test.
  */
 
-const ROOT = path.resolve(__dirname, '../..');
-const MAIN = path.join(ROOT, 'dist/src/main.js');
-const KEY = /sk-gw-v1-[0-9a-f]{48}/;
-const WAIT_MS = 10_000;
 const CHAT = { model: 'simulated/chat', messages: [{ role: 'user', content: 'hi' }] };
-
-function newest(dir: string): number {
-  return Math.max(0, ...readdirSync(dir, { withFileTypes: true }).map((e) => {
-    const p = path.join(dir, e.name);
-    return e.isDirectory() ? newest(p) : /\.(ts|json)$/.test(e.name) ? statSync(p).mtimeMs : 0;
-  }));
-}
-
-/** The CLI runs from dist/: rebuild (npm run build) when it is older than the sources, so no test runs stale code. */
-function ensureBuilt(): void {
-  const built = existsSync(MAIN) ? statSync(MAIN).mtimeMs : 0;
-  if (built >= Math.max(newest(path.join(ROOT, 'src')), newest(path.join(ROOT, 'plugins')))) return;
-  const tsc = path.join(ROOT, 'node_modules/typescript/bin/tsc');
-  try {
-    execFileSync(process.execPath, [tsc, '-p', 'tsconfig.build.json'], { cwd: ROOT, stdio: 'pipe' });
-  } catch (err) {
-    throw new Error(`npm run build failed:\n${(err as { stdout?: Buffer }).stdout?.toString() ?? err}`);
-  }
-}
-
-interface Proc {
-  child: ChildProcess;
-  readonly stdout: string;
-  readonly stderr: string;
-  exited: Promise<number | null>; // the exit code, once stdout and stderr are closed
-  /** The first match of `re` in the output after offset `since`; rejects on timeout or exit. */
-  waitFor(re: RegExp, o?: { stream?: 'stdout' | 'stderr'; since?: number; ms?: number }): Promise<RegExpExecArray>;
-  stop(): Promise<number | null>; // SIGTERM, then the exit code (fails the test if it does not exit in time)
-}
-
-const perTest = new Set<Proc>();
 const dirs: string[] = [];
 
 function tempDir(): string {
@@ -59,72 +24,6 @@ function tempDir(): string {
 function configDir(o: ConfigOptions = {}): { dir: string; file: string } {
   const dir = tempDir();
   return { dir, file: writeConfig(path.join(dir, 'gw.yaml'), o) };
-}
-
-function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout;
-  const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms: ${what}`)), ms)));
-  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
-}
-
-function spawnCli(args: string[], o: { cwd: string; env?: Record<string, string>; scope?: Set<Proc> }): Proc {
-  const env = { ...process.env, ...o.env };
-  if (!o.env?.GATEWAY_CONFIG) delete env.GATEWAY_CONFIG;
-  const child = spawn(process.execPath, [MAIN, ...args], { cwd: o.cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
-  const out = { stdout: '', stderr: '' };
-  const wake = new Set<() => void>();
-  child.stdout!.setEncoding('utf8').on('data', (d: string) => ((out.stdout += d), wake.forEach((f) => f())));
-  child.stderr!.setEncoding('utf8').on('data', (d: string) => ((out.stderr += d), wake.forEach((f) => f())));
-  let closed = false;
-  const exited = new Promise<number | null>((resolve) => child.once('close', (code) => ((closed = true), wake.forEach((f) => f()), resolve(code))));
-  const scope = o.scope ?? perTest;
-  const proc: Proc = {
-    child,
-    get stdout() { return out.stdout; },
-    get stderr() { return out.stderr; },
-    exited,
-    waitFor(re, { stream = 'stdout', since = 0, ms = WAIT_MS } = {}) {
-      return new Promise((resolve, reject) => {
-        const fail = (why: string) => reject(new Error(`${why} waiting for ${re} on ${stream}\nstdout: ${out.stdout}\nstderr: ${out.stderr}`));
-        const timer = setTimeout(() => (wake.delete(check), fail(`timed out after ${ms} ms`)), ms);
-        function check() {
-          const m = re.exec(out[stream].slice(since));
-          if (!m && !closed) return;
-          clearTimeout(timer);
-          wake.delete(check);
-          if (m) resolve(m);
-          else fail(`process exited (${child.exitCode}) before output matched,`);
-        }
-        wake.add(check);
-        check();
-      });
-    },
-    async stop() {
-      if (!closed) child.kill('SIGTERM');
-      const code = await within(exited, WAIT_MS, `${args.join(' ')} to exit after SIGTERM`);
-      scope.delete(proc);
-      return code;
-    },
-  };
-  scope.add(proc);
-  return proc;
-}
-
-async function killAll(scope: Set<Proc>): Promise<void> {
-  await Promise.all([...scope].map((p) => (p.child.kill('SIGKILL'), p.exited)));
-  scope.clear();
-}
-
-async function runCli(args: string[], o: { cwd: string; env?: Record<string, string> }) {
-  const p = spawnCli(args, o);
-  const code = await within(p.exited, WAIT_MS, `gateway ${args.join(' ')}`);
-  return perTest.delete(p), { code, stdout: p.stdout, stderr: p.stderr };
-}
-
-async function startServe(args: string[], o: { cwd: string; env?: Record<string, string>; scope?: Set<Proc> }) {
-  const proc = spawnCli(['serve', ...args], o);
-  const m = await proc.waitFor(/Gateway listening on (http:\/\/\S+)/);
-  return { proc, url: m[1] };
 }
 
 interface ConfigOptions { models?: string[]; kind?: string; stages?: string; level?: string; watch?: boolean }

@@ -1,0 +1,137 @@
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import Redis from 'ioredis';
+import { Client } from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { registry } from '../../plugins';
+import { parseConfigText } from '../../src/config/load';
+import { estimate } from '../../src/spend/estimate';
+import { toNano } from '../../src/state/types';
+import { openStore } from '../../src/store';
+import type { Store } from '../../src/store/types';
+import { ensureBuilt, KEY, killAll, runCli, startServe, type Proc } from '../fixtures/cli';
+import { startFakeUpstream, type FakeUpstream } from '../fixtures/fake-upstream';
+import { post } from '../fixtures/gateway';
+
+/**
+ * Two gateway processes behind one "load balancer", sharing PostgreSQL (the ledger) and Redis (holds and
+ * counters): together they never admit more than a key's limit allows.
+ */
+
+const PG_URL = process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const REDIS_URL = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379/0';
+const schema = `gw_test_${randomBytes(6).toString('hex')}`;
+const prefix = `gwtest:${randomBytes(4).toString('hex')}:`;
+const CHAT = { model: 'fake/gpt', max_tokens: 20, messages: [{ role: 'user', content: 'hi' }] };
+
+let upstream: FakeUpstream;
+let dir: string;
+let file: string;
+let store: Store;
+const procs = new Set<Proc>();
+let urls: string[] = [];
+
+function yaml(upstreamUrl: string): string {
+  return `
+server: { port: 0, watch_config: false }
+storage: { driver: postgres, url: '${PG_URL}', schema: ${schema} }
+state: { driver: redis, url: '${REDIS_URL}', prefix: '${prefix}' }
+logging: { level: warn }
+ledger: { flush_ms: 10 }
+providers:
+  - { id: fake-openai, kind: openai, base_url: ${upstreamUrl}, api_key: sk-upstream }
+models:
+  - id: fake/gpt
+    endpoints: [{ provider: fake-openai, upstream_model: gpt-upstream, pricing: { prompt: 1, completion: 2, cached_read: 0.5 } }]
+pipelines:
+  default: [auth, validate, rate-limit, budget-check, upstream]
+`;
+}
+
+async function createKey(limitUsd: number): Promise<string> {
+  const r = await runCli(['keys', 'create', '--name', 'shared', '--limit', String(limitUsd), '--limit-reset', 'monthly', '--config', file], { cwd: dir });
+  expect(r.code, r.stderr).toBe(0);
+  return KEY.exec(r.stdout)![0];
+}
+
+beforeAll(async () => {
+  ensureBuilt();
+  upstream = await startFakeUpstream();
+  dir = mkdtempSync(path.join(tmpdir(), 'gw-spend-'));
+  file = path.join(dir, 'gateway.yaml');
+  writeFileSync(file, yaml(upstream.url));
+  const credits = await runCli(['credits', 'add', '--account', 'default', '--usd', '100', '--config', file], { cwd: dir });
+  expect(credits.code, credits.stderr).toBe(0);
+  urls = await Promise.all([0, 1].map(async () => (await startServe(['--config', file], { cwd: dir, scope: procs })).url));
+  store = await openStore({ driver: 'postgres', url: PG_URL, schema, pool_max: 2 } as never);
+}, 120_000);
+
+afterAll(async () => {
+  await killAll(procs);
+  await store?.close();
+  await upstream?.close();
+  const pg = new Client({ connectionString: PG_URL });
+  await pg.connect();
+  await pg.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+  await pg.end();
+  const redis = new Redis(REDIS_URL);
+  const keys = await redis.keys(`${prefix}*`);
+  if (keys.length > 0) await redis.del(...keys);
+  await redis.quit();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe('two gateway processes sharing Redis and PostgreSQL', () => {
+  it('admit at most what the key limit allows together: 200 concurrent requests, 50 reach the upstream', async () => {
+    const models = parseConfigText(yaml(upstream.url), { registry }).models;
+    const est = estimate(CHAT, new Map(models.map((m) => [m.id, m])), 4096);
+    const limit = (50 * toNano(est.usd)) / 1e9;
+    const secret = await createKey(limit);
+    let release!: () => void;
+    upstream.always.set('gpt-upstream', { kind: 'hold', until: new Promise<void>((r) => (release = r)) });
+    let rejected = 0;
+    let allRejected!: () => void;
+    const rejections = new Promise<void>((r) => (allRejected = r));
+    const all = Promise.all(
+      Array.from({ length: 200 }, (_, i) =>
+        post(`${urls[i % 2]}/chat/completions`, secret, CHAT).then((r) => {
+          if (r.status !== 200 && ++rejected === 150) allRejected();
+          return r;
+        }),
+      ),
+    );
+    const timer = setTimeout(allRejected, 15_000);
+    await rejections;
+    clearTimeout(timer);
+    // Admitted requests may still be on their way to the upstream when the last refusal arrives.
+    await expect.poll(() => upstream.received.length, { timeout: 5000 }).toBe(50);
+    release();
+    const outcomes = await all;
+    expect(outcomes.filter((r) => r.status === 200)).toHaveLength(50);
+    expect(outcomes.filter((r) => r.status === 403)).toHaveLength(150);
+    expect(upstream.received).toHaveLength(50);
+    const keyId = (await store.listKeys()).find((k) => k.limitUsd === limit)!.id;
+    // Every admitted request settled at 18e-6 USD (the fake upstream's usage at this model's prices).
+    await expect.poll(async () => toNano((await store.spendTotals({ kind: 'key', keyId }, 0)).paid), { timeout: 5000 }).toBe(50 * 18_000);
+    expect(50 * 18e-6).toBeLessThanOrEqual(limit + est.usd);
+    upstream.always.clear();
+    upstream.received.length = 0;
+  }, 60_000);
+
+  it('after Redis loses the counters, they are rebuilt from the ledger in PostgreSQL', async () => {
+    const secret = await createKey(50e-6); // each request settles at 18e-6: the 4th is refused
+    for (let i = 0; i < 3; i++) expect((await post(`${urls[i % 2]}/chat/completions`, secret, CHAT)).status).toBe(200);
+    expect((await post(`${urls[1]}/chat/completions`, secret, CHAT)).status).toBe(403);
+    const keyId = (await store.listKeys()).find((k) => k.limitUsd === 50e-6)!.id;
+    await expect.poll(async () => (await store.spendTotals({ kind: 'key', keyId }, 0)).paid, { timeout: 5000 }).toBeCloseTo(54e-6, 12);
+    const redis = new Redis(REDIS_URL);
+    const keys = await redis.keys(`${prefix}*`);
+    await redis.del(...keys);
+    await redis.quit();
+    const r = await post(`${urls[0]}/chat/completions`, secret, CHAT);
+    expect(r.status).toBe(403);
+    expect(r.json.error.metadata).toMatchObject({ scope: 'key_limit', spend_usd: 54e-6 });
+  }, 30_000);
+});

@@ -1,0 +1,435 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { registry } from '../../plugins';
+import { parseConfigText } from '../../src/config/load';
+import { estimate } from '../../src/spend/estimate';
+import { toNano } from '../../src/state/types';
+import type { LedgerRow } from '../../src/store/types';
+import { post, startTestGateway, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+import { startFakeUpstream, type FakeUpstream } from '../fixtures/fake-upstream';
+
+const PIPELINE = '[auth, validate, rate-limit, budget-check, upstream]';
+const FREE_MODEL = `
+  - id: fake/free:free
+    endpoints: [{ provider: fake-openai, upstream_model: gpt-free, pricing: { prompt: 0, completion: 0 } }]
+`;
+
+/** The test config with the spend stages on, a free model, and `extra` top-level sections. */
+function yaml(upstream: FakeUpstream, extra = ''): string {
+  return testConfigYaml(upstream.url, PIPELINE).replace('pipelines:', `${FREE_MODEL}pipelines:`) + extra;
+}
+
+const chat = (over: Record<string, unknown> = {}) => ({ model: 'fake/gpt', max_tokens: 20, messages: [{ role: 'user', content: 'hi' }], ...over });
+
+let upstream: FakeUpstream;
+let gw: TestGateway | undefined;
+
+beforeAll(async () => {
+  upstream = await startFakeUpstream();
+});
+afterAll(async () => {
+  await upstream.close();
+});
+afterEach(async () => {
+  await gw?.close();
+  gw = undefined;
+  upstream.always.clear();
+  upstream.faults.length = 0;
+  upstream.received.length = 0;
+});
+
+async function start(extra = '', clock?: () => number): Promise<TestGateway> {
+  gw = await startTestGateway({ yaml: yaml(upstream, extra), clock });
+  return gw;
+}
+
+async function credit(g: TestGateway, usd: number): Promise<void> {
+  await g.store.addCredits(g.keyRecord.accountId, usd);
+  g.gateway.spend.forgetAccount(g.keyRecord.accountId);
+}
+
+async function keyInfo(g: TestGateway, secret: string): Promise<any> {
+  const res = await fetch(`${g.url}/key`, { headers: { authorization: `Bearer ${secret}` } });
+  expect(res.status).toBe(200);
+  return res.json();
+}
+
+/** A request held at the upstream until `release()`, so many can be in flight at once. */
+function holdUpstream(model = 'gpt-upstream') {
+  let release!: () => void;
+  const until = new Promise<void>((r) => (release = r));
+  upstream.always.set(model, { kind: 'hold', until });
+  return release;
+}
+
+/** A ledger row of `usd` for a key, as if an earlier request had cost that much. */
+function spent(g: TestGateway, keyId: string, usd: number, over: Partial<LedgerRow> = {}): Promise<boolean> {
+  return g.store.insertLedger({
+    generationId: `gen-seed-${Math.random().toString(36).slice(2)}`,
+    keyId,
+    userId: 'user_test',
+    workspaceId: g.keyRecord.workspaceId,
+    accountId: g.keyRecord.accountId,
+    endpoint: 'chat_completions',
+    model: 'fake/gpt',
+    provider: 'fake-openai',
+    upstreamModel: 'gpt-upstream',
+    promptTokens: 0,
+    completionTokens: 0,
+    cachedTokens: 0,
+    cacheWriteTokens: 0,
+    reasoningTokens: 0,
+    costUsd: usd,
+    isByok: false,
+    status: 'completed',
+    createdAt: new Date(g.gateway.spend.clock()).toISOString(),
+    ...over,
+  });
+}
+
+describe('key limit under concurrency', () => {
+  it('200 concurrent requests against a limit that admits 50: 50 reach the upstream, settled spend stays within limit + one estimate', async () => {
+    const g = await start();
+    await credit(g, 100);
+    const est = estimate(chat(), g.gateway.runtime().services.models, 4096);
+    const limit = (50 * toNano(est.usd)) / 1e9;
+    const { secret, record } = await g.createKey({ limitUsd: limit, limitReset: 'monthly', name: 'limited' });
+    const release = holdUpstream();
+    let rejected = 0;
+    const settledRejections = new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, 10_000);
+      const results = Array.from({ length: 200 }, () =>
+        post(`${g.url}/chat/completions`, secret, chat()).then((r) => {
+          if (r.status !== 200 && ++rejected === 150) {
+            clearTimeout(timer);
+            resolve();
+          }
+          return r;
+        }),
+      );
+      void Promise.all(results).then((all) => (outcomes = all));
+    });
+    let outcomes: Awaited<ReturnType<typeof post>>[] = [];
+    await settledRejections;
+    // Admitted requests may still be on their way to the upstream when the last refusal arrives.
+    await expect.poll(() => upstream.received.length, { timeout: 5000 }).toBe(50);
+    release();
+    await expect.poll(() => outcomes.length, { timeout: 10_000 }).toBe(200);
+    expect(outcomes.filter((r) => r.status === 200)).toHaveLength(50);
+    expect(upstream.received).toHaveLength(50);
+    const refused = outcomes.filter((r) => r.status !== 200);
+    expect(new Set(refused.map((r) => r.status))).toEqual(new Set([403]));
+    expect(refused[0].json.error.metadata).toMatchObject({ limit_source: 'gateway_key_limit', scope: 'key_limit' });
+    await g.gateway.ledger.flush();
+    const settled = await g.store.spendTotals({ kind: 'key', keyId: record.id }, 0);
+    expect(settled.paid).toBeLessThanOrEqual(limit + est.usd);
+    expect(settled.paid).toBeGreaterThan(0);
+    // Every hold was released at settlement.
+    await expect.poll(() => g.gateway.state.held(`key:${record.id}`, g.gateway.spend.clock())).toBe(0);
+  });
+});
+
+describe('budget checks', () => {
+  const budgets = (o: { team?: number; person?: number; keyg?: number; wsLife?: number; wsMonth?: number } = {}) => `
+guardrails:
+  - { id: team, budget: { limit_usd: ${o.team ?? 1}, reset_interval: monthly } }
+  - { id: person, budget: { limit_usd: ${o.person ?? 1}, reset_interval: weekly } }
+  - { id: keyg, budget: { limit_usd: ${o.keyg ?? 1}, reset_interval: daily } }
+workspaces:
+  - name: default
+    default_guardrail: team
+    members: [{ user_id: user_test, guardrail: person }]
+    keys: [{ key: key-a, guardrail: keyg }]
+    budgets:
+      - { id: ws-month, limit_usd: ${o.wsMonth ?? 1}, reset_interval: monthly }
+      - { id: ws-life, limit_usd: ${o.wsLife ?? 1}, reset_interval: lifetime }
+`;
+
+  it('rejects on the first spent budget in spec order, with exactly the 7.7 metadata and no Retry-After', async () => {
+    const g = await start(budgets());
+    await credit(g, 100);
+    const a = await g.createKey({ name: 'key-a', limitUsd: 0.4, limitReset: 'monthly' });
+    const b = await g.createKey({ name: 'key-b' });
+    await spent(g, a.record.id, 0.5);
+    await spent(g, b.record.id, 1.5); // same member: the member's combined spend is 2
+    const reject = async () => {
+      const r = await post(`${g.url}/chat/completions`, a.secret, chat());
+      expect(r.headers.get('retry-after')).toBeNull();
+      return r;
+    };
+    const reload = (o: Parameters<typeof budgets>[0]) => g.gateway.reload(parseConfigText(yaml(upstream, budgets(o)), { registry }));
+
+    let r = await reject();
+    expect(r.status).toBe(403);
+    expect(r.json.error.metadata).toEqual({
+      error_type: 'permission_denied',
+      limit_source: 'gateway_guardrail_budget',
+      scope: 'workspace_default_member',
+      limit_usd: 1,
+      spend_usd: 2,
+      resets_at: expect.stringMatching(/^\d{4}-\d{2}-01T00:00:00\.000Z$/),
+      remedy_hint: expect.any(String),
+    });
+    expect(r.json.error.message).toMatch(/spend \$2\.00 of limit \$1\.00, resets at \d{4}-\d{2}-01T00:00:00\.000Z$/);
+
+    reload({ team: 10 });
+    r = await reject();
+    expect(r.json.error.metadata).toMatchObject({ limit_source: 'gateway_guardrail_budget', scope: 'member', spend_usd: 2 });
+
+    reload({ team: 10, person: 10, keyg: 0.5 });
+    r = await reject();
+    expect(r.json.error.metadata).toMatchObject({ limit_source: 'gateway_guardrail_budget', scope: 'api_key', spend_usd: 0.5, limit_usd: 0.5 });
+
+    reload({ team: 10, person: 10 });
+    r = await reject();
+    // Workspace budgets: the broadest spent one (lifetime) is reported, with resets_at null.
+    expect(r.json.error.metadata).toMatchObject({ limit_source: 'gateway_workspace_budget', scope: 'workspace', spend_usd: 2, resets_at: null });
+    expect(r.json.error.message).toMatch(/never resets$/);
+
+    reload({ team: 10, person: 10, wsLife: 10, wsMonth: 10 });
+    r = await reject();
+    expect(r.status).toBe(403);
+    expect(r.json.error.metadata).toMatchObject({ limit_source: 'gateway_key_limit', scope: 'key_limit', limit_usd: 0.4, spend_usd: 0.5 });
+
+    const info = await keyInfo(g, a.secret);
+    expect(info.data.budgets.map((x: { scope: string }) => x.scope)).toEqual([
+      'workspace_default_member',
+      'workspace_default_key',
+      'member',
+      'api_key',
+      'workspace',
+      'workspace',
+      'key_limit',
+    ]);
+    expect(info.data.effective_budget).toMatchObject({ scope: 'key_limit', remaining_usd: 0 });
+    expect(info.data.limit_remaining).toBe(0);
+  });
+
+  it('effective_budget is the least remaining when nothing is spent; GET /key lists every applicable budget', async () => {
+    const g = await start(budgets({ team: 10, person: 3, keyg: 5, wsLife: 100, wsMonth: 50 }));
+    const a = await g.createKey({ name: 'key-a', limitUsd: 4, limitReset: 'weekly' });
+    await spent(g, a.record.id, 1);
+    const info = await keyInfo(g, a.secret);
+    expect(info.data.effective_budget).toEqual({
+      budget_id: null,
+      guardrail_id: 'person',
+      include_byok: false,
+      limit_usd: 3,
+      spend_usd: 1,
+      remaining_usd: 2,
+      reset_interval: 'weekly',
+      resets_at: expect.stringMatching(/T00:00:00\.000Z$/),
+      scope: 'member',
+    });
+    expect(new Date(info.data.effective_budget.resets_at).getUTCDay()).toBe(1); // Monday
+    expect(info.data.budgets.find((b: { budget_id: string }) => b.budget_id === 'ws-life')).toMatchObject({ reset_interval: 'lifetime', resets_at: null, remaining_usd: 99 });
+    expect(info.data.limit).toBe(4);
+    expect(info.data.limit_remaining).toBe(3);
+  });
+
+  it('a key limit without a reset window is the key running out of credit: 402 gateway_key_limit', async () => {
+    const g = await start();
+    await credit(g, 100);
+    const a = await g.createKey({ limitUsd: 0.25 });
+    await spent(g, a.record.id, 0.25);
+    const r = await post(`${g.url}/messages`, a.secret, { model: 'fake/claude', max_tokens: 20, messages: [{ role: 'user', content: 'hi' }] });
+    expect(r.status).toBe(402);
+    expect(r.json).toEqual({
+      type: 'error',
+      error: { type: 'billing_error', message: expect.stringMatching(/never resets$/), error_type: 'payment_required' },
+      request_id: null,
+      metadata: { limit_source: 'gateway_key_limit', reason: 'key_limit_exhausted', scope: 'key_limit', limit_usd: 0.25, spend_usd: 0.25, resets_at: null, remedy_hint: expect.any(String) },
+    });
+    expect(r.headers.get('retry-after')).toBeNull();
+    expect(upstream.received).toHaveLength(0);
+  });
+
+  it('the messages envelope carries budget rejections as permission_error with metadata', async () => {
+    const g = await start(budgets({ person: 10, keyg: 10, wsLife: 10, wsMonth: 10, team: 0.1 }));
+    await credit(g, 100);
+    await spent(g, g.keyRecord.id, 0.2);
+    const r = await post(`${g.url}/messages`, g.key, { model: 'fake/claude', max_tokens: 20, messages: [{ role: 'user', content: 'hi' }] });
+    expect(r.status).toBe(403);
+    expect(r.json.error).toMatchObject({ type: 'permission_error', error_type: 'permission_denied' });
+    expect(r.json.metadata).toMatchObject({ limit_source: 'gateway_guardrail_budget', scope: 'workspace_default_member', limit_usd: 0.1 });
+  });
+
+  it('free models skip budgets', async () => {
+    const g = await start(budgets({ team: 0 }));
+    const r = await post(`${g.url}/chat/completions`, g.key, chat({ model: 'fake/free:free' }));
+    expect(r.status).toBe(200);
+  });
+});
+
+describe('credits and the in-flight budget', () => {
+  it('a paid request needs a positive balance; a negative balance blocks free models too (402 gateway_credits)', async () => {
+    const g = await start();
+    let r = await post(`${g.url}/chat/completions`, g.key, chat());
+    expect(r.status).toBe(402);
+    expect(r.json.error).toEqual({
+      code: 402,
+      message: 'Insufficient credits; add credits to continue: balance $0.00',
+      metadata: { error_type: 'payment_required', limit_source: 'gateway_credits', reason: 'insufficient_credits', remedy_hint: expect.stringContaining('credits add') },
+    });
+    expect(r.headers.get('retry-after')).toBeNull();
+    expect((await post(`${g.url}/chat/completions`, g.key, chat({ model: 'fake/free:free' }))).status).toBe(200);
+    await spent(g, g.keyRecord.id, 0.5);
+    g.gateway.spend.forgetAccount(g.keyRecord.accountId);
+    r = await post(`${g.url}/chat/completions`, g.key, chat({ model: 'fake/free:free' }));
+    expect(r.status).toBe(402);
+    expect(r.json.error.message).toMatch(/balance \$-0\.50$/);
+    await credit(g, 1);
+    expect((await post(`${g.url}/chat/completions`, g.key, chat())).status).toBe(200);
+  });
+
+  it('invoice-billed accounts are not held to the balance', async () => {
+    const g = await start('accounts:\n  - { name: default, billing: invoice }\n');
+    expect((await post(`${g.url}/chat/completions`, g.key, chat())).status).toBe(200);
+  });
+
+  it('holds at most fraction × balance in flight: the rest get a transient 402 with Retry-After; too big a request gets weight_exceeds_budget', async () => {
+    const g = await start('spend: { in_flight: { fraction: 0.5, ceiling_usd: 1, retry_after_s: 3 } }\n');
+    const est = estimate(chat(), g.gateway.runtime().services.models, 4096);
+    // Room for exactly 10 estimates in flight.
+    await credit(g, (2 * 10 * toNano(est.usd)) / 1e9);
+    const release = holdUpstream();
+    const inflight = Array.from({ length: 10 }, () => post(`${g.url}/chat/completions`, g.key, chat()));
+    await expect.poll(() => upstream.received.length).toBe(10);
+    const r = await post(`${g.url}/chat/completions`, g.key, chat());
+    expect(r.status).toBe(402);
+    expect(r.headers.get('retry-after')).toBe('3');
+    expect(r.json.error.metadata).toEqual({
+      error_type: 'payment_required',
+      limit_source: 'gateway_in_flight_budget',
+      reason: 'in_flight_budget_exhausted',
+      remedy_hint: expect.any(String),
+    });
+    const big = await post(`${g.url}/chat/completions`, g.key, chat({ max_tokens: 100_000 }));
+    expect(big.status).toBe(402);
+    expect(big.headers.get('retry-after')).toBeNull();
+    expect(big.json.error.metadata).toMatchObject({ limit_source: 'gateway_credits', reason: 'weight_exceeds_budget' });
+    release();
+    expect((await Promise.all(inflight)).map((x) => x.status)).toEqual(Array(10).fill(200));
+    // Settled holds turn into the actual (smaller) cost for the settlement window, then lapse.
+    const held = await g.gateway.state.held(`account:${g.keyRecord.accountId}`, g.gateway.spend.clock());
+    expect(held).toBeGreaterThan(0);
+    expect(held).toBeLessThan(10 * toNano(est.usd));
+    expect(await g.gateway.state.held(`account:${g.keyRecord.accountId}`, g.gateway.spend.clock() + 5001)).toBe(0);
+  });
+
+  it('accounts at or above the threshold are not subject to the in-flight budget', async () => {
+    const g = await start('spend: { in_flight: { applies_below_balance_usd: 50 } }\n');
+    await credit(g, 50);
+    const big = await post(`${g.url}/chat/completions`, g.key, chat({ max_tokens: 100_000 }));
+    expect(big.status).toBe(200);
+  });
+});
+
+describe('holds and windows', () => {
+  it('a crashed process’s hold blocks until its TTL, then lapses', async () => {
+    let now = Date.now();
+    const g = await start('spend: { hold_ttl_ms: 60000 }\n', () => now);
+    await credit(g, 100);
+    const a = await g.createKey({ limitUsd: 1, limitReset: 'daily' });
+    await post(`${g.url}/chat/completions`, a.secret, chat()); // creates the counter
+    // Another gateway process held the whole limit, then died without settling.
+    const counter = `key:${a.record.id}:daily:${Date.UTC(new Date(now).getUTCFullYear(), new Date(now).getUTCMonth(), new Date(now).getUTCDate())}`;
+    await g.gateway.state.reserve({
+      holdId: 'crashed', now, lines: [{ counter, group: `key:${a.record.id}`, limitNano: 10e9, includeByok: false }],
+      balanceBlocked: false, estimateNano: 1e9, holdUntil: now + 60_000, inFlight: null,
+    });
+    expect((await post(`${g.url}/chat/completions`, a.secret, chat())).status).toBe(403);
+    now += 60_000;
+    expect((await post(`${g.url}/chat/completions`, a.secret, chat())).status).toBe(200);
+  });
+
+  it('a daily key limit resets at 00:00 UTC (injected clock)', async () => {
+    const today = new Date();
+    let now = Date.UTC(today.getUTCFullYear(), today.getUTCMonth(), today.getUTCDate(), 23, 59, 30);
+    const g = await start('', () => now);
+    await credit(g, 100);
+    const a = await g.createKey({ limitUsd: 0.1, limitReset: 'daily' });
+    await spent(g, a.record.id, 0.1);
+    let r = await post(`${g.url}/chat/completions`, a.secret, chat());
+    expect(r.status).toBe(403);
+    const midnight = Date.UTC(today.getUTCFullYear(), today.getUTCMonth(), today.getUTCDate() + 1);
+    expect(r.json.error.metadata.resets_at).toBe(new Date(midnight).toISOString());
+    now = midnight;
+    r = await post(`${g.url}/chat/completions`, a.secret, chat());
+    expect(r.status).toBe(200);
+    const info = await keyInfo(g, a.secret);
+    expect(info.data.limit_remaining).toBeGreaterThan(0.09);
+    expect(info.data.effective_budget.resets_at).toBe(new Date(midnight + 86_400_000).toISOString());
+  });
+});
+
+describe('rate limits', () => {
+  it('per key: the request over the limit gets 429 with X-RateLimit-* and Retry-After; successes carry none', async () => {
+    const now = Date.UTC(2026, 10, 22, 10, 0, 10);
+    const g = await start('rate_limits: { key: { requests: 2, window_s: 60 } }\naccounts:\n  - { name: default, billing: invoice }\n', () => now);
+    for (let i = 0; i < 2; i++) {
+      const ok = await post(`${g.url}/chat/completions`, g.key, chat());
+      expect(ok.status).toBe(200);
+      expect([...ok.headers.keys()].filter((h) => h.startsWith('x-ratelimit'))).toEqual([]);
+    }
+    const r = await post(`${g.url}/chat/completions`, g.key, chat());
+    expect(r.status).toBe(429);
+    expect(r.headers.get('x-ratelimit-limit')).toBe('2');
+    expect(r.headers.get('x-ratelimit-remaining')).toBe('0');
+    expect(r.headers.get('x-ratelimit-reset')).toBe(String(Date.UTC(2026, 10, 22, 10, 1)));
+    expect(r.headers.get('retry-after')).toBe('50');
+    expect(r.json.error).toMatchObject({ code: 429, metadata: { error_type: 'rate_limit_exceeded', scope: 'key', limit: 2 } });
+    // Another key has its own window.
+    const other = await g.createKey();
+    expect((await post(`${g.url}/chat/completions`, other.secret, chat())).status).toBe(200);
+    const m = await post(`${g.url}/messages`, g.key, { model: 'fake/claude', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] });
+    expect(m.status).toBe(429);
+    expect(m.json.error).toMatchObject({ type: 'rate_limit_error', error_type: 'rate_limit_exceeded' });
+  });
+
+  it('per model: global across keys', async () => {
+    const g = await start('rate_limits: { models: [{ model: fake/gpt, requests: 1 }] }\naccounts:\n  - { name: default, billing: invoice }\n');
+    expect((await post(`${g.url}/chat/completions`, g.key, chat())).status).toBe(200);
+    const other = await g.createKey();
+    const r = await post(`${g.url}/chat/completions`, other.secret, chat());
+    expect(r.status).toBe(429);
+    expect(r.json.error.metadata).toMatchObject({ scope: 'model' });
+    expect((await post(`${g.url}/chat/completions`, other.secret, chat({ model: 'fake/failover' }))).status).not.toBe(429);
+  });
+
+  it('free models: per-minute limit, and a daily tier chosen by credits purchased (GET /key reports it)', async () => {
+    let now = Date.UTC(2026, 10, 22, 10, 0, 0);
+    const g = await start('free_models: { per_minute: 2, daily_requests: 3, daily_requests_purchased: 5, purchase_threshold_usd: 10 }\n', () => now);
+    const free = () => post(`${g.url}/chat/completions`, g.key, chat({ model: 'fake/free:free' }));
+    expect((await free()).status).toBe(200);
+    expect((await free()).status).toBe(200);
+    const minute = await free();
+    expect(minute.status).toBe(429);
+    expect(minute.json.error.metadata.scope).toBe('free_model_per_minute');
+    now += 60_000;
+    expect((await free()).status).toBe(200);
+    now += 60_000;
+    const day = await free();
+    expect(day.status).toBe(429);
+    expect(day.json.error.metadata.scope).toBe('free_model_daily');
+    expect(day.headers.get('x-ratelimit-reset')).toBe(String(Date.UTC(2026, 10, 23)));
+    let info = await keyInfo(g, g.key);
+    expect(info.data.free_model_daily_requests).toEqual({ limit: 3, remaining: 0, used: 3 });
+    expect(info.data.is_free_tier).toBe(true);
+    // One credit below the threshold is enough for the higher tier.
+    await g.store.addCredits(g.keyRecord.accountId, 9);
+    g.gateway.spend.forgetAccount(g.keyRecord.accountId);
+    expect((await free()).status).toBe(200);
+    info = await keyInfo(g, g.key);
+    expect(info.data.free_model_daily_requests).toEqual({ limit: 5, remaining: 1, used: 4 });
+    expect(info.data.is_free_tier).toBe(false);
+  });
+
+  it('the free daily counter is rebuilt from the ledger when the state lost it', async () => {
+    const g = await start('free_models: { daily_requests: 2 }\n');
+    await spent(g, g.keyRecord.id, 0, { model: 'fake/free:free' });
+    await spent(g, g.keyRecord.id, 0, { model: 'fake/free:free' });
+    const r = await post(`${g.url}/chat/completions`, g.key, chat({ model: 'fake/free:free' }));
+    expect(r.status).toBe(429);
+    expect(r.json.error.metadata.scope).toBe('free_model_daily');
+  });
+});
