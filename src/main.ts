@@ -7,6 +7,7 @@ import { watchFile } from './config/watch';
 import { closeUpstreamPool, createGateway } from './server';
 import { generateKey, hashKey, maskKey } from './store/key-secret';
 import { openStore } from './store';
+import { ensureDeclared } from './store/declared';
 import type { LimitReset, Store } from './store/types';
 import { createLogger } from './telemetry/log';
 import { startTelemetry } from './telemetry/otel';
@@ -16,8 +17,9 @@ const USAGE = `Usage: gateway <command> [options]
 Commands:
   serve [--config PATH]                 start the gateway (config: --config, $GATEWAY_CONFIG, ./gateway.yaml)
   config check [--config PATH]          validate a config file and exit
-  keys create --name N [--management] [--workspace W] [--limit USD --limit-reset daily|weekly|monthly]
-              [--expires-at ISO]        create a key and print it once
+  keys create --name N [--management] [--workspace W] [--user U] [--limit USD
+              [--limit-reset daily|weekly|monthly] [--include-byok-in-limit]] [--expires-at ISO]
+                                        create a key and print it once (U: the member who owns it)
   keys list                             list keys (masked)
   keys revoke ID                        revoke a key
   credits add --account A --usd N       add credits to an account (id or name; "default" exists)
@@ -28,6 +30,8 @@ const OPTIONS = {
   name: { type: 'string' },
   management: { type: 'boolean' },
   workspace: { type: 'string' },
+  user: { type: 'string' },
+  'include-byok-in-limit': { type: 'boolean' },
   limit: { type: 'string' },
   'limit-reset': { type: 'string' },
   'expires-at': { type: 'string' },
@@ -62,6 +66,7 @@ async function main(argv: string[]): Promise<number> {
   const config = loadConfig(file, { registry });
   const store = await openStore(config.storage);
   try {
+    await ensureDeclared(store, config);
     if (command === 'keys' && sub === 'create') return await keysCreate(store, values);
     if (command === 'keys' && sub === 'list') return await keysList(store);
     if (command === 'keys' && sub === 'revoke') {
@@ -79,13 +84,6 @@ async function main(argv: string[]): Promise<number> {
 
 type Values = { [K in keyof typeof OPTIONS]?: (typeof OPTIONS)[K]['type'] extends 'boolean' ? boolean : string };
 
-/** The default account and workspace every store has, so a first start needs no setup. */
-async function defaults(store: Store) {
-  const account = await store.ensureAccount('default');
-  const workspace = await store.ensureWorkspace('default', account.id);
-  return { account, workspace };
-}
-
 async function keysCreate(store: Store, v: Values): Promise<number> {
   if (!v.name) throw new UsageError('keys create needs --name');
   const limit = v.limit === undefined ? null : Number(v.limit);
@@ -93,6 +91,8 @@ async function keysCreate(store: Store, v: Values): Promise<number> {
   const reset = v['limit-reset'] as LimitReset | undefined;
   if (reset !== undefined && !['daily', 'weekly', 'monthly'].includes(reset)) throw new UsageError('--limit-reset must be daily, weekly or monthly');
   if (reset !== undefined && limit === null) throw new UsageError('--limit-reset needs --limit');
+  if (v['include-byok-in-limit'] && limit === null) throw new UsageError('--include-byok-in-limit needs --limit');
+  if (v.user !== undefined && !/^[A-Za-z0-9_.@:-]{1,128}$/.test(v.user)) throw new UsageError('--user must be 1-128 characters of letters, digits and _.@:-');
   let expiresAt: string | null = null;
   if (v['expires-at'] !== undefined) {
     // Date.parse alone accepts "5" (as a year-month); require an ISO 8601 date or date-time.
@@ -100,18 +100,20 @@ async function keysCreate(store: Store, v: Values): Promise<number> {
     if (Number.isNaN(t)) throw new UsageError('--expires-at must be an ISO 8601 timestamp, e.g. 2027-01-31T00:00:00Z');
     expiresAt = new Date(t).toISOString();
   }
-  const { account } = await defaults(store);
-  const workspace = v.workspace ? await store.ensureWorkspace(v.workspace, account.id) : (await defaults(store)).workspace;
+  // Workspaces declared in gateway.yaml exist already (in their account); another name is created in `default`.
+  const fallback = await store.ensureAccount('default');
+  const workspace = (await store.findWorkspace(v.workspace ?? 'default')) ?? (await store.ensureWorkspace(v.workspace!, fallback.id));
   const secret = generateKey();
   const key = await store.createKey({
     hash: hashKey(secret),
     label: maskKey(secret),
     name: v.name,
     workspaceId: workspace.id,
-    creatorUserId: 'cli',
+    creatorUserId: v.user ?? 'cli',
     isManagement: v.management === true,
     limitUsd: limit,
     limitReset: reset ?? null,
+    includeByokInLimit: v['include-byok-in-limit'] === true,
     expiresAt,
   });
   process.stdout.write(`${secret}\n`);
@@ -131,7 +133,6 @@ async function keysList(store: Store): Promise<number> {
 async function creditsAdd(store: Store, v: Values): Promise<number> {
   const usd = Number(v.usd);
   if (!v.account || v.usd === undefined || !Number.isFinite(usd) || usd <= 0) throw new UsageError('credits add needs --account A and --usd N (N > 0)');
-  await defaults(store);
   const account = await store.findAccount(v.account);
   if (!account) throw new UsageError(`no account ${v.account}`);
   const after = await store.addCredits(account.id, usd);
@@ -144,9 +145,8 @@ async function serve(file: string): Promise<number> {
   const logger = createLogger(config.logging.level);
   const telemetry = startTelemetry(config.telemetry);
   const store = await openStore(config.storage);
-  await defaults(store);
+  const { workspace } = await ensureDeclared(store, config);
   if ((await store.countKeys()) === 0) {
-    const { workspace } = await defaults(store);
     const secret = generateKey();
     await store.createKey({ hash: hashKey(secret), label: maskKey(secret), name: 'bootstrap', workspaceId: workspace.id, creatorUserId: 'bootstrap', isManagement: true });
     process.stdout.write(`\nFirst start: created a management key. It is shown only this once:\n\n  ${secret}\n\n`);

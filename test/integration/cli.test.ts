@@ -203,6 +203,11 @@ describe('keys and credits', () => {
     expect(data.budgets).toEqual([expect.objectContaining({ scope: 'key_limit', limit_usd: 5, reset_interval: 'daily' })]);
   });
 
+  it('--user names the member who owns the key; --include-byok-in-limit', async () => {
+    const { key } = await create('--name', 'u', '--user', 'alice@example.com', '--limit', '2', '--include-byok-in-limit');
+    expect(await keyInfo(key)).toMatchObject({ creator_user_id: 'alice@example.com', include_byok_in_limit: true, limit: 2, limit_reset: null });
+  });
+
   it('--expires-at in the past gives a key the running server rejects with 401', async () => {
     const { key } = await create('--name', 'old', '--expires-at', '2000-01-01T00:00:00Z');
     const res = await post(`${url}/chat/completions`, key, CHAT);
@@ -219,6 +224,8 @@ describe('keys and credits', () => {
     ['a bad --expires-at', ['--expires-at', 'next tuesday'], '--expires-at must be'],
     ['a non-ISO --expires-at that Date.parse takes (2001-05-01)', ['--expires-at', '5'], '--expires-at must be'],
     ['a negative --limit', ['--limit=-1'], '--limit must be'],
+    ['--include-byok-in-limit without --limit', ['--include-byok-in-limit'], '--include-byok-in-limit needs --limit'],
+    ['a bad --user', ['--user', 'a b'], '--user must be'],
     ['no --name', [], 'needs --name'],
   ])('keys create with %s exits 2 and creates no key', async (_what, args, message) => {
     const before = (await cli('keys', 'list')).stdout;
