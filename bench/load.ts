@@ -33,3 +33,10 @@ export function load(target: ProbeTarget, options: { connections: number; second
     });
   });
 }
+
+/** The run with the median throughput. */
+export function median(xs: LoadResult[]): LoadResult {
+  return [...xs].sort((a, b) => a.rps - b.rps)[Math.floor(xs.length / 2)];
+}
+
+export const round = (x: number, d: number): number => Math.round(x * 10 ** d) / 10 ** d;

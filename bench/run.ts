@@ -3,7 +3,8 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { load, type LoadResult } from './load';
+import { gatewayYaml } from './config';
+import { load, median, round, type LoadResult } from './load';
 import { portkeyHeaders, startPortkey } from './peer-portkey';
 import { probe, type ProbeResult, type ProbeTarget } from './probe';
 import { pinTo, rssMiB, rssSampler, startNode, type Started } from './processes';
@@ -183,28 +184,6 @@ async function main(): Promise<void> {
   }
 }
 
-function gatewayYaml(fakeOrigin: string, dir: string): string {
-  return `
-server: { host: 127.0.0.1, port: 0, watch_config: false }
-storage: { driver: sqlite, path: ${path.join(dir, 'gateway.db')} }
-telemetry: { exporter: otlp, endpoint: ${fakeOrigin}/v1/traces }
-logging: { level: info }
-providers:
-  - { id: bench-openai, kind: openai, base_url: ${fakeOrigin}/v1, api_key: sk-bench-upstream }
-  - { id: bench-anthropic, kind: anthropic, base_url: ${fakeOrigin}/v1, api_key: sk-bench-upstream }
-models:
-  - { id: bench/chat, endpoints: [{ provider: bench-openai, upstream_model: bench-upstream, pricing: { prompt: 1, completion: 2 } }] }
-  - { id: bench/messages, endpoints: [{ provider: bench-anthropic, upstream_model: bench-upstream, pricing: { prompt: 3, completion: 15 } }] }
-pipelines:
-  default: [auth, validate, upstream]
-`;
-}
-
-function median(xs: LoadResult[]): LoadResult {
-  return [...xs].sort((a, b) => a.rps - b.rps)[Math.floor(xs.length / 2)];
-}
-
-const round = (x: number, d: number) => Math.round(x * 10 ** d) / 10 ** d;
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
 main().catch((err) => {

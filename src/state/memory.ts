@@ -1,4 +1,5 @@
 import { LRUCache } from 'lru-cache';
+import { HoldGroup } from './hold-group';
 import type { RateLine, RateResult, ReserveInput, ReserveResult, SettleInput, SharedState } from './types';
 
 interface Counter {
@@ -7,10 +8,6 @@ interface Counter {
   expiresAt: number | null;
 }
 
-interface Hold {
-  amount: number;
-  until: number;
-}
 
 /**
  * `state.driver: memory`: the shared state of one gateway process. Every method runs to completion without
@@ -21,7 +18,7 @@ interface Hold {
 export class MemoryState implements SharedState {
   readonly driver = 'memory' as const;
   private readonly counters = new Map<string, Counter>();
-  private readonly holds = new Map<string, Map<string, Hold>>();
+  private readonly holds = new Map<string, HoldGroup>();
   private readonly rates = new Map<string, { count: number; resetAt: number }>();
   private readonly sticky = new LRUCache<string, string>({ max: 100_000, ttlAutopurge: false });
   private readonly sweeper: NodeJS.Timeout;
@@ -53,7 +50,7 @@ export class MemoryState implements SharedState {
     if (input.estimateNano > 0) {
       const groups = new Set(input.lines.map((l) => l.group));
       if (input.inFlight) groups.add(input.inFlight.group);
-      for (const g of groups) this.group(g).set(input.holdId, { amount: input.estimateNano, until: input.holdUntil });
+      for (const g of groups) this.group(g).set(input.holdId, input.estimateNano, input.holdUntil);
     }
     return { ok: true };
   }
@@ -69,7 +66,7 @@ export class MemoryState implements SharedState {
     }
     if (input.inFlight) {
       const group = this.group(input.inFlight.group);
-      if (input.costNano > 0 && input.inFlight.until > now) group.set(input.holdId, { amount: input.costNano, until: input.inFlight.until });
+      if (input.costNano > 0 && input.inFlight.until > now) group.set(input.holdId, input.costNano, input.inFlight.until);
       else group.delete(input.holdId);
     }
   }
@@ -143,27 +140,18 @@ export class MemoryState implements SharedState {
     return r;
   }
 
-  private group(id: string): Map<string, Hold> {
+  private group(id: string): HoldGroup {
     let g = this.holds.get(id);
-    if (!g) this.holds.set(id, (g = new Map()));
+    if (!g) this.holds.set(id, (g = new HoldGroup()));
     return g;
   }
 
   private heldNow(group: string, now: number): number {
-    const g = this.holds.get(group);
-    if (!g) return 0;
-    let sum = 0;
-    for (const [id, h] of g) {
-      if (h.until <= now) g.delete(id);
-      else sum += h.amount;
-    }
-    return sum;
+    return this.holds.get(group)?.sum(now) ?? 0;
   }
 
   private nextExpiry(group: string, now: number): number | null {
-    let next: number | null = null;
-    for (const h of this.holds.get(group)?.values() ?? []) if (h.until > now && (next === null || h.until < next)) next = h.until;
-    return next;
+    return this.holds.get(group)?.nextExpiry(now) ?? null;
   }
 
   private sweep(now: number): void {

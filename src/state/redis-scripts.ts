@@ -10,7 +10,10 @@
  *
  * Layouts:
  *   counter  hash {paid, byok, exp}; no `exp` for a lifetime counter
- *   holds    hash holdId -> "amount:until"
+ *   holds    hash holdId -> amount, plus <key>:exp (sorted set holdId by until) and <key>:sum (the total),
+ *            so reading a group's total is O(1) and expired holds are dropped in O(log n) each, however
+ *            many requests are in flight or settling. The two companion keys are derived from the declared
+ *            key inside the scripts: fine on one Redis, not on Redis Cluster
  *   rate     hash {count, resetAt}
  */
 
@@ -37,26 +40,60 @@ local function window(key, now)
   return tonumber(v[1])
 end
 
--- Sum of a group's live holds and the earliest of their expiries (false when none); drops expired holds.
+-- Sum of a group's live holds; drops expired holds
+-- in batches (unpack takes a bounded number of values).
 local function holds(key, now)
-  local sum, nextExpiry = 0, false
-  local all = redis.call('HGETALL', key)
-  for i = 1, #all, 2 do
-    local sep = string.find(all[i + 1], ':', 1, true)
-    local amount, untilMs = tonumber(string.sub(all[i + 1], 1, sep - 1)), tonumber(string.sub(all[i + 1], sep + 1))
-    if untilMs <= now then
-      redis.call('HDEL', key, all[i])
-    else
-      sum = sum + amount
-      if not nextExpiry or untilMs < nextExpiry then nextExpiry = untilMs end
+  local exp, sumKey = key .. ':exp', key .. ':sum'
+  while true do
+    local expired = redis.call('ZRANGEBYSCORE', exp, '-inf', now, 'LIMIT', 0, 500)
+    if #expired == 0 then break end
+    local amounts = redis.call('HMGET', key, unpack(expired))
+    local drop = 0
+    for i = 1, #expired do
+      if amounts[i] then drop = drop + tonumber(amounts[i]) end
     end
+    redis.call('HDEL', key, unpack(expired))
+    redis.call('ZREM', exp, unpack(expired))
+    if drop > 0 then redis.call('DECRBY', sumKey, drop) end
   end
-  return sum, nextExpiry
+  return tonumber(redis.call('GET', sumKey) or '0')
 end
 
--- Extends a holds hash's TTL, never shortens it: other holds in it may live longer than this one.
+-- The earliest expiry of a group's live holds (call after holds()), or false when none.
+local function nextExpiry(key)
+  local first = redis.call('ZRANGE', key .. ':exp', 0, 0, 'WITHSCORES')
+  return first[2] and tonumber(first[2]) or false
+end
+
+-- Removes a hold from a group (no-op when absent).
+local function dropHold(key, id)
+  local old = redis.call('HGET', key, id)
+  if not old then return end
+  redis.call('HDEL', key, id)
+  redis.call('ZREM', key .. ':exp', id)
+  redis.call('DECRBY', key .. ':sum', old)
+end
+
+-- Adds a hold under an id not yet in the group; amount and untilMs are ARGV strings, written as given.
+local function addHold(key, id, amount, untilMs)
+  redis.call('HSET', key, id, amount)
+  redis.call('ZADD', key .. ':exp', untilMs, id)
+  redis.call('INCRBY', key .. ':sum', amount)
+end
+
+-- Sets (or replaces) a hold.
+local function setHold(key, id, amount, untilMs)
+  dropHold(key, id)
+  addHold(key, id, amount, untilMs)
+end
+
+-- Extends a holds group's TTL (its three keys), never shortens it: other holds may live longer than this one.
 local function keepFor(key, ttl)
-  if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
+  if redis.call('PTTL', key) < ttl then
+    redis.call('PEXPIRE', key, ttl)
+    redis.call('PEXPIRE', key .. ':exp', ttl)
+    redis.call('PEXPIRE', key .. ':sum', ttl)
+  end
 end
 `;
 
@@ -74,15 +111,17 @@ local holdId, now, estimate, holdUntil = ARGV[1], tonumber(ARGV[2]), ARGV[3], AR
 local holdTtl, balanceBlocked, cap = tonumber(ARGV[5]), ARGV[6] == '1', tonumber(ARGV[7])
 local n = (#ARGV - 7) / 2
 
-local missing = {}
+local missing, paids, byoks = {}, {}, {}
 for i = 1, n do
-  if not counter(KEYS[i], now) then missing[#missing + 1] = i - 1 end
+  local paid, byok = counter(KEYS[i], now)
+  if not paid then missing[#missing + 1] = i - 1 end
+  paids[i], byoks[i] = paid, byok
 end
 if #missing > 0 then return {'missing', unpack(missing)} end
 
 local heldIn = {}
 for i = 1, n do
-  local paid, byok = counter(KEYS[i], now)
+  local paid, byok = paids[i], byoks[i]
   local spent = paid + (ARGV[7 + 2 * i] == '1' and byok or 0)
   local group = KEYS[n + i]
   if heldIn[group] == nil then heldIn[group] = holds(group, now) end
@@ -93,8 +132,8 @@ if balanceBlocked then return {'balance'} end
 
 local inFlight = KEYS[2 * n + 1]
 if inFlight then
-  local held, nextExpiry = holds(inFlight, now)
-  if held + tonumber(estimate) > cap then return {'in_flight', held, nextExpiry} end
+  local held = holds(inFlight, now)
+  if held + tonumber(estimate) > cap then return {'in_flight', held, nextExpiry(inFlight)} end
 end
 
 if tonumber(estimate) > 0 then
@@ -102,7 +141,7 @@ if tonumber(estimate) > 0 then
   for i = n + 1, #KEYS do
     if not done[KEYS[i]] then
       done[KEYS[i]] = true
-      redis.call('HSET', KEYS[i], holdId, estimate .. ':' .. holdUntil)
+      addHold(KEYS[i], holdId, estimate, holdUntil)
       keepFor(KEYS[i], holdTtl)
     end
   end
@@ -119,7 +158,7 @@ export const settleLua =
   `
 local holdId, now, field, cost = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1' and 'byok' or 'paid', ARGV[4]
 local g, c = tonumber(ARGV[5]), tonumber(ARGV[6])
-for i = 1, g do redis.call('HDEL', KEYS[i], holdId) end
+for i = 1, g do dropHold(KEYS[i], holdId) end
 for i = g + 1, g + c do
   -- A missing counter is rebuilt from the ledger, which already has this cost.
   if counter(KEYS[i], now) then redis.call('HINCRBY', KEYS[i], field, cost) end
@@ -127,10 +166,10 @@ end
 local inFlight = KEYS[g + c + 1]
 if inFlight then
   if tonumber(cost) > 0 and tonumber(ARGV[7]) > now then
-    redis.call('HSET', inFlight, holdId, cost .. ':' .. ARGV[7])
+    setHold(inFlight, holdId, cost, ARGV[7])
     keepFor(inFlight, tonumber(ARGV[8]))
   else
-    redis.call('HDEL', inFlight, holdId)
+    dropHold(inFlight, holdId)
   end
 end
 return 0

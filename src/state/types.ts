@@ -23,6 +23,7 @@ export interface BudgetLine {
 }
 
 export interface ReserveInput {
+  /** Fresh for every reserve (a random UUID): a hold id is added to its groups, never replaced there. */
   holdId: string;
   /** Epoch ms: holds whose expiry is at or before it no longer count. */
   now: number;

@@ -1,0 +1,61 @@
+import { describe, expect, it } from 'vitest';
+import type { ModelConfig } from '../../src/config/types';
+import { countTokens, estimate, inputTokens } from '../../src/spend/estimate';
+
+const model = (id: string, pricing: Partial<ModelConfig['endpoints'][0]['pricing']>, over: Partial<ModelConfig> = {}): ModelConfig => ({
+  id,
+  endpoints: [{ provider: 'p', upstream_model: id, pricing: { prompt: 0, completion: 0, request: 0, ...pricing } }],
+  ...over,
+});
+const models = new Map<string, ModelConfig>([
+  ['cheap', model('cheap', { prompt: 1, completion: 2 })],
+  ['dear', model('dear', { prompt: 10, completion: 30 }, { max_output_tokens: 1000 })],
+  ['free:free', model('free:free', {})],
+  ['fee', model('fee', { request: 0.01 })],
+]);
+
+describe('token counting', () => {
+  it('counts BPE tokens, not characters / 4', () => {
+    expect(countTokens('hello world')).toBe(2);
+    expect(countTokens('')).toBe(0);
+    // A long word that chars/4 would call 7 tokens.
+    expect(countTokens('antidisestablishmentarianism')).toBeLessThan(7);
+  });
+
+  it('reads messages, system and tools of both dialects; images count a fixed amount, their data never', () => {
+    const chat = { messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: [{ type: 'text', text: 'hi' }, { type: 'image_url', image_url: { url: `data:image/png;base64,${'A'.repeat(100_000)}` } }] }] };
+    const n = inputTokens(chat);
+    expect(n).toBeGreaterThan(1000);
+    expect(n).toBeLessThan(1100);
+    const messages = { system: 'Be brief.', messages: [{ role: 'user', content: 'hi' }], tools: [{ name: 'get_weather', input_schema: { type: 'object' } }] };
+    expect(inputTokens(messages)).toBeGreaterThan(inputTokens({ system: 'Be brief.', messages: [{ role: 'user', content: 'hi' }] }));
+  });
+});
+
+describe('estimate', () => {
+  const body = { model: 'cheap', messages: [{ role: 'user', content: 'hello world' }] };
+
+  it('input tokens plus max_tokens at the token prices', () => {
+    const e = estimate({ ...body, max_tokens: 100 }, models, 4096);
+    // 4 framing tokens per message, `user`, `hello world`.
+    expect(e).toMatchObject({ paid: true, inputTokens: 7, completionTokens: 100 });
+    expect(e.usd).toBeCloseTo((7 * 1 + 100 * 2) / 1e6, 12);
+    expect(estimate({ ...body, max_completion_tokens: 10 }, models, 4096).completionTokens).toBe(10);
+  });
+
+  it('the per-request cap when max_tokens is unset, capped by the model’s max_output_tokens', () => {
+    expect(estimate(body, models, 4096).completionTokens).toBe(4096);
+    expect(estimate({ ...body, model: 'dear' }, models, 4096).completionTokens).toBe(1000);
+  });
+
+  it('the most expensive endpoint among the requested models and fallbacks', () => {
+    const e = estimate({ ...body, max_tokens: 10, models: ['cheap', 'dear'] }, models, 4096);
+    expect(e.usd).toBeCloseTo((7 * 10 + 10 * 30) / 1e6, 12);
+  });
+
+  it('free models and per-request fees hold nothing; unknown models are not estimated', () => {
+    expect(estimate({ ...body, model: 'free:free' }, models, 4096)).toMatchObject({ paid: false, usd: 0 });
+    expect(estimate({ ...body, model: 'fee' }, models, 4096)).toMatchObject({ paid: true, usd: 0 });
+    expect(estimate({ ...body, model: 'nope' }, models, 4096)).toMatchObject({ models: [], usd: 0 });
+  });
+});
