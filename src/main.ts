@@ -1,14 +1,16 @@
 #!/usr/bin/env node
 import { parseArgs } from 'node:util';
 import { registry } from '../plugins';
+import { byokContext, maskProviderKey, parseEncryptionKey, sealProviderKey } from './auth/byok-seal';
 import { ConfigError, loadConfig } from './config/load';
 import { configReloader } from './config/reload';
+import type { GatewayConfig } from './config/types';
 import { watchFile } from './config/watch';
 import { closeUpstreamPool, createGateway } from './server';
 import { generateKey, hashKey, maskKey } from './store/key-secret';
 import { openStore } from './store';
 import { ensureDeclared } from './store/declared';
-import type { LimitReset, Store } from './store/types';
+import type { LimitReset, Store, Workspace } from './store/types';
 import { createLogger } from './telemetry/log';
 import { startTelemetry } from './telemetry/otel';
 
@@ -23,6 +25,11 @@ Commands:
   keys list                             list keys (masked)
   keys revoke ID                        revoke a key
   credits add --account A --usd N       add credits to an account (id or name; "default" exists)
+  byok set --workspace W --provider P   store workspace W's own API key for provider P, read from stdin
+                                        (e.g. < key.txt; needs byok.encryption_key in the config)
+  byok list [--workspace W]             list stored workspace provider keys (masked)
+  byok delete --workspace W --provider P
+                                        delete a workspace's provider key
 `;
 
 const OPTIONS = {
@@ -37,6 +44,7 @@ const OPTIONS = {
   'expires-at': { type: 'string' },
   account: { type: 'string' },
   usd: { type: 'string' },
+  provider: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -76,6 +84,9 @@ async function main(argv: string[]): Promise<number> {
       return 0;
     }
     if (command === 'credits' && sub === 'add') return await creditsAdd(store, values);
+    if (command === 'byok' && sub === 'set') return await byokSet(store, config, values);
+    if (command === 'byok' && sub === 'list') return await byokList(store, config, values);
+    if (command === 'byok' && sub === 'delete') return await byokDelete(store, values);
   } finally {
     await store.close();
   }
@@ -137,6 +148,76 @@ async function creditsAdd(store: Store, v: Values): Promise<number> {
   if (!account) throw new UsageError(`no account ${v.account}`);
   const after = await store.addCredits(account.id, usd);
   process.stdout.write(`account ${after.name}: balance ${after.balanceUsd} USD\n`);
+  return 0;
+}
+
+/** Longest provider key accepted on stdin (real ones are well under 1 KiB). */
+const MAX_PROVIDER_KEY = 4096;
+
+async function existingWorkspace(store: Store, name: string | undefined, command: string): Promise<Workspace> {
+  if (!name) throw new UsageError(`${command} needs --workspace W`);
+  const workspace = await store.findWorkspace(name);
+  if (!workspace) throw new UsageError(`no workspace ${name} (declare it under workspaces: in the config, or create a key in it)`);
+  return workspace;
+}
+
+async function byokSet(store: Store, config: GatewayConfig, v: Values): Promise<number> {
+  if (!v.provider) throw new UsageError('byok set needs --provider P (the key itself is read from stdin)');
+  if (!config.byok.encryption_key) {
+    throw new UsageError('byok set needs byok.encryption_key in the config: 32 bytes, base64 or hex, e.g. ${GATEWAY_BYOK_KEY} set from `openssl rand -base64 32`');
+  }
+  const provider = config.providers.find((p) => p.id === v.provider);
+  if (!provider) throw new UsageError(`no provider ${v.provider} in the config (known: ${config.providers.map((p) => p.id).join(', ')})`);
+  if (provider.kind === 'simulated') throw new UsageError(`provider ${provider.id} is simulated and takes no API key`);
+  const workspace = await existingWorkspace(store, v.workspace, 'byok set');
+  const plaintext = await readProviderKey();
+  const sealed = sealProviderKey(plaintext, parseEncryptionKey(config.byok.encryption_key), byokContext(workspace.id, provider.id));
+  const label = maskProviderKey(plaintext);
+  await store.putByokKey({ workspaceId: workspace.id, provider: provider.id, secret: sealed, label });
+  process.stdout.write(`stored ${label} for provider ${provider.id} in workspace ${workspace.name} (running gateways use it within 5 seconds)\n`);
+  return 0;
+}
+
+/**
+ * The provider key from stdin (a pipe, a file, or one line typed at a terminal), so it never appears in
+ * shell history or in the process list.
+ */
+async function readProviderKey(): Promise<string> {
+  const stdin = process.stdin;
+  if (stdin.isTTY) process.stderr.write('Provider API key, then Enter (the input is shown; prefer `< key.txt`): ');
+  let text = '';
+  for await (const chunk of stdin.setEncoding('utf8')) {
+    text += chunk as string;
+    if (text.length > MAX_PROVIDER_KEY) throw new UsageError(`the provider key on stdin is longer than ${MAX_PROVIDER_KEY} characters`);
+    if (stdin.isTTY && text.includes('\n')) break;
+  }
+  const key = (stdin.isTTY ? text.split('\n')[0] : text).trim();
+  if (!key) throw new UsageError('byok set reads the provider key from stdin, and stdin was empty (e.g. `gateway byok set … < key.txt`)');
+  // Also refuses what could not go into an HTTP header.
+  if (/[\s\x00-\x1f\x7f]/.test(key)) throw new UsageError('the provider key on stdin must be one line without spaces or control characters');
+  return key;
+}
+
+async function byokList(store: Store, config: GatewayConfig, v: Values): Promise<number> {
+  let workspaces: Workspace[];
+  if (v.workspace !== undefined) workspaces = [await existingWorkspace(store, v.workspace, 'byok list')];
+  else {
+    // The store does not list workspaces; each one is `default`, declared in the config, or was created for a key.
+    const refs = new Set(['default', ...config.workspaces.map((w) => w.name), ...(await store.listKeys()).map((k) => k.workspaceId)]);
+    const found = await Promise.all([...refs].map((ref) => store.findWorkspace(ref)));
+    workspaces = [...new Map(found.filter((w): w is Workspace => w !== null).map((w) => [w.id, w])).values()];
+  }
+  const lines: string[] = [];
+  for (const w of workspaces) for (const k of await store.listByokKeys(w.id)) lines.push([w.name, k.provider, k.label, k.createdAt].join('\t'));
+  process.stdout.write(['workspace\tprovider\tlabel\tcreated_at', ...lines].join('\n') + '\n');
+  return 0;
+}
+
+async function byokDelete(store: Store, v: Values): Promise<number> {
+  if (!v.provider) throw new UsageError('byok delete needs --provider P');
+  const workspace = await existingWorkspace(store, v.workspace, 'byok delete');
+  if (!(await store.deleteByokKey(workspace.id, v.provider))) throw new UsageError(`workspace ${workspace.name} has no key for provider ${v.provider}`);
+  process.stdout.write(`deleted the ${v.provider} key of workspace ${workspace.name} (running gateways stop using it within 5 seconds)\n`);
   return 0;
 }
 

@@ -1,5 +1,6 @@
 import type { Tracer } from '@opentelemetry/api';
 import type { Logger } from 'pino';
+import type { ByokKeys } from './auth/byok-keys';
 import type { GatewayConfig, ModelConfig } from './config/types';
 import { buildPipeline } from './pipeline/build';
 import type { EndpointId, GatewayContext, StageRegistry } from './pipeline/types';
@@ -34,6 +35,8 @@ export interface RuntimeInput {
   state: SharedState;
   spend: SpendControl;
   rateLimits: RateLimiter;
+  /** Workspace provider keys (BYOK); outlives reloads like `spend`. */
+  byok: ByokKeys;
   tracer: Tracer;
   logger: Logger;
   hashUser(user: string): string;
@@ -55,7 +58,16 @@ export function buildRuntime(input: RuntimeInput): Runtime {
     models,
     logger: input.logger,
     tracer,
-    dispatch: createDispatch({ models, providers, tracer, hashUser: input.hashUser, health: input.health, sticky: input.sticky, routing: config.routing }),
+    dispatch: createDispatch({
+      models,
+      providers,
+      tracer,
+      hashUser: input.hashUser,
+      health: input.health,
+      sticky: input.sticky,
+      routing: config.routing,
+      ownKeys: (state) => input.byok.forRequest(state, config.byok),
+    }),
   };
   const build = (stageIds: readonly string[], tail?: Parameters<typeof buildPipeline>[0]['tail']) =>
     buildPipeline({ stageIds, registry, stageConfigs: config.plugins, services, tracer, tail });

@@ -5,6 +5,7 @@ import Router from '@koa/router';
 import { trace, type Tracer } from '@opentelemetry/api';
 import Koa from 'koa';
 import type { Logger } from 'pino';
+import { ByokKeys } from './auth/byok-keys';
 import { createKeyLookup } from './auth/key-cache';
 import type { GatewayConfig } from './config/types';
 import { standardEnvelope } from './errors/envelope';
@@ -76,10 +77,11 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   await ensureDeclared(store, options.config);
   // Shared state, spend control and rate limits outlive reloads; they read the current config per request.
   const state = openState(options.config.state, options.clock);
-  const spend = new SpendControl({ store, state, ledger, logger, clock: options.clock });
+  const byok = new ByokKeys({ store, logger });
+  const spend = new SpendControl({ store, state, ledger, logger, byok, clock: options.clock });
   const rateLimits = new RateLimiter(state, store, ledger, (id, config) => spend.account(id, config));
   const build = (config: GatewayConfig) =>
-    buildRuntime({ config, registry, store, ledger, keys, health, sticky, tracer, logger, hashUser, state, spend, rateLimits });
+    buildRuntime({ config, registry, store, ledger, keys, health, sticky, tracer, logger, hashUser, state, spend, rateLimits, byok });
   let current = build(options.config);
   const runtime = () => current;
 

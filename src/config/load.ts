@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import Ajv, { type ErrorObject } from 'ajv';
 import { parse as parseYaml } from 'yaml';
+import { parseEncryptionKey } from '../auth/byok-seal';
 import type { StageRegistry } from '../pipeline/types';
 import type { GatewayConfig } from './types';
 import { findPackageFile } from './package-root';
@@ -125,6 +126,14 @@ function checkReferences(config: GatewayConfig): void {
     });
   });
   checkSpendReferences(config);
+  // Empty (e.g. `${GATEWAY_BYOK_KEY:-}` with the variable unset) means not configured.
+  if (config.byok.encryption_key) {
+    try {
+      parseEncryptionKey(config.byok.encryption_key);
+    } catch (err) {
+      throw new ConfigError(`byok.encryption_key: ${(err as Error).message}`);
+    }
+  }
   for (const [name, list] of Object.entries(config.pipelines)) {
     if (!list) continue;
     for (const required of ['auth', 'upstream']) {

@@ -1,5 +1,5 @@
 import type { AnthropicProviderConfig } from '../config/types';
-import { sendJson, timeoutsOf, upstreamTarget } from './http';
+import { sendJson, timeoutsOf, upstreamTarget, withHeader } from './http';
 import type { Dialect, Provider, UpstreamCall, UpstreamReply } from './types';
 
 const DIALECTS: ReadonlySet<Dialect> = new Set(['messages']);
@@ -24,7 +24,7 @@ export function createAnthropicProvider(config: AnthropicProviderConfig): Provid
     region: config.region,
     dialects: DIALECTS,
     async send(call: UpstreamCall): Promise<UpstreamReply> {
-      const h: Record<string, string> = { ...headers };
+      const h: Record<string, string> = call.apiKey ? withHeader(headers, 'x-api-key', call.apiKey) : { ...headers };
       for (const name of FORWARDED) {
         const v = call.forwardHeaders?.[name];
         if (v) h[name] = v;

@@ -49,6 +49,19 @@ export function upstreamTarget(baseUrl: string, suffix: string): UpstreamTarget 
   return { origin: url.origin, path: url.pathname + url.search };
 }
 
+/**
+ * `headers` with `name` set to `value`, replacing any spelling of it (an operator's `headers:` may say
+ * `Authorization`): used for a per-call API key.
+ *
+ * @example withHeader(headers, 'authorization', `Bearer ${call.apiKey}`)
+ */
+export function withHeader(headers: Record<string, string>, name: string, value: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(headers)) if (k.toLowerCase() !== name) out[k] = v;
+  out[name] = value;
+  return out;
+}
+
 export interface PostInput {
   target: UpstreamTarget;
   headers: Record<string, string>;

@@ -1,5 +1,5 @@
 import type { OpenAIProviderConfig } from '../config/types';
-import { sendJson, timeoutsOf, upstreamTarget } from './http';
+import { sendJson, timeoutsOf, upstreamTarget, withHeader } from './http';
 import type { Dialect, Provider, UpstreamCall, UpstreamReply } from './types';
 
 const DIALECTS: ReadonlySet<Dialect> = new Set(['chat_completions']);
@@ -22,6 +22,6 @@ export function createOpenAIProvider(config: OpenAIProviderConfig): Provider {
     region: config.region,
     dialects: DIALECTS,
     send: (call: UpstreamCall): Promise<UpstreamReply> =>
-      sendJson({ target, headers, call, timeouts, providerId: config.id }),
+      sendJson({ target, headers: call.apiKey ? withHeader(headers, 'authorization', `Bearer ${call.apiKey}`) : headers, call, timeouts, providerId: config.id }),
   };
 }

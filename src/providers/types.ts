@@ -12,6 +12,11 @@ export interface UpstreamCall {
   signal: AbortSignal;
   /** Client headers a provider may forward (e.g. `anthropic-beta`). */
   forwardHeaders?: Record<string, string>;
+  /**
+   * The workspace's own provider key (BYOK), sent instead of the configured `api_key` in the provider's auth
+   * header. Adapters without an auth header (simulated) ignore it. Never logged.
+   */
+  apiKey?: string;
 }
 
 export type UpstreamReply =

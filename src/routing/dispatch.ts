@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SpanStatusCode, type Span, type Tracer } from '@opentelemetry/api';
+import type { OwnKeys } from '../auth/byok-keys';
 import type { GatewayConfig, ModelConfig } from '../config/types';
 import { DIALECTS, type FinishInfo, type StreamRewriter } from '../dialects';
 import { translateRequest, translateResponse, translateStream } from '../dialects/translate';
@@ -27,13 +28,15 @@ export interface DispatchDeps {
   health: EndpointHealth;
   sticky: StickyRoutes;
   routing: GatewayConfig['routing'];
+  /** The request's workspace's own provider keys (BYOK); a candidate whose provider has one is called with it. */
+  ownKeys(state: GatewayState): Promise<OwnKeys>;
 }
 
 /** Sends one request upstream: candidates in order, the next one only while nothing reached the caller. */
 export type Dispatch = (state: GatewayState, forwardHeaders: Record<string, string>) => Promise<GatewayResponse>;
 
 /**
- * @example const dispatch = createDispatch({ models, providers, tracer, hashUser, health, sticky, routing });
+ * @example const dispatch = createDispatch({ models, providers, tracer, hashUser, health, sticky, routing, ownKeys });
  *          state.response = await dispatch(state, { 'anthropic-beta': '…' });
  */
 export function createDispatch(deps: DispatchDeps): Dispatch {
@@ -46,6 +49,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
     state.requestId = generationId();
     state.span.setAttribute('gateway.generation_id', state.requestId);
     const stream = body.stream === true;
+    const own = await deps.ownKeys(state);
     let last: GatewayError | undefined;
     const skipped = new Set<Candidate>();
     for (let i = 0; i < plan.length; i++) {
@@ -53,7 +57,8 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
       if (skipped.has(candidate)) continue;
       for (let retriedSame = false; ; retriedSame = true) {
         if (state.signal.aborted) throw new GatewayError('timeout', 'The client closed the request');
-        const attempt = startAttempt(deps.tracer, state, candidate);
+        const apiKey = own.get(candidate.provider.id);
+        const attempt = startAttempt(deps.tracer, state, candidate, apiKey !== undefined);
         const started = performance.now();
         try {
           const upstreamBody = translateRequest(
@@ -63,9 +68,10 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
             { defaultMaxTokens: candidate.model.max_output_tokens ?? DEFAULT_MAX_TOKENS },
           );
           if (stream && debugEcho(body)) state.debugEchoes.push(redactedEcho(upstreamBody));
-          const reply = await candidate.provider.send({ dialect: candidate.dialect, body: upstreamBody, stream, signal: state.signal, forwardHeaders });
+          const reply = await candidate.provider.send({ dialect: candidate.dialect, body: upstreamBody, stream, signal: state.signal, forwardHeaders, apiKey });
           const throughput = (outputTokens: number, durationMs: number) => deps.health.recordSuccess(endpointKey(candidate), { outputTokens, durationMs });
-          const response = stream ? await streamResponse(state, candidate, reply, attempt, throughput) : jsonResponse(state, candidate, reply, attempt);
+          const served: Served = { c: candidate, isByok: apiKey !== undefined };
+          const response = stream ? await streamResponse(state, served, reply, attempt, throughput) : jsonResponse(state, served, reply, attempt);
           // Latency is time to the answer (a stream: its first event); throughput is fed in when a stream
           // ends, or here for a JSON answer whose usage is known.
           const elapsed = performance.now() - started;
@@ -129,7 +135,7 @@ function redactedEcho(value: unknown): unknown {
   return out;
 }
 
-function startAttempt(tracer: Tracer, state: GatewayState, c: Candidate): Span {
+function startAttempt(tracer: Tracer, state: GatewayState, c: Candidate, byok: boolean): Span {
   const trace_ = state.body?.trace as { generation_name?: unknown } | undefined;
   const name = typeof trace_?.generation_name === 'string' ? trace_.generation_name : `gateway.upstream ${c.provider.id}`;
   return tracer.startSpan(
@@ -140,6 +146,7 @@ function startAttempt(tracer: Tracer, state: GatewayState, c: Candidate): Span {
         'gateway.model': c.model.id,
         'gateway.upstream_model': c.endpoint.upstream_model,
         'gateway.attempt': state.attempts.length + 1,
+        'gateway.byok': byok,
       },
     },
     state.traceContext,
@@ -154,30 +161,37 @@ function endAttempt(span: Span, err?: GatewayError): void {
   span.end();
 }
 
+/** The endpoint an attempt went to, and whether it was called with the workspace's own provider key. */
+interface Served {
+  c: Candidate;
+  isByok: boolean;
+}
+
 /** Commits the request to this endpoint: it answered (a stream: its first event arrived). */
-function choose(state: GatewayState, c: Candidate): void {
-  state.route = { model: c.model.id, provider: c.provider.id, upstreamModel: c.endpoint.upstream_model, isByok: false };
+function choose(state: GatewayState, { c, isByok }: Served): void {
+  state.route = { model: c.model.id, provider: c.provider.id, upstreamModel: c.endpoint.upstream_model, isByok };
   state.attempts.push({ provider: c.provider.id, model: c.model.id, upstreamModel: c.endpoint.upstream_model, outcome: 'success' });
 }
 
-function finishInfo(state: GatewayState, c: Candidate): FinishInfo {
+function finishInfo(state: GatewayState, { c, isByok }: Served): FinishInfo {
   const options = state.body?.stream_options as { include_usage?: unknown } | undefined;
   return {
     generationId: state.requestId!,
     model: c.model.id,
     provider: c.provider.id,
-    isByok: false,
+    isByok,
     costOf: (u: Parameters<typeof costOf>[0]) => costOf(u, c.endpoint.pricing),
     clientWantsUsage: options?.include_usage === true,
   };
 }
 
-function jsonResponse(state: GatewayState, c: Candidate, reply: UpstreamReply, attempt: Span): GatewayResponse {
+function jsonResponse(state: GatewayState, served: Served, reply: UpstreamReply, attempt: Span): GatewayResponse {
+  const { c } = served;
   if (reply.stream) throw new GatewayError('provider_unavailable', `Provider ${c.provider.id} answered with a stream`);
   const dialect = state.endpoint as Dialect;
   const body = translateResponse(c.dialect, dialect, reply.body);
-  const { usage, cost } = DIALECTS[dialect].finishBody(body, finishInfo(state, c));
-  choose(state, c);
+  const { usage, cost } = DIALECTS[dialect].finishBody(body, finishInfo(state, served));
+  choose(state, served);
   state.usage = usage;
   state.costUsd = cost;
   endAttempt(attempt);
@@ -191,19 +205,20 @@ function jsonResponse(state: GatewayState, c: Candidate, reply: UpstreamReply, a
  */
 async function streamResponse(
   state: GatewayState,
-  c: Candidate,
+  served: Served,
   reply: UpstreamReply,
   attempt: Span,
   onStreamEnd: (outputTokens: number, durationMs: number) => void,
 ): Promise<GatewayResponse> {
+  const { c } = served;
   if (!reply.stream) throw new GatewayError('provider_unavailable', `Provider ${c.provider.id} did not stream`);
   const dialect = state.endpoint as Dialect;
   // Same style: the provider's events go straight to the rewriter (no extra generator on the hot path).
   const events = c.dialect === dialect ? reply.events : translateStream(c.dialect, dialect, reply.events, c.provider.id);
   const iterator = events[Symbol.asyncIterator]();
   const first = await firstEvent(iterator, c, reply.abort);
-  choose(state, c);
-  const info = finishInfo(state, c);
+  choose(state, served);
+  const info = finishInfo(state, served);
   // Messages style: the routing metadata rides in message_start (a new event name could upset SDKs).
   if (state.metadataOptIn && dialect === 'messages') info.metadata = routingMetadata(state);
   const rewriter = DIALECTS[dialect].streamRewriter(info);

@@ -1,13 +1,14 @@
 import { randomUUID } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
 import type { Logger } from 'pino';
+import type { ByokKeys } from '../auth/byok-keys';
 import type { GatewayConfig, ModelConfig, WorkspaceConfig } from '../config/types';
 import { GatewayError } from '../errors/gateway-error';
 import type { GatewayState } from '../pipeline/types';
 import { fromNano, toNano, type BudgetLine, type ReserveResult, type SharedState } from '../state/types';
 import type { Account, KeyRecord, Store } from '../store/types';
 import { applicableBudgets, budgetWindow, counterId, type ApplicableBudget } from './budgets';
-import { estimate } from './estimate';
+import { estimateOf, priced } from './estimate';
 import type { LedgerWriter } from './ledger';
 import { budgetRejection, creditsRejection, inFlightRejection } from './rejections';
 
@@ -25,6 +26,8 @@ export interface SpendDeps {
   state: SharedState;
   ledger: LedgerWriter;
   logger: Logger;
+  /** Workspace provider keys: a request served only with them is exempt from part of the checks (spec 8.2.4). */
+  byok?: ByokKeys;
   clock?: () => number;
 }
 
@@ -60,21 +63,31 @@ export class SpendControl {
 
   private async tryAdmit(config: GatewayConfig, models: ReadonlyMap<string, ModelConfig>, state: GatewayState): Promise<Admission | null> {
     const key = state.key!;
-    const est = estimate(state.body!, models, config.spend.max_completion_tokens);
-    if (est.models.length === 0) return null; // no known model: routing answers 404
+    const p = priced(state.body!, models);
+    if (p.models.length === 0) return null; // no known model: routing answers 404
     const now = this.clock();
     const date = new Date(now);
-    const [account, workspace] = await Promise.all([this.account(key.accountId, config), this.workspaceConfig(key, config)]);
+    const [account, workspace, byokOnly] = await Promise.all([
+      this.account(key.accountId, config),
+      this.workspaceConfig(key, config),
+      p.paid ? this.byokOnly(config, p.models, state) : false,
+    ]);
     const billing = config.accounts.find((a) => a.name === account?.name)?.billing ?? 'prepaid';
     const prepaid = billing === 'prepaid';
     const balance = account?.balanceUsd ?? 0;
-    // Spec 8.2.1: a negative balance blocks even free models; a paid request needs a positive balance.
-    const balanceBlocked = prepaid && (est.paid ? balance <= 0 : balance < 0);
-    const budgets = est.paid ? applicableBudgets(config, key, workspace) : [];
-    const estimateNano = est.paid ? toNano(est.usd) : 0;
+    // Spec 8.2.1: a negative balance blocks even free models; a request that spends credits needs a positive
+    // balance (a BYOK-only one spends none, so it is treated like a free one).
+    const balanceBlocked = prepaid && (p.paid && !byokOnly ? balance <= 0 : balance < 0);
+    // Spec 8.2.4: served entirely with the caller's own provider keys, a request spends no gateway credit, so
+    // it gets no in-flight hold, and budgets that never count BYOK spend (include_byok false) do not apply.
+    const budgets = p.paid ? applicableBudgets(config, key, workspace).filter((b) => !byokOnly || b.includeByok) : [];
     const f = config.spend.in_flight;
+    const inFlightApplies = !byokOnly && prepaid && f.enabled && p.tokenPriced && balance < f.applies_below_balance_usd;
+    // Tokens are counted only when something will hold the estimate.
+    const est = estimateOf(state.body!, budgets.length > 0 || inFlightApplies ? p : { ...p, tokenPriced: false }, config.spend.max_completion_tokens);
+    const estimateNano = toNano(est.usd);
     const inFlight =
-      prepaid && f.enabled && estimateNano > 0 && balance < f.applies_below_balance_usd
+      inFlightApplies && estimateNano > 0
         ? { group: `account:${key.accountId}`, capNano: toNano(Math.min(f.fraction * Math.max(0, balance), f.ceiling_usd)) }
         : null;
     const lines: BudgetLine[] = budgets.map((b) => ({
@@ -112,6 +125,16 @@ export class SpendControl {
       default:
         throw new GatewayError('server', 'spend counters could not be initialized');
     }
+  }
+
+  /**
+   * Whether every endpoint of the requested models has a workspace provider key: whichever endpoint answers,
+   * the request is served with the caller's own key. Routing resolves the same keys for the request.
+   */
+  private async byokOnly(config: GatewayConfig, models: ModelConfig[], state: GatewayState): Promise<boolean> {
+    if (!this.deps.byok) return false;
+    const own = await this.deps.byok.forRequest(state, config.byok);
+    return own.size > 0 && models.every((m) => m.endpoints.every((e) => own.has(e.provider)));
   }
 
   /** Releases the request's hold and counts its actual cost; never throws (a failure is logged). */

@@ -76,20 +76,37 @@ function pricings(e: ModelEndpointConfig): Pricing[] {
   return e.fast ? [e.pricing, e.fast.pricing] : [e.pricing];
 }
 
-export function estimate(body: Record<string, unknown>, models: ReadonlyMap<string, ModelConfig>, defaultCompletionTokens: number): Estimate {
+/** What a request's models cost, without counting tokens: enough to know whether anything must be checked. */
+export interface Priced {
+  /** The models the request names, known to this gateway. */
+  models: ModelConfig[];
+  /** Some endpoint has a price (token or per request). */
+  paid: boolean;
+  /** Some endpoint has a token price, so an estimate can be non-zero. */
+  tokenPriced: boolean;
+}
+
+export function priced(body: Record<string, unknown>, models: ReadonlyMap<string, ModelConfig>): Priced {
   const known = requestedModels(body).flatMap((id) => models.get(id) ?? []);
   const all = known.flatMap((m) => m.endpoints.flatMap(pricings));
-  const paid = all.some(hasPrice);
-  const tokenPriced = all.some((p) => p.prompt > 0 || p.completion > 0);
-  if (!tokenPriced) return { paid, models: known, inputTokens: 0, completionTokens: 0, usd: 0 };
+  return { models: known, paid: all.some(hasPrice), tokenPriced: all.some((p) => p.prompt > 0 || p.completion > 0) };
+}
+
+/** The token-priced estimate of `p` (tokenizes the request: call only when a hold or budget needs it). */
+export function estimateOf(body: Record<string, unknown>, p: Priced, defaultCompletionTokens: number): Estimate {
+  if (!p.tokenPriced) return { paid: p.paid, models: p.models, inputTokens: 0, completionTokens: 0, usd: 0 };
   const input = inputTokens(body);
   const asked = requestedMaxTokens(body);
   let usd = 0;
   let completion = 0;
-  for (const m of known) {
+  for (const m of p.models) {
     const out = Math.min(asked ?? defaultCompletionTokens, m.max_output_tokens ?? Number.POSITIVE_INFINITY);
     completion = Math.max(completion, out);
-    for (const p of m.endpoints.flatMap(pricings)) usd = Math.max(usd, (input * p.prompt + out * p.completion) / 1_000_000);
+    for (const pr of m.endpoints.flatMap(pricings)) usd = Math.max(usd, (input * pr.prompt + out * pr.completion) / 1_000_000);
   }
-  return { paid, models: known, inputTokens: input, completionTokens: completion, usd };
+  return { paid: p.paid, models: p.models, inputTokens: input, completionTokens: completion, usd };
+}
+
+export function estimate(body: Record<string, unknown>, models: ReadonlyMap<string, ModelConfig>, defaultCompletionTokens: number): Estimate {
+  return estimateOf(body, priced(body, models), defaultCompletionTokens);
 }

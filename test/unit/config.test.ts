@@ -312,7 +312,8 @@ describe('loadConfig', () => {
     expect(c.server.port).toBe(8080);
     expect(c.server.host).toBe('127.0.0.1');
     expect(c.server.base_path).toBe('/api/v1');
-    expect(c.pipelines.default).toEqual(['auth', 'validate', 'upstream']);
+    expect(c.pipelines.default).toEqual(['auth', 'validate', 'rate-limit', 'budget-check', 'upstream']);
+    expect(c.accounts).toEqual([{ name: 'default', billing: 'invoice' }]);
     expect(c.providers.map((p) => p.id)).toEqual(['local']);
     expect(c.models.map((m) => m.id)).toEqual(['simulated/chat', 'simulated/free:free']);
     for (const id of c.pipelines.default) expect(c.plugins[id]).toBeTypeOf('object');

@@ -1,0 +1,275 @@
+import { randomBytes } from 'node:crypto';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { byokContext, maskProviderKey, sealProviderKey } from '../../src/auth/byok-seal';
+import { startFakeUpstream, type FakeUpstream } from '../fixtures/fake-upstream';
+import { post, sseEvents, startTestGateway, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+
+/**
+ * BYOK: a workspace's own provider keys, stored sealed, are what the upstream receives; such requests are
+ * flagged `is_byok`, recorded but not debited, and exempt from the in-flight budget and from budgets that
+ * do not count BYOK spend (spec 2.1, 8.2.4).
+ */
+
+const PIPELINE = '[auth, validate, rate-limit, budget-check, upstream]';
+const ENCRYPTION_KEY = randomBytes(32);
+const OWN_OPENAI = `sk-own-openai-${randomBytes(12).toString('hex')}`;
+const OWN_ANTHROPIC = `sk-ant-own-${randomBytes(12).toString('hex')}`;
+const META = { 'x-gateway-metadata': 'enabled' };
+
+const chat = (over: Record<string, unknown> = {}) => ({ model: 'fake/gpt', max_tokens: 20, messages: [{ role: 'user', content: 'hi' }], ...over });
+const message = (over: Record<string, unknown> = {}) => ({ model: 'fake/claude', max_tokens: 20, messages: [{ role: 'user', content: 'hi' }], ...over });
+
+let upstream: FakeUpstream;
+let gw: TestGateway | undefined;
+
+beforeAll(async () => {
+  upstream = await startFakeUpstream();
+});
+afterAll(async () => {
+  await upstream.close();
+});
+afterEach(async () => {
+  await gw?.close();
+  gw = undefined;
+  upstream.faults.length = 0;
+  upstream.received.length = 0;
+});
+
+/** A gateway with the spend stages, the encryption key configured (unless `encryption: false`), and credit. */
+async function start(o: { extra?: string; encryption?: boolean; credit?: number; level?: string } = {}): Promise<TestGateway> {
+  const byok = o.encryption === false ? '' : `byok: { encryption_key: ${ENCRYPTION_KEY.toString('base64')} }\n`;
+  const base = testConfigYaml(upstream.url, PIPELINE).replace('logging: { level: info }', `logging: { level: ${o.level ?? 'info'} }`);
+  gw = await startTestGateway({ yaml: base + byok + (o.extra ?? '') });
+  await gw.store.addCredits(gw.keyRecord.accountId, o.credit ?? 10);
+  return gw;
+}
+
+/** Stores a workspace's provider key as `gateway byok set` does. */
+function storeOwnKey(g: TestGateway, provider: string, plaintext: string, workspaceId = g.keyRecord.workspaceId) {
+  const secret = sealProviderKey(plaintext, ENCRYPTION_KEY, byokContext(workspaceId, provider));
+  return g.store.putByokKey({ workspaceId, provider, secret, label: maskProviderKey(plaintext) });
+}
+
+/** A key in a second workspace of the same account, which has no provider keys of its own. */
+async function otherWorkspaceKey(g: TestGateway) {
+  const ws = await g.store.ensureWorkspace('other', g.keyRecord.accountId);
+  return g.createKey({ workspaceId: ws.id, name: 'other' });
+}
+
+async function balance(g: TestGateway): Promise<number> {
+  await g.gateway.ledger.flush();
+  return (await g.store.findAccount(g.keyRecord.accountId))!.balanceUsd;
+}
+
+async function keyInfo(g: TestGateway, secret: string): Promise<any> {
+  await g.gateway.ledger.flush();
+  const res = await fetch(`${g.url}/key`, { headers: { authorization: `Bearer ${secret}` } });
+  expect(res.status).toBe(200);
+  return ((await res.json()) as { data: any }).data;
+}
+
+describe('requests with a workspace provider key', () => {
+  it('chat (openai kind): the upstream gets the workspace key; is_byok everywhere; recorded, not debited; byok_usage', async () => {
+    const g = await start();
+    await storeOwnKey(g, 'fake-openai', OWN_OPENAI);
+    const r = await post(`${g.url}/chat/completions`, g.key, chat(), META);
+    expect(r.status).toBe(200);
+    expect(upstream.received).toHaveLength(1);
+    expect(upstream.received[0].headers.authorization).toBe(`Bearer ${OWN_OPENAI}`);
+    expect(r.json.gateway_metadata).toMatchObject({ is_byok: true, endpoints: { available: [{ provider: 'fake-openai', selected: true }] } });
+    expect(r.json.usage).toMatchObject({ is_byok: true, cost: expect.any(Number) });
+    const cost = r.json.usage.cost as number;
+    expect(cost).toBeGreaterThan(0);
+    const row = await g.ledgerRow(r.json.id);
+    expect(row).toMatchObject({ isByok: true, provider: 'fake-openai', costUsd: cost });
+    expect(await balance(g)).toBe(10);
+    const info = await keyInfo(g, g.key);
+    expect(info.byok_usage).toBeCloseTo(cost, 12);
+    expect(info.byok_usage_daily).toBeCloseTo(cost, 12);
+    expect(info.usage).toBe(0);
+  });
+
+  it('messages (anthropic kind), JSON and streamed: the upstream gets the workspace key in x-api-key', async () => {
+    const g = await start();
+    await storeOwnKey(g, 'fake-anthropic', OWN_ANTHROPIC);
+    const r = await post(`${g.url}/messages`, g.key, message(), META);
+    expect(r.status).toBe(200);
+    expect(upstream.received[0].headers['x-api-key']).toBe(OWN_ANTHROPIC);
+    expect(upstream.received[0].headers.authorization).toBeUndefined();
+    expect(r.json.gateway_metadata).toMatchObject({ is_byok: true });
+    expect(r.json.usage.is_byok).toBe(true);
+    const s = await post(`${g.url}/messages`, g.key, message({ stream: true }), META);
+    expect(s.status).toBe(200);
+    expect(upstream.received[1].headers['x-api-key']).toBe(OWN_ANTHROPIC);
+    const start_ = JSON.parse(sseEvents(s.text).find((e) => e.event === 'message_start')!.data);
+    expect(start_.message.gateway_metadata).toMatchObject({ is_byok: true });
+    const rows = await Promise.all([g.ledgerRow(r.json.id), g.ledgerRow(start_.message.id)]);
+    expect(rows.map((x) => x?.isByok)).toEqual([true, true]);
+    expect(await balance(g)).toBe(10);
+  });
+
+  it('a chat stream: the workspace key upstream, is_byok in the metadata chunk and the usage chunk', async () => {
+    const g = await start();
+    await storeOwnKey(g, 'fake-openai', OWN_OPENAI);
+    const r = await post(`${g.url}/chat/completions`, g.key, chat({ stream: true, stream_options: { include_usage: true } }), META);
+    expect(r.status).toBe(200);
+    expect(upstream.received[0].headers.authorization).toBe(`Bearer ${OWN_OPENAI}`);
+    const chunks = sseEvents(r.text).filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+    expect(chunks[0].gateway_metadata).toMatchObject({ is_byok: true });
+    expect(chunks.at(-1).usage).toMatchObject({ is_byok: true });
+    expect((await g.ledgerRow(chunks[0].id))?.isByok).toBe(true);
+  });
+
+  it('a workspace without a key uses the operator key, is not flagged, and is debited', async () => {
+    const g = await start();
+    await storeOwnKey(g, 'fake-openai', OWN_OPENAI);
+    const other = await otherWorkspaceKey(g);
+    const r = await post(`${g.url}/chat/completions`, other.secret, chat(), META);
+    expect(r.status).toBe(200);
+    expect(upstream.received[0].headers.authorization).toBe('Bearer sk-upstream-openai-secret');
+    expect(r.json.gateway_metadata.is_byok).toBe(false);
+    expect(r.json.usage.is_byok).toBe(false);
+    expect((await g.ledgerRow(r.json.id))?.isByok).toBe(false);
+    expect(await balance(g)).toBeCloseTo(10 - r.json.usage.cost, 12);
+    const info = await keyInfo(g, other.secret);
+    expect(info.byok_usage).toBe(0);
+    expect(info.usage).toBeCloseTo(r.json.usage.cost, 12);
+    // The workspace's key is for fake-openai only: its anthropic requests use the operator key.
+    const m = await post(`${g.url}/messages`, g.key, message(), META);
+    expect(upstream.received[1].headers['x-api-key']).toBe('sk-upstream-anthropic-secret');
+    expect(m.json.gateway_metadata.is_byok).toBe(false);
+  });
+
+  it('a failover is flagged by the endpoint that answered', async () => {
+    const g = await start();
+    await storeOwnKey(g, 'fake-openai', OWN_OPENAI);
+    // fake/failover: dead-openai (no workspace key, unreachable) first, then fake-openai.
+    const r = await post(`${g.url}/chat/completions`, g.key, chat({ model: 'fake/failover' }), META);
+    expect(r.status).toBe(200);
+    expect(r.json.gateway_metadata).toMatchObject({ attempt: 2, is_byok: true });
+    expect(upstream.received[0].headers.authorization).toBe(`Bearer ${OWN_OPENAI}`);
+  });
+
+  it('a key stored or deleted while the gateway runs takes effect within seconds', async () => {
+    const g = await start();
+    expect((await post(`${g.url}/chat/completions`, g.key, chat(), META)).json.gateway_metadata.is_byok).toBe(false);
+    await storeOwnKey(g, 'fake-openai', OWN_OPENAI);
+    await expect.poll(async () => (await post(`${g.url}/chat/completions`, g.key, chat(), META)).json.gateway_metadata.is_byok, { timeout: 8000, interval: 250 }).toBe(true);
+    await g.store.deleteByokKey(g.keyRecord.workspaceId, 'fake-openai');
+    await expect.poll(async () => (await post(`${g.url}/chat/completions`, g.key, chat(), META)).json.gateway_metadata.is_byok, { timeout: 8000, interval: 250 }).toBe(false);
+    expect(upstream.received.at(-1)!.headers.authorization).toBe('Bearer sk-upstream-openai-secret');
+  }, 30_000);
+});
+
+describe('spend checks of BYOK requests', () => {
+  it('a key limit counts BYOK spend only with include_byok_in_limit', async () => {
+    const g = await start();
+    await storeOwnKey(g, 'fake-openai', OWN_OPENAI);
+    const counted = await g.createKey({ name: 'counted', limitUsd: 0.00001, limitReset: 'monthly', includeByokInLimit: true });
+    const exempt = await g.createKey({ name: 'exempt', limitUsd: 0.00001, limitReset: 'monthly' });
+    // One request costs more than the limit: the first is admitted, and its BYOK spend then spends the limit.
+    expect((await post(`${g.url}/chat/completions`, counted.secret, chat())).status).toBe(200);
+    await g.gateway.ledger.flush();
+    const refused = await post(`${g.url}/chat/completions`, counted.secret, chat());
+    expect(refused.status).toBe(403);
+    expect(refused.json.error.metadata).toMatchObject({ limit_source: 'gateway_key_limit', scope: 'key_limit', limit_usd: 0.00001 });
+    expect(upstream.received).toHaveLength(1);
+    for (let i = 0; i < 3; i++) expect((await post(`${g.url}/chat/completions`, exempt.secret, chat())).status).toBe(200);
+    const info = await keyInfo(g, counted.secret);
+    expect(info.include_byok_in_limit).toBe(true);
+    expect(info.limit_remaining).toBe(0);
+    expect(info.byok_usage).toBeGreaterThan(0.00001);
+    expect((await keyInfo(g, exempt.secret)).limit_remaining).toBe(0.00001);
+    // fake/claude has no workspace key: paid spend, which the exempt key's limit counts as usual...
+    expect((await post(`${g.url}/chat/completions`, exempt.secret, chat({ model: 'fake/claude' }))).status).toBe(200);
+    await g.gateway.ledger.flush();
+    expect((await post(`${g.url}/chat/completions`, exempt.secret, chat({ model: 'fake/claude' }))).status).toBe(403);
+    // ...but a limit that never counts BYOK spend does not apply to a BYOK-only request, even when spent.
+    const own = await post(`${g.url}/chat/completions`, exempt.secret, chat(), META);
+    expect(own.status).toBe(200);
+    expect(own.json.gateway_metadata.is_byok).toBe(true);
+  });
+
+  it('workspace budgets without include_byok do not apply to BYOK-only requests; those with it do', async () => {
+    const budgets = (includeByok: boolean) => `
+workspaces:
+  - name: default
+    budgets: [{ id: ws-cap, limit_usd: 0.00001, reset_interval: daily, include_byok: ${includeByok} }]
+`;
+    let g = await start({ extra: budgets(false) });
+    await storeOwnKey(g, 'fake-openai', OWN_OPENAI);
+    // Paid spend (fake/claude has no workspace key) spends the budget for paid requests...
+    expect((await post(`${g.url}/chat/completions`, g.key, chat({ model: 'fake/claude' }))).status).toBe(200);
+    await g.gateway.ledger.flush();
+    expect((await post(`${g.url}/chat/completions`, g.key, chat({ model: 'fake/claude' }))).status).toBe(403);
+    // ...not for BYOK-only ones.
+    for (let i = 0; i < 3; i++) expect((await post(`${g.url}/chat/completions`, g.key, chat())).status).toBe(200);
+    await g.close();
+    gw = undefined;
+    g = await start({ extra: budgets(true) });
+    await storeOwnKey(g, 'fake-openai', OWN_OPENAI);
+    expect((await post(`${g.url}/chat/completions`, g.key, chat())).status).toBe(200);
+    await g.gateway.ledger.flush();
+    const r = await post(`${g.url}/chat/completions`, g.key, chat());
+    expect(r.status).toBe(403);
+    expect(r.json.error.metadata).toMatchObject({ limit_source: 'gateway_workspace_budget', scope: 'workspace' });
+  });
+
+  it('the in-flight budget does not hold requests served only with own keys; a partly-own request is held', async () => {
+    // Balance 0.001 → at most 0.0005 in flight; max_tokens 100000 at $2/M completion is a $0.2 estimate.
+    const g = await start({ extra: 'spend: { in_flight: { fraction: 0.5, ceiling_usd: 1 } }\n', credit: 0.001 });
+    await storeOwnKey(g, 'fake-openai', OWN_OPENAI);
+    const big = { max_tokens: 100_000 };
+    const own = await post(`${g.url}/chat/completions`, g.key, chat(big), META);
+    expect(own.status).toBe(200);
+    expect(own.json.gateway_metadata.is_byok).toBe(true);
+    expect(await g.gateway.state.held(`account:${g.keyRecord.accountId}`, g.gateway.spend.clock())).toBe(0);
+    const other = await otherWorkspaceKey(g);
+    const paid = await post(`${g.url}/chat/completions`, other.secret, chat(big));
+    expect(paid.status).toBe(402);
+    expect(paid.json.error.metadata).toMatchObject({ reason: 'weight_exceeds_budget' });
+    // fake/failover may be served by dead-openai, which has no workspace key: not BYOK-only.
+    const partly = await post(`${g.url}/chat/completions`, g.key, chat({ ...big, model: 'fake/failover' }));
+    expect(partly.status).toBe(402);
+    expect(partly.json.error.metadata).toMatchObject({ reason: 'weight_exceeds_budget' });
+  });
+});
+
+describe('secrecy and misconfiguration', () => {
+  it('the workspace key appears in no log line, error or metadata, also when the provider refuses it', async () => {
+    const g = await start({ level: 'trace' });
+    await storeOwnKey(g, 'fake-openai', OWN_OPENAI);
+    await storeOwnKey(g, 'fake-anthropic', OWN_ANTHROPIC);
+    const ok = await post(`${g.url}/chat/completions`, g.key, chat(), META);
+    upstream.faults.push({ kind: 'status', status: 401, body: { error: { message: 'Incorrect API key provided', type: 'invalid_request_error' } } });
+    const refused = await post(`${g.url}/chat/completions`, g.key, chat(), META);
+    // A refused workspace key is an upstream credential failure like the operator's: 502, provider_code 401.
+    expect(refused.status).toBe(502);
+    expect(refused.json.error.metadata).toMatchObject({ provider_name: 'fake-openai', provider_code: 401 });
+    upstream.faults.push({ kind: 'status', status: 500 });
+    const failed = await post(`${g.url}/messages`, g.key, message({ stream: true }), META);
+    const stream = await post(`${g.url}/chat/completions`, g.key, chat({ stream: true, debug: { echo_upstream_body: true } }), META);
+    await g.gateway.ledger.flush();
+    const everything = [ok.text, refused.text, failed.text, stream.text, ...g.logs].join('\n');
+    expect(g.logs.length).toBeGreaterThan(0);
+    expect(everything).not.toContain(OWN_OPENAI);
+    expect(everything).not.toContain(OWN_ANTHROPIC);
+    expect(everything).not.toContain(OWN_OPENAI.slice(14));
+    // The store holds only the sealed form and the masked label.
+    const stored = await g.store.listByokKeys(g.keyRecord.workspaceId);
+    expect(JSON.stringify(stored)).not.toContain(OWN_OPENAI.slice(14));
+    expect(stored.map((k) => k.label).sort()).toEqual([maskProviderKey(OWN_ANTHROPIC), maskProviderKey(OWN_OPENAI)].sort());
+  });
+
+  it('without byok.encryption_key, stored keys are not used: operator keys, one warning for many requests', async () => {
+    const g = await start({ encryption: false });
+    await storeOwnKey(g, 'fake-openai', OWN_OPENAI);
+    for (let i = 0; i < 4; i++) {
+      const r = await post(`${g.url}/chat/completions`, g.key, chat(), META);
+      expect(r.status).toBe(200);
+      expect(r.json.gateway_metadata.is_byok).toBe(false);
+    }
+    expect(upstream.received.map((x) => x.headers.authorization)).toEqual(Array(4).fill('Bearer sk-upstream-openai-secret'));
+    expect(g.logs.filter((l) => l.includes('byok.encryption_key is not set'))).toHaveLength(1);
+  });
+});
