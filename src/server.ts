@@ -73,12 +73,12 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   // Health and sticky sessions are learnt from traffic: a reload keeps them.
   const { routing } = options.config;
   const health = new EndpointHealth({ failureThreshold: routing.circuit_breaker.failure_threshold, cooldownMs: routing.circuit_breaker.cooldown_ms });
-  const sticky = new StickyRoutes(routing.sticky_ttl_ms);
   await ensureDeclared(store, options.config);
   // Shared state, spend control and rate limits outlive reloads; they read the current config per request.
   const state = openState(options.config.state, options.clock);
   const byok = new ByokKeys({ store, logger });
   const spend = new SpendControl({ store, state, ledger, logger, byok, clock: options.clock });
+  const sticky = new StickyRoutes(state, routing.sticky_ttl_ms, logger);
   const rateLimits = new RateLimiter(state, store, ledger, (id, config) => spend.account(id, config));
   const build = (config: GatewayConfig) =>
     buildRuntime({ config, registry, store, ledger, keys, health, sticky, tracer, logger, hashUser, state, spend, rateLimits, byok });

@@ -44,7 +44,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
     const dialect = state.endpoint as Dialect;
     const body = state.body!;
     const session = sessionKey(state);
-    const plan = planFor(state, deps, session);
+    const plan = planFor(state, deps, session ? await deps.sticky.lookup(session) : undefined);
     state.candidates = plan.map((c) => ({ provider: c.provider.id, model: c.model.id, region: c.provider.region }));
     state.requestId = generationId();
     state.span.setAttribute('gateway.generation_id', state.requestId);

@@ -4,14 +4,12 @@ import type { Dialect, Provider } from '../providers/types';
 import { candidatesFor, type Candidate } from './candidates';
 import type { EndpointHealth } from './health';
 import { planRoute, type ProviderPreferences } from './preferences';
-import type { StickyRoutes } from './sticky';
 
 /** What route planning reads: the loaded models and providers, and what traffic taught (health, sessions). */
 export interface PlanDeps {
   models: ReadonlyMap<string, ModelConfig>;
   providers: ReadonlyMap<string, Provider>;
   health: EndpointHealth;
-  sticky: StickyRoutes;
 }
 
 /** An endpoint's key in health and sticky-session records: `<provider>/<upstream model>`. */
@@ -27,10 +25,10 @@ const NOT_PARAMETERS = new Set(['model', 'models', 'messages', 'stream', 'stream
 
 /**
  * The endpoints to try, in order: the request's models and their endpoints, filtered and ordered by the
- * provider preferences and endpoint health, with the session's sticky endpoint first when it is still a
+ * provider preferences and endpoint health, with the session's sticky endpoint (`stuck`) first when it is still a
  * healthy candidate and the caller set no explicit `provider.order`.
  */
-export function planFor(state: GatewayState, deps: PlanDeps, session: string | null): Candidate[] {
+export function planFor(state: GatewayState, deps: PlanDeps, stuck: string | undefined): Candidate[] {
   const body = state.body!;
   const candidates = candidatesFor({ body, dialect: state.endpoint as Dialect, models: deps.models, providers: deps.providers });
   const preferences = preferencesOf(body);
@@ -51,9 +49,8 @@ export function planFor(state: GatewayState, deps: PlanDeps, session: string | n
     requestedParameters: requested,
     allowedRegions: state.key?.allowedDataRegions ?? [],
   });
-  if (!session || preferences?.order) return plan;
-  const stuck = deps.sticky.lookup(session);
-  const index = stuck === undefined ? -1 : plan.findIndex((c) => endpointKey(c) === stuck);
+  if (stuck === undefined || preferences?.order) return plan;
+  const index = plan.findIndex((c) => endpointKey(c) === stuck);
   if (index <= 0 || deps.health.state(stuck!) === 'open') return plan;
   return [plan[index], ...plan.slice(0, index), ...plan.slice(index + 1)];
 }

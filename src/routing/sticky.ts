@@ -1,29 +1,44 @@
-import { LRUCache } from 'lru-cache';
+import type { Logger } from 'pino';
+import type { SharedState } from '../state/types';
 
 /**
  * Sticky routing: a `session_id` remembers the endpoint that served it, so the next request of the session
- * goes there first (provider-side prompt caches stay warm). The entry expires after `ttlMs` without use.
- * In-process; the shared Redis state arrives with the spending issue.
+ * goes there first (provider-side prompt caches stay warm). Kept in the shared state (in-process, or Redis
+ * so every gateway process sends a session to the same endpoint); an entry expires after `ttlMs` without
+ * use. Best effort: a state failure only loses stickiness, never the request.
  *
- * @example const sticky = new StickyRoutes(600_000); sticky.remember('key1:sess', 'openai/gpt-4o'); sticky.lookup('key1:sess');
+ * @example const sticky = new StickyRoutes(state, 600_000, logger); sticky.remember('key1:sess', 'openai/gpt-4o'); await sticky.lookup('key1:sess');
  */
 export class StickyRoutes {
-  private readonly routes: LRUCache<string, string>;
+  private warned = false;
 
-  constructor(ttlMs: number, max = 100_000) {
-    this.routes = new LRUCache({ max, ttl: ttlMs > 0 ? ttlMs : undefined, updateAgeOnGet: true, ttlAutopurge: false });
-  }
+  constructor(
+    private readonly state: SharedState,
+    private readonly ttlMs: number,
+    private readonly logger?: Logger,
+  ) {}
 
-  lookup(session: string): string | undefined {
-    return this.routes.get(session);
+  async lookup(session: string): Promise<string | undefined> {
+    try {
+      return await this.state.stickyGet(session, this.ttlMs);
+    } catch (err) {
+      this.failed(err);
+      return undefined;
+    }
   }
 
   remember(session: string, endpointKey: string): void {
-    this.routes.set(session, endpointKey);
+    this.state.stickySet(session, endpointKey, this.ttlMs).catch((err) => this.failed(err));
   }
 
   forget(session: string): void {
-    this.routes.delete(session);
+    this.state.stickyDelete(session).catch((err) => this.failed(err));
+  }
+
+  private failed(err: unknown): void {
+    if (this.warned) return;
+    this.warned = true;
+    this.logger?.warn({ err }, 'sticky sessions unavailable (shared state unreachable); routing without them');
   }
 }
 

@@ -232,6 +232,33 @@ describe('circuit breaker and sticky sessions', () => {
   });
 });
 
+describe('sticky sessions in Redis', () => {
+  it('a session sticks to its endpoint across gateway processes sharing the Redis state', async () => {
+    const prefix = `gwtest:${Math.random().toString(36).slice(2, 10)}:`;
+    const shared = `${yaml(upstream.url)}state: { driver: redis, url: '${process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379/0'}', prefix: '${prefix}' }\n`;
+    const a = await startTestGateway({ yaml: shared });
+    const b = await startTestGateway({ yaml: shared, store: a.store });
+    try {
+      upstream.scripts.set('up-a', [{ kind: 'status', status: 503 }]);
+      const first = await post(`${a.url}/chat/completions`, a.key, { model: 'r/pair', session_id: 'shared-1', messages: [{ role: 'user', content: 'hi' }] });
+      expect(first.json.provider).toBe('pb');
+      // The other process has never seen this session, and pa is cheaper: only the shared state sends it to pb.
+      const second = await post(`${b.url}/chat/completions`, a.key, { model: 'r/pair', session_id: 'shared-1', messages: [{ role: 'user', content: 'hi' }] });
+      expect(second.json.provider).toBe('pb');
+      const other = await post(`${b.url}/chat/completions`, a.key, { model: 'r/pair', session_id: 'shared-2', messages: [{ role: 'user', content: 'hi' }] });
+      expect(other.json.provider).toBe('pa');
+    } finally {
+      await b.close();
+      await a.close();
+      const { default: Redis } = await import('ioredis');
+      const redis = new Redis(process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379/0');
+      const keys = await redis.keys(`${prefix}*`);
+      if (keys.length > 0) await redis.del(...keys);
+      await redis.quit();
+    }
+  });
+});
+
 describe('the stream-failure contract (7.5)', () => {
   const stream = (body: object = {}) => ask({ model: 'r/pair', stream: true, ...body });
 

@@ -362,6 +362,22 @@ describe('holds and windows', () => {
   });
 });
 
+describe('shared state unreachable', () => {
+  it('fails closed: 503 with Retry-After, a typed error in both envelopes, nothing sent upstream', async () => {
+    // With nothing to check, no state is read; a key rate limit makes every request need it.
+    const g = await start("state: { driver: redis, url: 'redis://127.0.0.1:1', command_timeout_ms: 200 }\nrate_limits: { key: { requests: 100 } }\n");
+    await credit(g, 100);
+    const r = await post(`${g.url}/chat/completions`, g.key, chat());
+    expect(r.status).toBe(503);
+    expect(r.headers.get('retry-after')).toBe('1');
+    expect(r.json.error).toEqual({ code: 503, message: 'Internal server error', metadata: { error_type: 'server' } });
+    const m = await post(`${g.url}/messages`, g.key, { model: 'fake/claude', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] });
+    expect(m.status).toBe(503);
+    expect(m.json.error).toMatchObject({ type: 'api_error', error_type: 'server' });
+    expect(upstream.received).toHaveLength(0);
+  });
+});
+
 describe('rate limits', () => {
   it('per key: the request over the limit gets 429 with X-RateLimit-* and Retry-After; successes carry none', async () => {
     const now = Date.UTC(2026, 10, 22, 10, 0, 10);
