@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { byokContext, maskProviderKey, sealProviderKey } from '../../src/auth/byok-seal';
-import { startFakeUpstream, type FakeUpstream } from '../fixtures/fake-upstream';
-import { post, sseEvents, startTestGateway, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+import { perTestGateways } from '../fixtures/per-test';
+import { post, sseEvents, testConfigYaml, type TestGateway } from '../fixtures/gateway';
 
 /**
  * BYOK: a workspace's own provider keys, stored sealed, are what the upstream receives; such requests are
@@ -19,29 +19,15 @@ const META = { 'x-gateway-metadata': 'enabled' };
 const chat = (over: Record<string, unknown> = {}) => ({ model: 'fake/gpt', max_tokens: 20, messages: [{ role: 'user', content: 'hi' }], ...over });
 const message = (over: Record<string, unknown> = {}) => ({ model: 'fake/claude', max_tokens: 20, messages: [{ role: 'user', content: 'hi' }], ...over });
 
-let upstream: FakeUpstream;
-let gw: TestGateway | undefined;
-
-beforeAll(async () => {
-  upstream = await startFakeUpstream();
-});
-afterAll(async () => {
-  await upstream.close();
-});
-afterEach(async () => {
-  await gw?.close();
-  gw = undefined;
-  upstream.faults.length = 0;
-  upstream.received.length = 0;
-});
+const t = perTestGateways();
 
 /** A gateway with the spend stages, the encryption key configured (unless `encryption: false`), and credit. */
 async function start(o: { extra?: string; encryption?: boolean; credit?: number; level?: string } = {}): Promise<TestGateway> {
   const byok = o.encryption === false ? '' : `byok: { encryption_key: ${ENCRYPTION_KEY.toString('base64')} }\n`;
-  const base = testConfigYaml(upstream.url, PIPELINE).replace('logging: { level: info }', `logging: { level: ${o.level ?? 'info'} }`);
-  gw = await startTestGateway({ yaml: base + byok + (o.extra ?? '') });
-  await gw.store.addCredits(gw.keyRecord.accountId, o.credit ?? 10);
-  return gw;
+  const base = testConfigYaml(t.upstream.url, PIPELINE).replace('logging: { level: info }', `logging: { level: ${o.level ?? 'info'} }`);
+  const g = await t.start({ yaml: base + byok + (o.extra ?? '') });
+  await g.store.addCredits(g.keyRecord.accountId, o.credit ?? 10);
+  return g;
 }
 
 /** Stores a workspace's provider key as `gateway byok set` does. */
@@ -74,8 +60,8 @@ describe('requests with a workspace provider key', () => {
     await storeOwnKey(g, 'fake-openai', OWN_OPENAI);
     const r = await post(`${g.url}/chat/completions`, g.key, chat(), META);
     expect(r.status).toBe(200);
-    expect(upstream.received).toHaveLength(1);
-    expect(upstream.received[0].headers.authorization).toBe(`Bearer ${OWN_OPENAI}`);
+    expect(t.upstream.received).toHaveLength(1);
+    expect(t.upstream.received[0].headers.authorization).toBe(`Bearer ${OWN_OPENAI}`);
     expect(r.json.gateway_metadata).toMatchObject({ is_byok: true, endpoints: { available: [{ provider: 'fake-openai', selected: true }] } });
     expect(r.json.usage).toMatchObject({ is_byok: true, cost: expect.any(Number) });
     const cost = r.json.usage.cost as number;
@@ -94,13 +80,13 @@ describe('requests with a workspace provider key', () => {
     await storeOwnKey(g, 'fake-anthropic', OWN_ANTHROPIC);
     const r = await post(`${g.url}/messages`, g.key, message(), META);
     expect(r.status).toBe(200);
-    expect(upstream.received[0].headers['x-api-key']).toBe(OWN_ANTHROPIC);
-    expect(upstream.received[0].headers.authorization).toBeUndefined();
+    expect(t.upstream.received[0].headers['x-api-key']).toBe(OWN_ANTHROPIC);
+    expect(t.upstream.received[0].headers.authorization).toBeUndefined();
     expect(r.json.gateway_metadata).toMatchObject({ is_byok: true });
     expect(r.json.usage.is_byok).toBe(true);
     const s = await post(`${g.url}/messages`, g.key, message({ stream: true }), META);
     expect(s.status).toBe(200);
-    expect(upstream.received[1].headers['x-api-key']).toBe(OWN_ANTHROPIC);
+    expect(t.upstream.received[1].headers['x-api-key']).toBe(OWN_ANTHROPIC);
     const start_ = JSON.parse(sseEvents(s.text).find((e) => e.event === 'message_start')!.data);
     expect(start_.message.gateway_metadata).toMatchObject({ is_byok: true });
     const rows = await Promise.all([g.ledgerRow(r.json.id), g.ledgerRow(start_.message.id)]);
@@ -113,7 +99,7 @@ describe('requests with a workspace provider key', () => {
     await storeOwnKey(g, 'fake-openai', OWN_OPENAI);
     const r = await post(`${g.url}/chat/completions`, g.key, chat({ stream: true, stream_options: { include_usage: true } }), META);
     expect(r.status).toBe(200);
-    expect(upstream.received[0].headers.authorization).toBe(`Bearer ${OWN_OPENAI}`);
+    expect(t.upstream.received[0].headers.authorization).toBe(`Bearer ${OWN_OPENAI}`);
     const chunks = sseEvents(r.text).filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
     expect(chunks[0].gateway_metadata).toMatchObject({ is_byok: true });
     expect(chunks.at(-1).usage).toMatchObject({ is_byok: true });
@@ -126,7 +112,7 @@ describe('requests with a workspace provider key', () => {
     const other = await otherWorkspaceKey(g);
     const r = await post(`${g.url}/chat/completions`, other.secret, chat(), META);
     expect(r.status).toBe(200);
-    expect(upstream.received[0].headers.authorization).toBe('Bearer sk-upstream-openai-secret');
+    expect(t.upstream.received[0].headers.authorization).toBe('Bearer sk-upstream-openai-secret');
     expect(r.json.gateway_metadata.is_byok).toBe(false);
     expect(r.json.usage.is_byok).toBe(false);
     expect((await g.ledgerRow(r.json.id))?.isByok).toBe(false);
@@ -136,7 +122,7 @@ describe('requests with a workspace provider key', () => {
     expect(info.usage).toBeCloseTo(r.json.usage.cost, 12);
     // The workspace's key is for fake-openai only: its anthropic requests use the operator key.
     const m = await post(`${g.url}/messages`, g.key, message(), META);
-    expect(upstream.received[1].headers['x-api-key']).toBe('sk-upstream-anthropic-secret');
+    expect(t.upstream.received[1].headers['x-api-key']).toBe('sk-upstream-anthropic-secret');
     expect(m.json.gateway_metadata.is_byok).toBe(false);
   });
 
@@ -147,7 +133,7 @@ describe('requests with a workspace provider key', () => {
     const r = await post(`${g.url}/chat/completions`, g.key, chat({ model: 'fake/failover' }), META);
     expect(r.status).toBe(200);
     expect(r.json.gateway_metadata).toMatchObject({ attempt: 2, is_byok: true });
-    expect(upstream.received[0].headers.authorization).toBe(`Bearer ${OWN_OPENAI}`);
+    expect(t.upstream.received[0].headers.authorization).toBe(`Bearer ${OWN_OPENAI}`);
   });
 
   it('a key stored or deleted while the gateway runs takes effect within seconds', async () => {
@@ -157,7 +143,7 @@ describe('requests with a workspace provider key', () => {
     await expect.poll(async () => (await post(`${g.url}/chat/completions`, g.key, chat(), META)).json.gateway_metadata.is_byok, { timeout: 8000, interval: 250 }).toBe(true);
     await g.store.deleteByokKey(g.keyRecord.workspaceId, 'fake-openai');
     await expect.poll(async () => (await post(`${g.url}/chat/completions`, g.key, chat(), META)).json.gateway_metadata.is_byok, { timeout: 8000, interval: 250 }).toBe(false);
-    expect(upstream.received.at(-1)!.headers.authorization).toBe('Bearer sk-upstream-openai-secret');
+    expect(t.upstream.received.at(-1)!.headers.authorization).toBe('Bearer sk-upstream-openai-secret');
   }, 30_000);
 });
 
@@ -173,7 +159,7 @@ describe('spend checks of BYOK requests', () => {
     const refused = await post(`${g.url}/chat/completions`, counted.secret, chat());
     expect(refused.status).toBe(403);
     expect(refused.json.error.metadata).toMatchObject({ limit_source: 'gateway_key_limit', scope: 'key_limit', limit_usd: 0.00001 });
-    expect(upstream.received).toHaveLength(1);
+    expect(t.upstream.received).toHaveLength(1);
     for (let i = 0; i < 3; i++) expect((await post(`${g.url}/chat/completions`, exempt.secret, chat())).status).toBe(200);
     const info = await keyInfo(g, counted.secret);
     expect(info.include_byok_in_limit).toBe(true);
@@ -205,7 +191,7 @@ workspaces:
     // ...not for BYOK-only ones.
     for (let i = 0; i < 3; i++) expect((await post(`${g.url}/chat/completions`, g.key, chat())).status).toBe(200);
     await g.close();
-    gw = undefined;
+    t.release();
     g = await start({ extra: budgets(true) });
     await storeOwnKey(g, 'fake-openai', OWN_OPENAI);
     expect((await post(`${g.url}/chat/completions`, g.key, chat())).status).toBe(200);
@@ -241,12 +227,12 @@ describe('secrecy and misconfiguration', () => {
     await storeOwnKey(g, 'fake-openai', OWN_OPENAI);
     await storeOwnKey(g, 'fake-anthropic', OWN_ANTHROPIC);
     const ok = await post(`${g.url}/chat/completions`, g.key, chat(), META);
-    upstream.faults.push({ kind: 'status', status: 401, body: { error: { message: 'Incorrect API key provided', type: 'invalid_request_error' } } });
+    t.upstream.faults.push({ kind: 'status', status: 401, body: { error: { message: 'Incorrect API key provided', type: 'invalid_request_error' } } });
     const refused = await post(`${g.url}/chat/completions`, g.key, chat(), META);
     // A refused workspace key is an upstream credential failure like the operator's: 502, provider_code 401.
     expect(refused.status).toBe(502);
     expect(refused.json.error.metadata).toMatchObject({ provider_name: 'fake-openai', provider_code: 401 });
-    upstream.faults.push({ kind: 'status', status: 500 });
+    t.upstream.faults.push({ kind: 'status', status: 500 });
     const failed = await post(`${g.url}/messages`, g.key, message({ stream: true }), META);
     const stream = await post(`${g.url}/chat/completions`, g.key, chat({ stream: true, debug: { echo_upstream_body: true } }), META);
     await g.gateway.ledger.flush();
@@ -269,7 +255,7 @@ describe('secrecy and misconfiguration', () => {
       expect(r.status).toBe(200);
       expect(r.json.gateway_metadata.is_byok).toBe(false);
     }
-    expect(upstream.received.map((x) => x.headers.authorization)).toEqual(Array(4).fill('Bearer sk-upstream-openai-secret'));
+    expect(t.upstream.received.map((x) => x.headers.authorization)).toEqual(Array(4).fill('Bearer sk-upstream-openai-secret'));
     expect(g.logs.filter((l) => l.includes('byok.encryption_key is not set'))).toHaveLength(1);
   });
 });

@@ -1,11 +1,12 @@
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { registry } from '../../plugins';
 import { parseConfigText } from '../../src/config/load';
 import { estimate } from '../../src/spend/estimate';
 import { toNano } from '../../src/state/types';
 import type { LedgerRow } from '../../src/store/types';
-import { post, startTestGateway, testConfigYaml, type TestGateway } from '../fixtures/gateway';
-import { startFakeUpstream, type FakeUpstream } from '../fixtures/fake-upstream';
+import { post, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+import { type FakeUpstream } from '../fixtures/fake-upstream';
+import { perTestGateways } from '../fixtures/per-test';
 
 const PIPELINE = '[auth, validate, rate-limit, budget-check, upstream]';
 const FREE_MODEL = `
@@ -15,31 +16,15 @@ const FREE_MODEL = `
 
 /** The test config with the spend stages on, a free model, and `extra` top-level sections. */
 function yaml(upstream: FakeUpstream, extra = ''): string {
-  return testConfigYaml(upstream.url, PIPELINE).replace('pipelines:', `${FREE_MODEL}pipelines:`) + extra;
+  return testConfigYaml(t.upstream.url, PIPELINE).replace('pipelines:', `${FREE_MODEL}pipelines:`) + extra;
 }
 
 const chat = (over: Record<string, unknown> = {}) => ({ model: 'fake/gpt', max_tokens: 20, messages: [{ role: 'user', content: 'hi' }], ...over });
 
-let upstream: FakeUpstream;
-let gw: TestGateway | undefined;
-
-beforeAll(async () => {
-  upstream = await startFakeUpstream();
-});
-afterAll(async () => {
-  await upstream.close();
-});
-afterEach(async () => {
-  await gw?.close();
-  gw = undefined;
-  upstream.always.clear();
-  upstream.faults.length = 0;
-  upstream.received.length = 0;
-});
+const t = perTestGateways();
 
 async function start(extra = '', clock?: () => number): Promise<TestGateway> {
-  gw = await startTestGateway({ yaml: yaml(upstream, extra), clock });
-  return gw;
+  return t.start({ yaml: yaml(t.upstream, extra), clock });
 }
 
 async function credit(g: TestGateway, usd: number): Promise<void> {
@@ -57,7 +42,7 @@ async function keyInfo(g: TestGateway, secret: string): Promise<any> {
 function holdUpstream(model = 'gpt-upstream') {
   let release!: () => void;
   const until = new Promise<void>((r) => (release = r));
-  upstream.always.set(model, { kind: 'hold', until });
+  t.upstream.always.set(model, { kind: 'hold', until });
   return release;
 }
 
@@ -111,11 +96,11 @@ describe('key limit under concurrency', () => {
     let outcomes: Awaited<ReturnType<typeof post>>[] = [];
     await settledRejections;
     // Admitted requests may still be on their way to the upstream when the last refusal arrives.
-    await expect.poll(() => upstream.received.length, { timeout: 5000 }).toBe(50);
+    await expect.poll(() => t.upstream.received.length, { timeout: 5000 }).toBe(50);
     release();
     await expect.poll(() => outcomes.length, { timeout: 10_000 }).toBe(200);
     expect(outcomes.filter((r) => r.status === 200)).toHaveLength(50);
-    expect(upstream.received).toHaveLength(50);
+    expect(t.upstream.received).toHaveLength(50);
     const refused = outcomes.filter((r) => r.status !== 200);
     expect(new Set(refused.map((r) => r.status))).toEqual(new Set([403]));
     expect(refused[0].json.error.metadata).toMatchObject({ limit_source: 'gateway_key_limit', scope: 'key_limit' });
@@ -156,7 +141,7 @@ workspaces:
       expect(r.headers.get('retry-after')).toBeNull();
       return r;
     };
-    const reload = (o: Parameters<typeof budgets>[0]) => g.gateway.reload(parseConfigText(yaml(upstream, budgets(o)), { registry }));
+    const reload = (o: Parameters<typeof budgets>[0]) => g.gateway.reload(parseConfigText(yaml(t.upstream, budgets(o)), { registry }));
 
     let r = await reject();
     expect(r.status).toBe(403);
@@ -240,7 +225,7 @@ workspaces:
       metadata: { limit_source: 'gateway_key_limit', reason: 'key_limit_exhausted', scope: 'key_limit', limit_usd: 0.25, spend_usd: 0.25, resets_at: null, remedy_hint: expect.any(String) },
     });
     expect(r.headers.get('retry-after')).toBeNull();
-    expect(upstream.received).toHaveLength(0);
+    expect(t.upstream.received).toHaveLength(0);
   });
 
   it('the messages envelope carries budget rejections as permission_error with metadata', async () => {
@@ -293,7 +278,7 @@ describe('credits and the in-flight budget', () => {
     await credit(g, (2 * 10 * toNano(est.usd)) / 1e9);
     const release = holdUpstream();
     const inflight = Array.from({ length: 10 }, () => post(`${g.url}/chat/completions`, g.key, chat()));
-    await expect.poll(() => upstream.received.length).toBe(10);
+    await expect.poll(() => t.upstream.received.length).toBe(10);
     const r = await post(`${g.url}/chat/completions`, g.key, chat());
     expect(r.status).toBe(402);
     expect(r.headers.get('retry-after')).toBe('3');
@@ -374,7 +359,7 @@ describe('shared state unreachable', () => {
     const m = await post(`${g.url}/messages`, g.key, { model: 'fake/claude', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] });
     expect(m.status).toBe(503);
     expect(m.json.error).toMatchObject({ type: 'api_error', error_type: 'server' });
-    expect(upstream.received).toHaveLength(0);
+    expect(t.upstream.received).toHaveLength(0);
   });
 });
 
