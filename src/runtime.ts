@@ -8,6 +8,7 @@ import { buildProviders } from './providers';
 import { createDispatch } from './routing/dispatch';
 import { keyInfoStage } from './routes/key';
 import { modelsStage } from './routes/models';
+import { presetListStage, presetReadStage, presetWriteStage } from './routes/presets';
 import type { KeyLookup, Services } from './services';
 import type { EndpointHealth } from './routing/health';
 import type { StickyRoutes } from './routing/sticky';
@@ -15,7 +16,10 @@ import type { SpendControl } from './spend/control';
 import type { LedgerWriter } from './spend/ledger';
 import type { RateLimiter } from './spend/rate-limits';
 import type { SharedState } from './state/types';
+import type { Presets } from './presets/lookup';
 import type { Store } from './store/types';
+import { buildVideoCatalog } from './videos/catalog';
+import { videoCancelStage, videoCreateStage, videoGetStage } from './routes/videos';
 
 /** Everything derived from one loaded gateway.yaml. Swapped as a whole on reload. */
 export interface Runtime {
@@ -40,6 +44,7 @@ export interface RuntimeInput {
   tracer: Tracer;
   logger: Logger;
   hashUser(user: string): string;
+  presets: Presets;
 }
 
 /** Builds providers, models and every endpoint's pipeline once, ahead of any request. */
@@ -55,7 +60,9 @@ export function buildRuntime(input: RuntimeInput): Runtime {
     state: input.state,
     spend: input.spend,
     rateLimits: input.rateLimits,
+    presets: input.presets,
     models,
+    videos: buildVideoCatalog(config, input.spend.clock),
     logger: input.logger,
     tracer,
     dispatch: createDispatch({
@@ -79,6 +86,13 @@ export function buildRuntime(input: RuntimeInput): Runtime {
       chat_completions: build(config.pipelines.chat_completions ?? config.pipelines.default),
       key: build(['auth'], [keyInfoStage(services)]),
       models: build(['auth'], [modelsStage(services)]),
+      preset_write: build(['auth'], [presetWriteStage(services)]),
+      preset_list: build(['auth'], [presetListStage(services)]),
+      preset_get: build(['auth'], [presetReadStage(services, 'preset')]),
+      preset_versions: build(['auth'], [presetReadStage(services, 'versions')]),
+      videos_create: build(['auth'], [videoCreateStage(services)]),
+      videos_get: build(['auth'], [videoGetStage(services)]),
+      videos_cancel: build(['auth'], [videoCancelStage(services)]),
     },
   };
 }

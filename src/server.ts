@@ -12,6 +12,7 @@ import { standardEnvelope } from './errors/envelope';
 import { GatewayError, toGatewayError } from './errors/gateway-error';
 import type { StageRegistry } from './pipeline/types';
 import { closeUpstreamPool } from './providers/http';
+import { Presets } from './presets/lookup';
 import { endpoint } from './routes/endpoint';
 import { buildRuntime, type Runtime } from './runtime';
 import type { KeyLookup } from './services';
@@ -24,6 +25,7 @@ import { openState } from './state';
 import type { SharedState } from './state/types';
 import { ensureDeclared } from './store/declared';
 import type { Store } from './store/types';
+import { VideoPoller } from './videos/poller';
 
 export interface GatewayOptions {
   config: GatewayConfig;
@@ -45,6 +47,8 @@ export interface Gateway {
   /** The shared fast state (memory or Redis) and the spend checks over it. */
   state: SharedState;
   spend: SpendControl;
+  /** The background poller of video jobs (one per process; started with the gateway, stopped by close()). */
+  videos: VideoPoller;
   /** The runtime new requests get. */
   runtime(): Runtime;
   /**
@@ -80,10 +84,14 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const spend = new SpendControl({ store, state, ledger, logger, byok, clock: options.clock });
   const sticky = new StickyRoutes(state, routing.sticky_ttl_ms, logger);
   const rateLimits = new RateLimiter(state, store, ledger, (id, config) => spend.account(id, config));
+  const presets = new Presets(store);
   const build = (config: GatewayConfig) =>
-    buildRuntime({ config, registry, store, ledger, keys, health, sticky, tracer, logger, hashUser, state, spend, rateLimits, byok });
+    buildRuntime({ config, registry, store, ledger, keys, health, sticky, tracer, logger, hashUser, state, spend, rateLimits, byok, presets });
   let current = build(options.config);
   const runtime = () => current;
+  // Started at once: jobs left unfinished by an earlier process are resumed from the store.
+  const videos = new VideoPoller(() => current.services, spend.clock);
+  videos.start();
 
   const app = new Koa();
   app.use(async (ctx, next) => {
@@ -105,6 +113,13 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   router.post('/chat/completions', endpoint({ id: 'chat_completions', style: 'standard', readsBody: true }, runtime));
   router.get('/key', endpoint({ id: 'key', style: 'standard', readsBody: false }, runtime));
   router.get('/models', endpoint({ id: 'models', style: 'standard', readsBody: false }, runtime));
+  router.post('/presets/:slug/messages', endpoint({ id: 'preset_write', style: 'standard', readsBody: true }, runtime));
+  router.get('/presets', endpoint({ id: 'preset_list', style: 'standard', readsBody: false }, runtime));
+  router.get('/presets/:slug', endpoint({ id: 'preset_get', style: 'standard', readsBody: false }, runtime));
+  router.get('/presets/:slug/versions', endpoint({ id: 'preset_versions', style: 'standard', readsBody: false }, runtime));
+  router.post('/videos', endpoint({ id: 'videos_create', style: 'standard', readsBody: true }, runtime));
+  router.get('/videos/:jobId', endpoint({ id: 'videos_get', style: 'standard', readsBody: false }, runtime));
+  router.post('/videos/:jobId/cancel', endpoint({ id: 'videos_cancel', style: 'standard', readsBody: false }, runtime));
   app.use(router.routes());
   const liveness = new Router();
   liveness.get('/healthz', (ctx) => {
@@ -120,6 +135,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     health,
     state,
     spend,
+    videos,
     runtime,
     reload(config) {
       const before = current.config;
@@ -149,6 +165,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
           s.closeIdleConnections();
         });
       }
+      // Before the ledger and the state close: a poll round under way may still bill a job.
+      await videos.stop();
       // After the server has drained: every finished request's row is queued, now write them all.
       await ledger.close();
       await state.close();

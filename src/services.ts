@@ -6,7 +6,9 @@ import type { SpendControl } from './spend/control';
 import type { LedgerWriter } from './spend/ledger';
 import type { RateLimiter } from './spend/rate-limits';
 import type { SharedState } from './state/types';
+import type { Presets } from './presets/lookup';
 import type { KeyRecord, Store } from './store/types';
+import type { VideoCatalog } from './videos/catalog';
 
 /** Looks a presented key up by its hash (cached; see auth/key-cache.ts). */
 export interface KeyLookup {
@@ -28,8 +30,12 @@ export interface Services {
   state: SharedState;
   spend: SpendControl;
   rateLimits: RateLimiter;
+  /** Presets at request time (cached designated versions). */
+  presets: Presets;
   dispatch: Dispatch;
   models: ReadonlyMap<string, ModelConfig>;
+  /** Video models and video providers (never used by chat routing). */
+  videos: VideoCatalog;
   logger: Logger;
   tracer: Tracer;
 }

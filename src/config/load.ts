@@ -6,6 +6,7 @@ import { parseEncryptionKey } from '../auth/byok-seal';
 import type { StageRegistry } from '../pipeline/types';
 import type { GatewayConfig } from './types';
 import { findPackageFile } from './package-root';
+import { videoConfigProblem } from '../videos/config-check';
 
 /** A config that cannot be used; `message` starts with the path of the bad field. */
 export class ConfigError extends Error {
@@ -126,6 +127,8 @@ function checkReferences(config: GatewayConfig): void {
     });
   });
   checkSpendReferences(config);
+  const videoProblem = videoConfigProblem(config);
+  if (videoProblem) throw new ConfigError(videoProblem);
   // Empty (e.g. `${GATEWAY_BYOK_KEY:-}` with the variable unset) means not configured.
   if (config.byok.encryption_key) {
     try {

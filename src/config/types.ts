@@ -27,6 +27,9 @@ export interface GatewayConfig {
   rate_limits: RateLimitsConfig;
   byok: { encryption_key?: string };
   plugins: Record<string, unknown>;
+  /** Video generation models (README "Video jobs"); served only by the video provider kinds. */
+  video_models: VideoModelConfig[];
+  videos: VideosConfig;
 }
 
 export interface StateConfig {
@@ -94,7 +97,13 @@ export interface FreeModelsConfig {
   purchase_threshold_usd: number;
 }
 
-export type ProviderConfig = OpenAIProviderConfig | AnthropicProviderConfig | SimulatedProviderConfig;
+export type ProviderConfig = ChatProviderConfig | VideoProviderConfig;
+
+/** Providers of chat models (`models[]`). */
+export type ChatProviderConfig = OpenAIProviderConfig | AnthropicProviderConfig | SimulatedProviderConfig;
+
+/** Providers of video models (`video_models[]`): asynchronous jobs, never used for chat routing. */
+export type VideoProviderConfig = SimulatedVideoProviderConfig | HttpVideoProviderConfig;
 
 interface ProviderBase {
   id: string;
@@ -157,4 +166,49 @@ export interface ModelConfig {
   context_length?: number;
   max_output_tokens?: number;
   endpoints: ModelEndpointConfig[];
+}
+
+export interface SimulatedVideoProviderConfig extends ProviderBase {
+  kind: 'simulated-video';
+  /** How long a job stays queued, then running, measured from its submission. */
+  queued_ms: number;
+  running_ms: number;
+  /** Share of prompts that fail, 0..1; decided per prompt from a hash with `seed`, so it is reproducible. */
+  failure_rate: number;
+  seed: string;
+  /** Output URL; `{job_id}` is replaced by the upstream job id. */
+  output_url: string;
+}
+
+export interface HttpVideoProviderConfig extends ProviderBase {
+  kind: 'http-video';
+  base_url: string;
+  api_key?: string;
+  headers?: Record<string, string>;
+  /** Longest wait for each upstream call's headers and between body chunks. */
+  timeout_ms: number;
+  connect_timeout_ms: number;
+}
+
+/** USD per second of output video and per job; the cost of a job is `per_job + per_second × seconds`. */
+export interface VideoPricing {
+  per_second: number;
+  per_job: number;
+}
+
+export interface VideoModelConfig {
+  id: string;
+  name?: string;
+  endpoints: { provider: string; upstream_model: string; pricing: VideoPricing }[];
+}
+
+export interface VideosConfig {
+  /** How often each gateway process polls the upstream of unfinished jobs. */
+  poll_interval_ms: number;
+  /** How long outputs stay available after completion (unless the upstream says otherwise). */
+  output_ttl_s: number;
+  /** A job unfinished this long after creation fails (`timeout`). */
+  job_timeout_s: number;
+  default_duration_seconds: number;
+  max_duration_seconds: number;
 }

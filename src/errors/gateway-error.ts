@@ -18,6 +18,8 @@ export const ERROR_STATUS = {
   invalid_request: 400,
   invalid_prompt: 400,
   not_found: 404,
+  /** Not in spec 7.4 (which has no type for 409): a write lost a race with another (presets); retry later. */
+  conflict: 409,
   precondition_failed: 412,
   payload_too_large: 413,
   unprocessable: 422,

@@ -4,7 +4,7 @@ import type { ApiStyle } from '../errors/envelope';
 import type { KeyRecord } from '../store/types';
 
 /** The endpoints that run a pipeline. */
-export type EndpointId = 'messages' | 'chat_completions' | 'key' | 'models';
+export type EndpointId = 'messages' | 'chat_completions' | 'key' | 'models' | 'preset_write' | 'preset_list' | 'preset_get' | 'preset_versions' | 'videos_create' | 'videos_get' | 'videos_cancel';
 
 /** One Server-Sent Event; `data` is the JSON text (or `[DONE]`). */
 export interface SseEvent {

@@ -9,7 +9,7 @@ import type { UpstreamCall, UpstreamReply } from './types';
  * agent per connect timeout (undici sets that per agent, the other timeouts per call).
  */
 const agents = new Map<number, Agent>();
-function agentFor(connectTimeoutMs: number): Agent {
+export function agentFor(connectTimeoutMs: number): Agent {
   let agent = agents.get(connectTimeoutMs);
   if (!agent) {
     agent = new Agent({ keepAliveTimeout: 30_000, keepAliveMaxTimeout: 600_000, connections: 256, pipelining: 1, connect: { timeout: connectTimeoutMs } });

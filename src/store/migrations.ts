@@ -15,7 +15,7 @@
  */
 
 import { windowEnd, windowStart, type WindowInterval } from '../spend/windows';
-import type { Account, ByokKeyRecord, KeyRecord, LedgerRow, LimitReset, SpendScope, UsageTotals, Workspace } from './types';
+import type { Account, ByokKeyRecord, KeyRecord, LedgerRow, LimitReset, PresetRecord, PresetVersionRecord, SpendScope, UsageTotals, Workspace } from './types';
 
 export interface Migration {
   id: number;
@@ -183,6 +183,129 @@ export const MIGRATIONS: readonly Migration[] = [
       );
     `,
   },
+  {
+    id: 3,
+    name: 'presets and their versions',
+    sqlite: `
+      CREATE TABLE presets (
+        id TEXT PRIMARY KEY,
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        slug TEXT NOT NULL,
+        name TEXT NOT NULL,
+        description TEXT,
+        status TEXT NOT NULL DEFAULT 'active',
+        status_updated_at INTEGER,
+        creator_user_id TEXT NOT NULL,
+        designated_version_id TEXT,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        UNIQUE (workspace_id, slug)
+      );
+      CREATE TABLE preset_versions (
+        id TEXT PRIMARY KEY,
+        preset_id TEXT NOT NULL REFERENCES presets(id),
+        version INTEGER NOT NULL,
+        config TEXT NOT NULL,
+        system_prompt TEXT,
+        creator_id TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        UNIQUE (preset_id, version)
+      );
+    `,
+    postgres: `
+      CREATE TABLE presets (
+        id TEXT PRIMARY KEY,
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        slug TEXT NOT NULL,
+        name TEXT NOT NULL,
+        description TEXT,
+        status TEXT NOT NULL DEFAULT 'active',
+        status_updated_at BIGINT,
+        creator_user_id TEXT NOT NULL,
+        designated_version_id TEXT,
+        created_at BIGINT NOT NULL,
+        updated_at BIGINT NOT NULL,
+        UNIQUE (workspace_id, slug)
+      );
+      CREATE TABLE preset_versions (
+        id TEXT PRIMARY KEY,
+        preset_id TEXT NOT NULL REFERENCES presets(id),
+        version INTEGER NOT NULL,
+        config TEXT NOT NULL,
+        system_prompt TEXT,
+        creator_id TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        updated_at BIGINT NOT NULL,
+        UNIQUE (preset_id, version)
+      );
+    `,
+  },
+  {
+    id: 4,
+    name: 'video_jobs',
+    // Row mapping and queries: video-jobs.ts.
+    sqlite: `
+      CREATE TABLE video_jobs (
+        id TEXT PRIMARY KEY,
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        key_id TEXT NOT NULL,
+        account_id TEXT NOT NULL REFERENCES accounts(id),
+        user_id TEXT NOT NULL,
+        model TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        upstream_model TEXT NOT NULL,
+        upstream_job_id TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('pending', 'in_progress', 'completed', 'failed', 'cancelled', 'expired')),
+        previous_job_id TEXT REFERENCES video_jobs(id),
+        request TEXT NOT NULL,
+        generation_id TEXT UNIQUE,
+        urls TEXT NOT NULL DEFAULT '[]',
+        cost_usd REAL,
+        is_byok INTEGER NOT NULL DEFAULT 0 CHECK (is_byok IN (0, 1)),
+        error TEXT,
+        expires_at INTEGER,
+        completed_at INTEGER,
+        billed INTEGER NOT NULL DEFAULT 0 CHECK (billed IN (0, 1)),
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+      );
+      -- The poller's question (work left) reads only jobs that have some.
+      CREATE INDEX video_jobs_work ON video_jobs (updated_at)
+        WHERE status IN ('pending', 'in_progress') OR (status IN ('completed', 'expired') AND billed = 0);
+      CREATE INDEX video_jobs_expiry ON video_jobs (expires_at) WHERE status = 'completed';
+    `,
+    postgres: `
+      CREATE TABLE video_jobs (
+        id TEXT PRIMARY KEY,
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        key_id TEXT NOT NULL,
+        account_id TEXT NOT NULL REFERENCES accounts(id),
+        user_id TEXT NOT NULL,
+        model TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        upstream_model TEXT NOT NULL,
+        upstream_job_id TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('pending', 'in_progress', 'completed', 'failed', 'cancelled', 'expired')),
+        previous_job_id TEXT REFERENCES video_jobs(id),
+        request TEXT NOT NULL,
+        generation_id TEXT UNIQUE,
+        urls TEXT NOT NULL DEFAULT '[]',
+        cost_usd DOUBLE PRECISION,
+        is_byok BOOLEAN NOT NULL DEFAULT FALSE,
+        error TEXT,
+        expires_at BIGINT,
+        completed_at BIGINT,
+        billed BOOLEAN NOT NULL DEFAULT FALSE,
+        created_at BIGINT NOT NULL,
+        updated_at BIGINT NOT NULL
+      );
+      -- The poller's question (work left) reads only jobs that have some.
+      CREATE INDEX video_jobs_work ON video_jobs (updated_at)
+        WHERE status IN ('pending', 'in_progress') OR (status IN ('completed', 'expired') AND NOT billed);
+      CREATE INDEX video_jobs_expiry ON video_jobs (expires_at) WHERE status = 'completed';
+    `,
+  },
 ];
 
 /** Migrations not yet applied, in id order. */
@@ -273,6 +396,35 @@ export function rowToLedger(r: Row): LedgerRow {
 
 export function rowToByok(r: Row): ByokKeyRecord {
   return { workspaceId: String(r.workspace_id), provider: String(r.provider), secret: String(r.secret), label: String(r.label), createdAt: iso(r.created_at) };
+}
+
+export function rowToPreset(r: Row): PresetRecord {
+  return {
+    id: String(r.id),
+    workspaceId: String(r.workspace_id),
+    slug: String(r.slug),
+    name: String(r.name),
+    description: r.description === null || r.description === undefined ? null : String(r.description),
+    status: String(r.status),
+    statusUpdatedAt: isoOrNull(r.status_updated_at),
+    creatorUserId: String(r.creator_user_id),
+    designatedVersionId: String(r.designated_version_id),
+    createdAt: iso(r.created_at),
+    updatedAt: iso(r.updated_at),
+  };
+}
+
+export function rowToPresetVersion(r: Row): PresetVersionRecord {
+  return {
+    id: String(r.id),
+    presetId: String(r.preset_id),
+    version: Number(r.version),
+    config: JSON.parse(String(r.config)) as Record<string, unknown>,
+    systemPrompt: r.system_prompt === null || r.system_prompt === undefined ? null : String(r.system_prompt),
+    creatorId: String(r.creator_id),
+    createdAt: iso(r.created_at),
+    updatedAt: iso(r.updated_at),
+  };
 }
 
 export function rowToUsage(r: Row): UsageTotals {

@@ -14,7 +14,23 @@ import {
   usageParams,
   usageSelect,
 } from './migrations';
-import type { Account, ByokKeyRecord, KeyRecord, LedgerRow, NewKey, SpendScope, Store, UsageTotals, Workspace } from './types';
+import { findPresetPg, listPresetsPg, listPresetVersionsPg, savePresetVersionPg, type Query } from './presets-postgres';
+import { postgresVideoJobs } from './video-jobs';
+import type { NewVideoJob, VideoJob, VideoJobCursor, VideoJobPatch, VideoJobStatus } from './types';
+import type {
+  Account,
+  ByokKeyRecord,
+  KeyRecord,
+  LedgerRow,
+  NewKey,
+  NewPresetVersion,
+  PresetVersionRecord,
+  PresetWithVersion,
+  SpendScope,
+  Store,
+  UsageTotals,
+  Workspace,
+} from './types';
 
 type Row = Record<string, unknown>;
 
@@ -308,6 +324,46 @@ export class PostgresStore implements Store {
     );
     return Number(row?.n ?? 0);
   }
+
+  async savePresetVersion(input: NewPresetVersion): Promise<PresetWithVersion> {
+    return savePresetVersionPg((fn) => this.transaction(fn), this.query, input);
+  }
+
+  async findPreset(workspaceId: string, slug: string): Promise<PresetWithVersion | null> {
+    return findPresetPg(this.query, workspaceId, slug);
+  }
+
+  async listPresets(workspaceId: string): Promise<PresetWithVersion[]> {
+    return listPresetsPg(this.query, workspaceId);
+  }
+
+  async listPresetVersions(presetId: string): Promise<PresetVersionRecord[]> {
+    return listPresetVersionsPg(this.query, presetId);
+  }
+
+  private readonly query: Query = (sql, params) => this.pool.query(sql, params);
+
+  async createVideoJob(job: NewVideoJob): Promise<VideoJob> {
+    return this.videoJobs.create(job);
+  }
+
+  async getVideoJob(id: string, workspaceId: string): Promise<VideoJob | null> {
+    return this.videoJobs.get(id, workspaceId);
+  }
+
+  async updateVideoJob(id: string, expected: VideoJobStatus, patch: VideoJobPatch): Promise<VideoJob | null> {
+    return this.videoJobs.update(id, expected, patch);
+  }
+
+  async markVideoJobBilled(id: string): Promise<void> {
+    await this.videoJobs.markBilled(id);
+  }
+
+  async listUnfinishedVideoJobs(nowMs: number, limit: number, after?: VideoJobCursor): Promise<VideoJob[]> {
+    return this.videoJobs.unfinished(nowMs, limit, after);
+  }
+
+  private readonly videoJobs = postgresVideoJobs((sql, params) => this.pool.query(sql, params));
 
   async putByokKey(input: Omit<ByokKeyRecord, 'createdAt'>): Promise<void> {
     await this.pool.query(

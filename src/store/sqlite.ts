@@ -16,7 +16,23 @@ import {
   usageParams,
   usageSelect,
 } from './migrations';
-import type { Account, ByokKeyRecord, KeyRecord, LedgerRow, NewKey, SpendScope, Store, UsageTotals, Workspace } from './types';
+import { sqlitePresets } from './presets-sqlite';
+import { sqliteVideoJobs } from './video-jobs';
+import type { NewVideoJob, VideoJob, VideoJobCursor, VideoJobPatch, VideoJobStatus } from './types';
+import type {
+  Account,
+  ByokKeyRecord,
+  KeyRecord,
+  LedgerRow,
+  NewKey,
+  NewPresetVersion,
+  PresetVersionRecord,
+  PresetWithVersion,
+  SpendScope,
+  Store,
+  UsageTotals,
+  Workspace,
+} from './types';
 
 type Row = Record<string, unknown>;
 
@@ -275,6 +291,57 @@ export class SqliteStore implements Store {
   async countFreeModelRequests(accountId: string, sinceMs: number): Promise<number> {
     return Number(this.s.freeCount.get(accountId, sinceMs));
   }
+
+  async savePresetVersion(input: NewPresetVersion): Promise<PresetWithVersion> {
+    return this.presets.save(input);
+  }
+
+  async findPreset(workspaceId: string, slug: string): Promise<PresetWithVersion | null> {
+    return this.presets.find(workspaceId, slug);
+  }
+
+  async listPresets(workspaceId: string): Promise<PresetWithVersion[]> {
+    return this.presets.list(workspaceId);
+  }
+
+  async listPresetVersions(presetId: string): Promise<PresetVersionRecord[]> {
+    return this.presets.versions(presetId);
+  }
+
+  /** Prepared after the migrations (init) created the tables. */
+  private get presets(): ReturnType<typeof sqlitePresets> {
+    return (this.presetStatements ??= sqlitePresets(this.db));
+  }
+
+  private presetStatements?: ReturnType<typeof sqlitePresets>;
+
+  async createVideoJob(job: NewVideoJob): Promise<VideoJob> {
+    return this.videoJobs.create(job);
+  }
+
+  async getVideoJob(id: string, workspaceId: string): Promise<VideoJob | null> {
+    return this.videoJobs.get(id, workspaceId);
+  }
+
+  async updateVideoJob(id: string, expected: VideoJobStatus, patch: VideoJobPatch): Promise<VideoJob | null> {
+    return this.videoJobs.update(id, expected, patch);
+  }
+
+  async markVideoJobBilled(id: string): Promise<void> {
+    this.videoJobs.markBilled(id);
+  }
+
+  async listUnfinishedVideoJobs(nowMs: number, limit: number, after?: VideoJobCursor): Promise<VideoJob[]> {
+    return this.videoJobs.unfinished(nowMs, limit, after);
+  }
+
+  /** Prepared after the migrations (init) created the table. */
+  private get videoJobs(): ReturnType<typeof sqliteVideoJobs> {
+    if (!this.statements) throw new Error('SqliteStore: call init() before use');
+    return (this.videoJobStatements ??= sqliteVideoJobs(this.db));
+  }
+
+  private videoJobStatements?: ReturnType<typeof sqliteVideoJobs>;
 
   async putByokKey(input: Omit<ByokKeyRecord, 'createdAt'>): Promise<void> {
     this.s.byokPut.run(input.workspaceId, input.provider, input.secret, input.label, Date.now());

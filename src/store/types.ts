@@ -63,7 +63,7 @@ export interface LedgerRow {
   userId: string; // the key's creator: the member whose combined spend member budgets count
   workspaceId: string;
   accountId: string;
-  endpoint: 'messages' | 'chat_completions';
+  endpoint: 'messages' | 'chat_completions' | 'videos';
   model: string; // gateway model id
   provider: string; // provider id from gateway.yaml
   upstreamModel: string;
@@ -111,6 +111,101 @@ export interface ByokKeyRecord {
   createdAt: string;
 }
 
+/** A named, versioned request configuration of one workspace (spec 2.2). */
+export interface PresetRecord {
+  id: string; // uuid
+  workspaceId: string;
+  slug: string; // unique per workspace
+  name: string;
+  description: string | null;
+  status: string; // 'active'
+  statusUpdatedAt: string | null;
+  creatorUserId: string;
+  designatedVersionId: string;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export interface PresetVersionRecord {
+  id: string; // uuid
+  presetId: string;
+  version: number; // 1, 2, … per preset, never reused
+  config: Record<string, unknown>;
+  systemPrompt: string | null;
+  creatorId: string;
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** A preset with its designated version. */
+export interface PresetWithVersion {
+  preset: PresetRecord;
+  version: PresetVersionRecord;
+}
+
+export interface NewPresetVersion {
+  workspaceId: string;
+  slug: string;
+  creatorUserId: string;
+  config: Record<string, unknown>;
+  systemPrompt: string | null;
+}
+
+/** A write lost a race with another write of the same resource (a preset version number): retry later. */
+export class StoreConflictError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'StoreConflictError';
+  }
+}
+
+/** Spec 3: the states of a video job. The allowed moves between them are in src/videos/states.ts. */
+export type VideoJobStatus = 'pending' | 'in_progress' | 'completed' | 'failed' | 'cancelled' | 'expired';
+
+/** A video generation job (spec 2.3), one row of `video_jobs`. Timestamps are epoch ms here. */
+export interface VideoJob {
+  id: string; // gen-vid-<unix ms>-<20 alphanumerics>
+  workspaceId: string;
+  keyId: string;
+  accountId: string;
+  userId: string; // the key's creator
+  model: string; // gateway video model id
+  provider: string;
+  upstreamModel: string;
+  upstreamJobId: string;
+  status: VideoJobStatus;
+  previousJobId: string | null;
+  /** The prompt and the other generation parameters as sent upstream, and the price (USD) agreed at creation. */
+  request: { prompt: string; params: Record<string, unknown>; pricing?: { per_second: number; per_job: number } };
+  /** Set when the job enters in_progress (once it is being processed); the ledger row's id. */
+  generationId: string | null;
+  urls: string[];
+  costUsd: number | null;
+  isByok: boolean;
+  error: string | null;
+  /** When the outputs stop being available (set on completion). */
+  expiresAt: number | null;
+  completedAt: number | null;
+  /** The ledger row of a completed job has been written (written once: the ledger is idempotent by generation id). */
+  billed: boolean;
+  createdAt: number;
+  updatedAt: number;
+}
+
+export type NewVideoJob = Omit<VideoJob, 'generationId' | 'urls' | 'costUsd' | 'isByok' | 'error' | 'expiresAt' | 'completedAt' | 'billed' | 'updatedAt'>;
+
+/** A position in the list of unfinished jobs: the last job of a page. */
+export interface VideoJobCursor {
+  updatedAt: number;
+  id: string;
+}
+
+/** What a status change may set besides the status. */
+export type VideoJobPatch = Partial<Pick<VideoJob, 'generationId' | 'urls' | 'costUsd' | 'error' | 'expiresAt' | 'completedAt'>> & {
+  status: VideoJobStatus;
+  updatedAt: number;
+};
+
 export interface Store {
   readonly driver: 'sqlite' | 'postgres';
   /** Applies pending numbered migrations. Safe to call on every start. */
@@ -153,6 +248,34 @@ export interface Store {
   spendTotals(scope: SpendScope, sinceMs: number): Promise<{ paid: number; byok: number }>;
   /** Requests of one account to free model variants (model id ending in `:free`) since `sinceMs`. */
   countFreeModelRequests(accountId: string, sinceMs: number): Promise<number>;
+
+  /**
+   * Creates the preset (version 1) or its next version, which becomes the designated one. Version numbers are
+   * never duplicated: a write that loses a race throws StoreConflictError.
+   */
+  savePresetVersion(input: NewPresetVersion): Promise<PresetWithVersion>;
+  /** The workspace's preset by slug, with its designated version. */
+  findPreset(workspaceId: string, slug: string): Promise<PresetWithVersion | null>;
+  listPresets(workspaceId: string): Promise<PresetWithVersion[]>;
+  /** Every version of a preset, newest first. */
+  listPresetVersions(presetId: string): Promise<PresetVersionRecord[]>;
+
+  createVideoJob(job: NewVideoJob): Promise<VideoJob>;
+  /** A job of one workspace: null for an unknown id and for another workspace's job alike. */
+  getVideoJob(id: string, workspaceId: string): Promise<VideoJob | null>;
+  /**
+   * Compare-and-set: applies `patch` only while the job is still in status `expected`, so two pollers (or
+   * processes) cannot both apply a transition. Returns the updated job, or null when the status had moved on.
+   */
+  updateVideoJob(id: string, expected: VideoJobStatus, patch: VideoJobPatch): Promise<VideoJob | null>;
+  /** Marks a completed job's ledger row as written. */
+  markVideoJobBilled(id: string): Promise<void>;
+  /**
+   * Jobs with work left, least recently updated first (by updated_at, then id), after `after` when given (the
+   * last job of the previous page): pending and in_progress ones, completed or expired ones not yet billed, and
+   * completed ones whose outputs expired at or before `nowMs`.
+   */
+  listUnfinishedVideoJobs(nowMs: number, limit: number, after?: VideoJobCursor): Promise<VideoJob[]>;
 
   /** Stores (or replaces) a workspace's sealed provider key. */
   putByokKey(input: Omit<ByokKeyRecord, 'createdAt'>): Promise<void>;

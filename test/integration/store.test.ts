@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openStore, PostgresStore, type LedgerRow, type StorageConfig, type Store } from '../../src/store';
 import { generateKey, hashKey, maskKey } from '../../src/store/key-secret';
 import { MIGRATIONS } from '../../src/store/migrations';
+import { StoreConflictError } from '../../src/store/types';
 
 const PG_URL = process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 
@@ -417,6 +418,39 @@ describe.each([sqliteEngine(), postgresEngine()])('Store on $name', (engine) => 
     expect(await store.deleteByokKey(workspace.id, 'openai')).toBe(true);
     expect(await store.deleteByokKey(workspace.id, 'openai')).toBe(false);
     expect(await store.listByokKeys(workspace.id)).toEqual([]);
+  });
+
+  it('presets: version 1, then n+1 designated; scoped to the workspace; versions newest first', async () => {
+    const { workspace } = await fixture('presets');
+    const other = await store.ensureWorkspace('ws-presets-other', (await store.ensureAccount('acct-presets')).id);
+    const first = await store.savePresetVersion({ workspaceId: workspace.id, slug: 'writer', creatorUserId: 'u1', config: { model: 'm', max_tokens: 5 }, systemPrompt: 'Be brief.' });
+    expect(first.version).toMatchObject({ version: 1, config: { model: 'm', max_tokens: 5 }, systemPrompt: 'Be brief.', creatorId: 'u1', presetId: first.preset.id });
+    expect(first.preset).toMatchObject({ slug: 'writer', name: 'writer', status: 'active', workspaceId: workspace.id, designatedVersionId: first.version.id, description: null });
+    const second = await store.savePresetVersion({ workspaceId: workspace.id, slug: 'writer', creatorUserId: 'u2', config: { model: 'n' }, systemPrompt: null });
+    expect(second.preset.id).toBe(first.preset.id);
+    expect(second.version).toMatchObject({ version: 2, systemPrompt: null });
+    expect((await store.findPreset(workspace.id, 'writer'))!.version.id).toBe(second.version.id);
+    expect(await store.findPreset(other.id, 'writer')).toBeNull();
+    await store.savePresetVersion({ workspaceId: other.id, slug: 'writer', creatorUserId: 'u3', config: {}, systemPrompt: null });
+    expect((await store.findPreset(other.id, 'writer'))!.version.version).toBe(1);
+    expect((await store.listPresets(workspace.id)).map((p) => p.preset.slug)).toEqual(['writer']);
+    expect((await store.listPresetVersions(first.preset.id)).map((v) => v.version)).toEqual([2, 1]);
+  });
+
+  it('presets: concurrent writes of one slug never share a version number; a loser gets a conflict', async () => {
+    const { workspace } = await fixture('presets-race');
+    const results = await Promise.allSettled(
+      Array.from({ length: 12 }, (_, i) =>
+        (i % 2 ? second : store).savePresetVersion({ workspaceId: workspace.id, slug: 'race', creatorUserId: 'u', config: { n: i }, systemPrompt: null }),
+      ),
+    );
+    const won = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value.version.version] : []));
+    const lost = results.flatMap((r) => (r.status === 'rejected' ? [r.reason] : []));
+    expect(new Set(won).size).toBe(won.length);
+    for (const e of lost) expect(e).toBeInstanceOf(StoreConflictError);
+    const stored = await store.listPresetVersions((await store.findPreset(workspace.id, 'race'))!.preset.id);
+    expect(stored.map((v) => v.version).sort((a, b) => a - b)).toEqual([...won].sort((a, b) => a - b));
+    expect(won.length).toBeGreaterThan(0);
   });
 
   it('50 parallel ledger inserts (each sent twice) leave the exact balance', async () => {

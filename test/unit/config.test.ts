@@ -314,8 +314,9 @@ describe('loadConfig', () => {
     expect(c.server.base_path).toBe('/api/v1');
     expect(c.pipelines.default).toEqual(['auth', 'validate', 'rate-limit', 'budget-check', 'upstream']);
     expect(c.accounts).toEqual([{ name: 'default', billing: 'invoice' }]);
-    expect(c.providers.map((p) => p.id)).toEqual(['local']);
+    expect(c.providers.map((p) => p.id)).toEqual(['local', 'local-video']);
     expect(c.models.map((m) => m.id)).toEqual(['simulated/chat', 'simulated/free:free']);
+    expect(c.video_models.map((m) => m.id)).toEqual(['simulated/video']);
     for (const id of c.pipelines.default) expect(c.plugins[id]).toBeTypeOf('object');
   });
 

@@ -2,7 +2,7 @@ import { describe, it, expect } from 'vitest';
 import { mkdtempSync, rmSync, writeFileSync } from 'fs';
 import { tmpdir } from 'os';
 import { join } from 'path';
-import { compileRequestValidators, type RequestKind } from '../../plugins/validate/request-validators';
+import { compileRequestValidators, type RequestKind } from '../../src/validation/request-validators';
 
 const validators = compileRequestValidators();
 
@@ -173,7 +173,8 @@ describe('messages-style body (spec 4.1, 8.1)', () => {
     ['messages required', { messages: undefined }, 'messages', '`messages` is required'],
     ['messages array', { messages: 'hi' }, 'messages', '`messages` must be an array'],
     ['message role required', { messages: [{ content: 'x' }] }, 'messages[0].role', '`messages[0].role` is required'],
-    ['message role string', { messages: [{ role: 1, content: 'x' }] }, 'messages[0].role', 'must be a string'],
+    ['message role string', { messages: [{ role: 1, content: 'x' }] }, 'messages[0].role', 'must be one of'],
+    ['message role user or assistant', { messages: [{ role: 'system', content: 'x' }] }, 'messages[0].role', 'must be one of `user`, `assistant`'],
     ['message content required', { messages: [{ role: 'user' }] }, 'messages[0].content', 'is required'],
     ['message content type', { messages: [{ role: 'user', content: 5 }] }, 'messages[0].content', '`messages[0].content` must be a string or an array'],
     ['content block object', { messages: [{ role: 'user', content: ['x'] }] }, 'messages[0].content[0]', 'must be an object'],

@@ -272,3 +272,10 @@ function formatPath(pointer: string, body: unknown): string {
   }
   return path;
 }
+
+let compiled: Record<RequestKind, RequestValidator> | undefined;
+
+/** The request validators, compiled on first use and shared (the schemas never change while the process runs). */
+export function requestValidators(): Record<RequestKind, RequestValidator> {
+  return (compiled ??= compileRequestValidators());
+}

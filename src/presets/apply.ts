@@ -1,0 +1,59 @@
+import { messagesToChatRequest } from '../dialects/translate/request';
+import type { Dialect } from '../providers/types';
+import type { PresetWithVersion } from '../store/types';
+import { NEUTRAL_FIELDS } from './config';
+
+/** A request's use of a preset: its slug, and the model the request names itself (if any). */
+export interface PresetReference {
+  slug: string;
+  model?: string;
+}
+
+const IN_MODEL = /^(.*)@preset\/(.+)$/;
+
+/**
+ * How a request names a preset (spec 1.2 / issue 6): `model: "@preset/<slug>"`, `model: "<model>@preset/<slug>"`
+ * or `preset: "<slug>"`. Null when it names none. A `preset` field and a model reference naming two
+ * different presets is a mistake (the caller cannot mean both): `conflict` is set.
+ */
+export function presetReference(body: Record<string, unknown>): (PresetReference & { conflict?: string }) | null {
+  const m = typeof body.model === 'string' ? IN_MODEL.exec(body.model) : null;
+  const field = typeof body.preset === 'string' && body.preset ? body.preset : undefined;
+  if (!m && field === undefined) return null;
+  if (m && field !== undefined && m[2] !== field) return { slug: m[2], conflict: field };
+  if (m) return m[1] ? { slug: m[2], model: m[1] } : { slug: m[2] };
+  return { slug: field! };
+}
+
+/**
+ * The request with the preset's designated version under it: a shallow merge in which every field the
+ * request sets wins. The version's config is messages-style; a chat request gets it translated (e.g.
+ * `stop_sequences` → `stop`, Anthropic tools → function tools, `max_tokens` → `max_completion_tokens`).
+ * `system_prompt` goes in the request's own way (messages: `system`; chat: a leading system message) unless
+ * the request brings its own system prompt.
+ */
+export function applyPreset(body: Record<string, unknown>, dialect: Dialect, ref: PresetReference, found: PresetWithVersion): Record<string, unknown> {
+  const config = found.version.config;
+  const base: Record<string, unknown> = dialect === 'messages' ? { ...config } : chatConfig(config);
+  const request: Record<string, unknown> = { ...body };
+  delete request.preset;
+  if (ref.model !== undefined) request.model = ref.model;
+  else if (typeof request.model === 'string' && IN_MODEL.test(request.model)) delete request.model;
+  const merged: Record<string, unknown> = { ...base, ...request };
+  const prompt = found.version.systemPrompt;
+  if (prompt) {
+    if (dialect === 'messages' && merged.system === undefined) merged.system = prompt;
+    if (dialect === 'chat_completions' && Array.isArray(merged.messages)) {
+      const first = merged.messages[0] as { role?: unknown } | undefined;
+      if (first?.role !== 'system' && first?.role !== 'developer') merged.messages = [{ role: 'system', content: prompt }, ...merged.messages];
+    }
+  }
+  return merged;
+}
+
+function chatConfig(config: Record<string, unknown>): Record<string, unknown> {
+  const out = messagesToChatRequest({ ...config, messages: [] });
+  delete out.messages;
+  for (const f of NEUTRAL_FIELDS) if (config[f] !== undefined) out[f] = config[f];
+  return out;
+}

@@ -1,0 +1,53 @@
+import { LRUCache } from 'lru-cache';
+import { GatewayError } from '../errors/gateway-error';
+import type { GatewayState } from '../pipeline/types';
+import type { Dialect } from '../providers/types';
+import type { PresetWithVersion, Store } from '../store/types';
+import { applyPreset, presetReference } from './apply';
+
+/**
+ * Presets at request time: the designated version of a workspace's preset, cached for a few seconds (a
+ * write in this process replaces it at once; other processes see it within `ttlMs`).
+ *
+ * @example await presets.applyTo(state); // state.body now has the preset under it
+ */
+export class Presets {
+  private readonly cache: LRUCache<string, PresetWithVersion>;
+
+  constructor(
+    private readonly store: Store,
+    ttlMs = 5_000,
+  ) {
+    this.cache = new LRUCache({ max: 10_000, ttl: ttlMs });
+  }
+
+  async find(workspaceId: string, slug: string): Promise<PresetWithVersion | null> {
+    const id = `${workspaceId}/${slug}`;
+    const hit = this.cache.get(id);
+    if (hit) return hit;
+    const found = await this.store.findPreset(workspaceId, slug);
+    if (found) this.cache.set(id, found);
+    return found;
+  }
+
+  /** After a write in this process: the new designated version serves at once. */
+  remember(found: PresetWithVersion): void {
+    this.cache.set(`${found.preset.workspaceId}/${found.preset.slug}`, found);
+  }
+
+  /** Applies the preset an inference request names (if any) to `state.body`; 404 for an unknown preset. */
+  async applyTo(state: GatewayState): Promise<void> {
+    const body = state.body;
+    if (!body || !state.key) return;
+    const ref = presetReference(body);
+    if (!ref) return;
+    if (ref.conflict !== undefined) {
+      throw new GatewayError('invalid_request', `\`model\` names preset \`${ref.slug}\` and \`preset\` names \`${ref.conflict}\`; name one`, { metadata: { field: 'preset' } });
+    }
+    const found = await this.find(state.key.workspaceId, ref.slug);
+    if (!found) throw new GatewayError('not_found', `Preset \`${ref.slug}\` not found`, { metadata: { preset: ref.slug } });
+    state.body = applyPreset(body, state.endpoint as Dialect, ref, found);
+    state.span.setAttribute('gateway.preset', ref.slug);
+    state.span.setAttribute('gateway.preset_version', found.version.version);
+  }
+}

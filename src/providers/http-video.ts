@@ -1,0 +1,135 @@
+import { errors as undiciErrors } from 'undici';
+import type { HttpVideoProviderConfig } from '../config/types';
+import { GatewayError } from '../errors/gateway-error';
+import { agentFor } from './http';
+import { classifyUpstreamError } from './upstream-errors';
+import type { VideoPollResult, VideoProvider, VideoSubmitInput, VideoUpstreamStatus } from './video-types';
+
+/** Upstream status words, the contract's own first, then common synonyms. */
+const STATUS: Record<string, VideoUpstreamStatus> = {
+  queued: 'queued',
+  pending: 'queued',
+  running: 'running',
+  in_progress: 'running',
+  processing: 'running',
+  succeeded: 'succeeded',
+  completed: 'succeeded',
+  failed: 'failed',
+  error: 'failed',
+  cancelled: 'cancelled',
+  canceled: 'cancelled',
+};
+
+interface Call {
+  method: 'GET' | 'POST';
+  path: string;
+  body?: unknown;
+  signal?: AbortSignal;
+}
+
+/**
+ * A generic job-style video upstream (`kind: http-video`):
+ * - `POST {base_url}/videos` with `{model, prompt, ...params, previous_job_id?}` answers `{id}`;
+ * - `GET {base_url}/videos/{id}` answers `{status: queued|running|succeeded|failed|cancelled, output_urls?,
+ *   error?, cost?, seconds?, expires_at? (unix seconds)}`;
+ * - `POST {base_url}/videos/{id}/cancel` answers any 2xx.
+ * `api_key` is sent as `Authorization: Bearer`. Every call has `timeout_ms` for its headers and between body
+ * chunks (undici), on the shared keep-alive pools of the chat adapters.
+ *
+ * @example createHttpVideoProvider({ id: 'vid', kind: 'http-video', base_url: 'https://video.example/v1', timeout_ms: 30000, connect_timeout_ms: 10000, region: 'global', data_collection: 'deny' })
+ */
+export function createHttpVideoProvider(config: HttpVideoProviderConfig): VideoProvider {
+  const base = new URL(`${config.base_url.replace(/\/+$/, '')}/videos`);
+  const headers: Record<string, string> = { ...config.headers, accept: 'application/json' };
+  if (config.api_key) headers.authorization = `Bearer ${config.api_key}`;
+
+  async function call({ method, path, body, signal }: Call): Promise<{ status: number; json: Record<string, unknown> | null; text: string }> {
+    let res;
+    try {
+      res = await agentFor(config.connect_timeout_ms).request({
+        origin: base.origin,
+        path: `${base.pathname}${path}`,
+        method,
+        headers: body === undefined ? headers : { ...headers, 'content-type': 'application/json' },
+        body: body === undefined ? undefined : JSON.stringify(body),
+        headersTimeout: config.timeout_ms,
+        bodyTimeout: config.timeout_ms,
+        signal,
+      });
+    } catch (err) {
+      throw networkError(err, config.id);
+    }
+    let text: string;
+    try {
+      text = await res.body.text();
+    } catch (err) {
+      throw networkError(err, config.id);
+    }
+    let json: Record<string, unknown> | null = null;
+    try {
+      const parsed: unknown = JSON.parse(text);
+      if (parsed && typeof parsed === 'object' && !Array.isArray(parsed)) json = parsed as Record<string, unknown>;
+    } catch {
+      // judged by the caller: a 2xx without a JSON object is a bad answer
+    }
+    return { status: res.statusCode, json, text };
+  }
+
+  const failIfNot2xx = (r: { status: number; text: string }) => {
+    if (r.status < 200 || r.status >= 300) throw classifyUpstreamError(r.status, r.text, config.id);
+  };
+  const badAnswer = (what: string) =>
+    new GatewayError('provider_unavailable', `Provider ${config.id} returned ${what}`, { metadata: { provider_name: config.id } });
+
+  return {
+    id: config.id,
+    kind: 'http-video',
+    async submit(input: VideoSubmitInput, signal: AbortSignal) {
+      const body: Record<string, unknown> = { ...input.params, model: input.model, prompt: input.prompt };
+      if (input.previousUpstreamJobId) body.previous_job_id = input.previousUpstreamJobId;
+      const r = await call({ method: 'POST', path: '', body, signal });
+      failIfNot2xx(r);
+      const id = r.json?.id;
+      if (typeof id !== 'string' || id === '') throw badAnswer('no job id');
+      return { upstreamJobId: id };
+    },
+    async poll(upstreamJobId: string): Promise<VideoPollResult> {
+      const r = await call({ method: 'GET', path: `/${encodeURIComponent(upstreamJobId)}` });
+      // The upstream no longer knows the job: it will never finish.
+      if (r.status === 404) return { status: 'failed', error: `Provider ${config.id} no longer knows this job` };
+      failIfNot2xx(r);
+      const status = STATUS[String(r.json?.status ?? '').toLowerCase()];
+      if (!status) throw badAnswer(`an unknown job status ${JSON.stringify(r.json?.status ?? null)}`);
+      return pollResult(status, r.json!);
+    },
+    async cancel(upstreamJobId: string) {
+      failIfNot2xx(await call({ method: 'POST', path: `/${encodeURIComponent(upstreamJobId)}/cancel`, body: {} }));
+    },
+  };
+}
+
+function pollResult(status: VideoUpstreamStatus, body: Record<string, unknown>): VideoPollResult {
+  const out: VideoPollResult = { status };
+  if (Array.isArray(body.output_urls)) out.urls = body.output_urls.filter((u): u is string => typeof u === 'string');
+  const usage: { cost?: number; seconds?: number } = {};
+  if (typeof body.cost === 'number' && Number.isFinite(body.cost) && body.cost >= 0) usage.cost = body.cost;
+  if (typeof body.seconds === 'number' && Number.isFinite(body.seconds) && body.seconds >= 0) usage.seconds = body.seconds;
+  if (Object.keys(usage).length > 0) out.usage = usage;
+  const err = body.error;
+  if (typeof err === 'string') out.error = err;
+  else if (err && typeof err === 'object' && typeof (err as { message?: unknown }).message === 'string') out.error = (err as { message: string }).message;
+  if (typeof body.expires_at === 'number' && Number.isFinite(body.expires_at)) out.expiresAt = body.expires_at * 1000;
+  return out;
+}
+
+function networkError(err: unknown, providerId: string): GatewayError {
+  if (err instanceof GatewayError) return err;
+  const metadata = { provider_name: providerId };
+  const timeout =
+    err instanceof undiciErrors.HeadersTimeoutError ||
+    err instanceof undiciErrors.BodyTimeoutError ||
+    err instanceof undiciErrors.ConnectTimeoutError ||
+    (err as Error)?.name === 'AbortError';
+  if (timeout) return new GatewayError('timeout', `Provider ${providerId} timed out`, { metadata, cause: err });
+  return new GatewayError('provider_unavailable', `Provider ${providerId} could not be reached`, { metadata, cause: err });
+}

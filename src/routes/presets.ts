@@ -1,0 +1,75 @@
+import { GatewayError } from '../errors/gateway-error';
+import type { GatewayContext, Stage } from '../pipeline/types';
+import { presetReference } from '../presets/apply';
+import { presetConfigOf, presetView, SLUG, versionView } from '../presets/config';
+import type { Services } from '../services';
+import { StoreConflictError } from '../store/types';
+import { requestValidators } from '../validation/request-validators';
+
+/** Spec 5.3: preset writes and reads are for management keys only. */
+function requireManagement(ctx: GatewayContext): void {
+  if (!ctx.state.gateway.key?.isManagement) {
+    throw new GatewayError('permission_denied', 'Only management keys can perform this operation');
+  }
+}
+
+function slugOf(ctx: GatewayContext): string {
+  const slug = (ctx as unknown as { params: Record<string, string> }).params.slug ?? '';
+  if (!SLUG.test(slug)) {
+    throw new GatewayError('invalid_request', 'The preset slug must be 1-64 characters of lowercase letters, digits, `-`, `_` and `.`, starting and ending with a letter or digit', {
+      metadata: { field: 'slug' },
+    });
+  }
+  return slug;
+}
+
+/**
+ * POST /presets/{slug}/messages (spec 4.3): a management key saves a messages request body as the preset's
+ * next version (version 1 for a new slug), which becomes the designated one. Only preset fields persist.
+ */
+export function presetWriteStage(services: Services): Stage {
+  return async (ctx) => {
+    requireManagement(ctx);
+    const slug = slugOf(ctx);
+    const state = ctx.state.gateway;
+    const body = state.body!;
+    const problem = requestValidators().messages(body);
+    if (problem) throw new GatewayError('invalid_request', problem.message, { metadata: { field: problem.field } });
+    if (presetReference(body)) throw new GatewayError('invalid_request', 'A preset cannot name another preset', { metadata: { field: 'model' } });
+    for (const model of [body.model, ...(Array.isArray(body.models) ? body.models : [])]) {
+      if (typeof model === 'string' && !services.models.has(model)) {
+        throw new GatewayError('not_found', `Model \`${model}\` is not available on this gateway (see GET /models)`, { metadata: { model } });
+      }
+    }
+    const { config, systemPrompt } = presetConfigOf(body);
+    try {
+      const saved = await services.store.savePresetVersion({ workspaceId: state.key!.workspaceId, slug, creatorUserId: state.key!.creatorUserId, config, systemPrompt });
+      services.presets.remember(saved);
+      state.response = { kind: 'json', status: 200, body: { data: presetView(saved) } };
+    } catch (err) {
+      if (err instanceof StoreConflictError) throw new GatewayError('conflict', `Preset \`${slug}\` was changed by another request at the same time; retry later`);
+      throw err;
+    }
+  };
+}
+
+/** GET /presets: the workspace's presets with their designated versions (this gateway's addition). */
+export function presetListStage(services: Services): Stage {
+  return async (ctx) => {
+    requireManagement(ctx);
+    const list = await services.store.listPresets(ctx.state.gateway.key!.workspaceId);
+    ctx.state.gateway.response = { kind: 'json', status: 200, body: { data: list.map(presetView) } };
+  };
+}
+
+/** GET /presets/{slug} and GET /presets/{slug}/versions (this gateway's additions). */
+export function presetReadStage(services: Services, what: 'preset' | 'versions'): Stage {
+  return async (ctx) => {
+    requireManagement(ctx);
+    const slug = slugOf(ctx);
+    const found = await services.store.findPreset(ctx.state.gateway.key!.workspaceId, slug);
+    if (!found) throw new GatewayError('not_found', `Preset \`${slug}\` not found`, { metadata: { preset: slug } });
+    const body = what === 'preset' ? { data: presetView(found) } : { data: (await services.store.listPresetVersions(found.preset.id)).map(versionView) };
+    ctx.state.gateway.response = { kind: 'json', status: 200, body };
+  };
+}

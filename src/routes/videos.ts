@@ -1,0 +1,170 @@
+import type { VideoModelConfig } from '../config/types';
+import { GatewayError, toGatewayError } from '../errors/gateway-error';
+import type { GatewayContext, Stage } from '../pipeline/types';
+import type { VideoProvider } from '../providers/video-types';
+import { blamesCaller } from '../routing/attempt-policy';
+import type { Services } from '../services';
+import { creditsRejection } from '../spend/rejections';
+import type { KeyRecord, VideoJob } from '../store/types';
+import { expireIfDue } from '../videos/advance';
+import { jobObject, transition, videoJobId } from '../videos/job';
+import { parseVideoRequest, type VideoRequest } from '../videos/request';
+import { isFinished } from '../videos/states';
+
+/** Spec 5.3: polling (and, our choice, cancelling) video jobs is for management keys only. */
+function requireManagementKey(key: KeyRecord): void {
+  if (!key.isManagement) throw new GatewayError('permission_denied', 'Only management keys can perform this operation');
+}
+
+function jobIdParam(ctx: GatewayContext): string {
+  return (ctx as unknown as { params: Record<string, string> }).params.jobId ?? '';
+}
+
+/** The workspace's job, or 404 alike for an unknown id and another workspace's job (nothing to probe). */
+async function workspaceJob(services: Services, id: string, key: KeyRecord): Promise<VideoJob> {
+  const job = await services.store.getVideoJob(id, key.workspaceId);
+  if (!job) throw new GatewayError('not_found', `Video job ${id} not found`);
+  return job;
+}
+
+/**
+ * POST /videos (this gateway's addition; the spec shows no creation): any valid key. Validates the body,
+ * checks the account balance, submits to the model's first video endpoint that accepts the job (the next
+ * one on an upstream failure that is not the caller's fault), stores the job and answers 200 with it
+ * (`status: pending`).
+ */
+export function videoCreateStage(services: Services): Stage {
+  return async (ctx) => {
+    const state = ctx.state.gateway;
+    const key = state.key!;
+    const req = parseVideoRequest(state.body, services.config.videos);
+    const model = services.videos.models.get(req.model);
+    if (!model) {
+      throw new GatewayError('not_found', `Video model \`${req.model}\` is not available on this gateway`, { metadata: { model: req.model } });
+    }
+    const previous = req.previousJobId ? await previousJob(services, req.previousJobId, key) : null;
+    const endpoints = previous ? model.endpoints.filter((e) => e.provider === previous.provider) : model.endpoints;
+    if (previous && endpoints.length === 0) {
+      throw new GatewayError('invalid_request', `The previous job ran on provider ${previous.provider}, which does not serve video model \`${model.id}\``, {
+        metadata: { field: 'previous_job_id' },
+      });
+    }
+    await checkBalance(services, key);
+    const submitted = await submit(services, endpoints, req, previous, state.signal);
+    const now = services.spend.clock();
+    let job: VideoJob;
+    try {
+      job = await services.store.createVideoJob({
+        id: videoJobId(now),
+        workspaceId: key.workspaceId,
+        keyId: key.id,
+        accountId: key.accountId,
+        userId: key.creatorUserId,
+        model: model.id,
+        provider: submitted.endpoint.provider,
+        upstreamModel: submitted.endpoint.upstream_model,
+        upstreamJobId: submitted.upstreamJobId,
+        status: 'pending',
+        previousJobId: previous?.id ?? null,
+        request: { prompt: req.prompt, params: req.params, pricing: submitted.endpoint.pricing },
+        createdAt: now,
+      });
+    } catch (err) {
+      // Nobody could ever poll or bill it: stop the upstream work rather than leave it running unseen.
+      submitted.provider.cancel(submitted.upstreamJobId).catch(() => undefined);
+      throw err;
+    }
+    state.span.setAttribute('gateway.video_job_id', job.id);
+    state.response = { kind: 'json', status: 200, body: jobObject(job, services.config.server.base_path) };
+  };
+}
+
+/** A job continued with `previous_job_id`: the workspace's own (404 otherwise), and completed. */
+async function previousJob(services: Services, id: string, key: KeyRecord): Promise<VideoJob> {
+  const job = await services.store.getVideoJob(id, key.workspaceId);
+  if (!job) throw new GatewayError('not_found', `Video job ${id} not found`, { metadata: { field: 'previous_job_id' } });
+  if (job.status !== 'completed') {
+    throw new GatewayError('invalid_request', `Only a completed job can be continued; video job ${id} is ${job.status}`, { metadata: { field: 'previous_job_id' } });
+  }
+  return job;
+}
+
+/**
+ * The one spend check of a video request: a prepaid account needs a positive balance (402
+ * `gateway_credits`), as paid chat requests do. A job's cost is known only when it completes, so nothing is
+ * estimated or held, and budgets and key limits are not checked up front (the cost counts towards them once billed).
+ */
+async function checkBalance(services: Services, key: KeyRecord): Promise<void> {
+  const account = await services.spend.account(key.accountId, services.config);
+  const billing = services.config.accounts.find((a) => a.name === account?.name)?.billing ?? 'prepaid';
+  const balance = account?.balanceUsd ?? 0;
+  if (billing === 'prepaid' && balance <= 0) throw creditsRejection('insufficient_credits', balance);
+}
+
+interface Submitted {
+  endpoint: VideoModelConfig['endpoints'][number];
+  provider: VideoProvider;
+  upstreamJobId: string;
+}
+
+async function submit(services: Services, endpoints: VideoModelConfig['endpoints'], req: VideoRequest, previous: VideoJob | null, signal: AbortSignal): Promise<Submitted> {
+  let last: GatewayError | undefined;
+  for (const endpoint of endpoints) {
+    const provider = services.videos.providers.get(endpoint.provider);
+    if (!provider) continue;
+    try {
+      const { upstreamJobId } = await provider.submit(
+        { model: endpoint.upstream_model, prompt: req.prompt, params: req.params, previousUpstreamJobId: previous?.upstreamJobId },
+        signal,
+      );
+      return { endpoint, provider, upstreamJobId };
+    } catch (err) {
+      last = toGatewayError(err);
+      if (blamesCaller(last) || signal.aborted) throw last;
+      services.logger.warn({ err, provider: endpoint.provider }, 'video submission failed; trying the next endpoint');
+    }
+  }
+  throw last ?? new GatewayError('provider_unavailable', 'No video provider is available for this model');
+}
+
+/**
+ * GET /videos/{jobId} (spec 4.4): 401 without a usable key, 403 for keys that are not management keys
+ * (before any lookup), 404 for unknown ids and other workspaces' jobs, else the job object (2.3). A completed
+ * job past its expiry is expired on this read.
+ */
+export function videoGetStage(services: Services): Stage {
+  return async (ctx) => {
+    const state = ctx.state.gateway;
+    const key = state.key!;
+    requireManagementKey(key);
+    const id = jobIdParam(ctx);
+    let job = await workspaceJob(services, id, key);
+    const deps = { services, clock: services.spend.clock };
+    job = (await expireIfDue(deps, job)) ?? (await workspaceJob(services, id, key));
+    state.response = { kind: 'json', status: 200, body: jobObject(job, services.config.server.base_path) };
+  };
+}
+
+/**
+ * POST /videos/{jobId}/cancel: same key and workspace rules as GET. A pending or in_progress job is cancelled
+ * upstream, then marked cancelled (200 with the job); a job that already ended is 409 `conflict`. An upstream
+ * that refuses the cancel leaves the job as it was and answers with that error (e.g. 502).
+ */
+export function videoCancelStage(services: Services): Stage {
+  return async (ctx) => {
+    const state = ctx.state.gateway;
+    const key = state.key!;
+    requireManagementKey(key);
+    const id = jobIdParam(ctx);
+    let job = await workspaceJob(services, id, key);
+    if (!isFinished(job.status)) await services.videos.providers.get(job.provider)?.cancel(job.upstreamJobId);
+    // A poller may move the job (pending → in_progress) between the read and the write: read again and retry.
+    for (let i = 0; i < 3 && !isFinished(job.status); i++) {
+      job = (await transition(services.store, job, 'cancelled', {}, services.spend.clock())) ?? (await workspaceJob(services, id, key));
+    }
+    if (job.status !== 'cancelled') {
+      throw new GatewayError('conflict', `Video job ${id} is ${job.status}; only a pending or in_progress job can be cancelled`, { metadata: { status: job.status } });
+    }
+    state.response = { kind: 'json', status: 200, body: jobObject(job, services.config.server.base_path) };
+  };
+}

@@ -1,0 +1,97 @@
+import { roundUsd } from '../spend/pricing';
+import { generationId } from '../routing/generation-id';
+import type { Services } from '../services';
+import type { VideoJob, VideoJobPatch, VideoJobStatus } from '../store/types';
+import type { VideoPollResult } from '../providers/video-types';
+import { billVideoJob } from './billing';
+import { transition } from './job';
+
+/** What one step of a job needs: the current config's services and the clock. */
+export interface AdvanceDeps {
+  services: Services;
+  clock: () => number;
+}
+
+/**
+ * Takes one job one step further, as far as it can go now: polls the upstream of a pending or in_progress
+ * job and applies what it reports, bills a completed job not yet billed, and expires a completed job whose
+ * outputs expired. Every status change is a compare-and-set: when another poller or process changed the job
+ * first, this returns null and leaves the job to the next round. Upstream errors are logged and retried at
+ * the next poll.
+ *
+ * @example await advanceJob({ services, clock: Date.now }, job);
+ */
+export async function advanceJob(deps: AdvanceDeps, job: VideoJob): Promise<VideoJob | null> {
+  let current: VideoJob | null = job;
+  if (current.status === 'pending' || current.status === 'in_progress') current = await followUpstream(deps, current);
+  if (!current) return null;
+  if ((current.status === 'completed' || current.status === 'expired') && !current.billed) {
+    await billVideoJob(deps.services, current);
+    current = { ...current, billed: true };
+  }
+  return expireIfDue(deps, current);
+}
+
+/** completed → expired once the outputs' expiry has passed (the poller, and every read of the job). */
+export async function expireIfDue(deps: AdvanceDeps, job: VideoJob): Promise<VideoJob | null> {
+  const now = deps.clock();
+  if (job.status !== 'completed' || job.expiresAt === null || job.expiresAt > now) return job;
+  return transition(deps.services.store, job, 'expired', {}, now);
+}
+
+async function followUpstream(deps: AdvanceDeps, job: VideoJob): Promise<VideoJob | null> {
+  const { services } = deps;
+  const now = deps.clock();
+  const provider = services.videos.providers.get(job.provider);
+  const timeoutS = services.config.videos.job_timeout_s;
+  if (now - job.createdAt >= timeoutS * 1000) {
+    provider?.cancel(job.upstreamJobId).catch((err) => services.logger.warn({ err, video_job_id: job.id }, 'cancelling a timed-out video job upstream failed'));
+    return transition(services.store, job, 'failed', { error: `The job did not finish within ${timeoutS} s` }, now);
+  }
+  if (!provider) return job; // its provider left the config: the job waits for it to come back, or times out
+  let result: VideoPollResult;
+  try {
+    result = await provider.poll(job.upstreamJobId);
+  } catch (err) {
+    services.logger.warn({ err, video_job_id: job.id, provider: job.provider }, 'polling a video job failed; retrying at the next poll');
+    return job;
+  }
+  const step = (from: VideoJob, to: VideoJobStatus, patch: Omit<VideoJobPatch, 'status' | 'updatedAt'> = {}) =>
+    transition(services.store, from, to, patch, deps.clock());
+  const started = async (j: VideoJob) => (j.status === 'pending' ? step(j, 'in_progress', { generationId: generationId(deps.clock()) }) : j);
+  switch (result.status) {
+    case 'queued':
+      return job;
+    case 'running':
+      return started(job);
+    case 'succeeded': {
+      // An upstream that finished between two polls still passes through in_progress (the generation id).
+      const running = await started(job);
+      return running && step(running, 'completed', completion(deps, running, result));
+    }
+    case 'failed':
+      return step(job, 'failed', { error: result.error ?? `Provider ${job.provider} reported the job as failed` });
+    case 'cancelled':
+      return step(job, 'cancelled');
+  }
+}
+
+/**
+ * The completion patch: outputs, their expiry (the upstream's own, else `videos.output_ttl_s` from now) and the
+ * cost at the price agreed when the job was created: `per_job + per_second × seconds` (the upstream's seconds,
+ * else the requested duration); with no price at all, the cost the upstream reports.
+ */
+function completion(deps: AdvanceDeps, job: VideoJob, result: VideoPollResult): Omit<VideoJobPatch, 'status' | 'updatedAt'> {
+  const now = deps.clock();
+  const pricing = job.request.pricing ?? { per_second: 0, per_job: 0 };
+  const requested = Number(job.request.params.duration_seconds);
+  const seconds = result.usage?.seconds ?? (Number.isFinite(requested) ? requested : 0);
+  const priced = pricing.per_job > 0 || pricing.per_second > 0;
+  const cost = priced ? pricing.per_job + pricing.per_second * seconds : (result.usage?.cost ?? 0);
+  return {
+    urls: result.urls ?? [],
+    costUsd: roundUsd(cost),
+    expiresAt: result.expiresAt ?? now + deps.services.config.videos.output_ttl_s * 1000,
+    completedAt: now,
+  };
+}

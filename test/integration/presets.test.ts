@@ -1,0 +1,220 @@
+import { randomBytes } from 'node:crypto';
+import { Client } from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openStore } from '../../src/store';
+import type { Store } from '../../src/store/types';
+import { post, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+import { perTestGateways } from '../fixtures/per-test';
+
+/** POST /presets/{slug}/messages, the preset reads, and presets used by both inference endpoints. */
+
+const t = perTestGateways();
+const PG_URL = process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+
+const start = (store?: Store) => t.start({ yaml: testConfigYaml(t.upstream.url), store });
+
+const PRESET_BODY = {
+  model: 'fake/gpt',
+  max_tokens: 7,
+  temperature: 0.3,
+  stop_sequences: ['END'],
+  system: 'You are terse.',
+  messages: [{ role: 'user', content: 'this conversation is not kept' }],
+  stream: true,
+  metadata: { user_id: 'not kept either' },
+};
+
+async function get(url: string, key: string | null) {
+  const res = await fetch(url, { headers: key ? { authorization: `Bearer ${key}` } : {} });
+  return { status: res.status, json: (await res.json()) as any };
+}
+
+const save = (g: TestGateway, slug: string, body: unknown = PRESET_BODY, key = g.managementKey) => post(`${g.url}/presets/${slug}/messages`, key, body);
+
+describe('POST /presets/{slug}/messages', () => {
+  it('200: creates version 1 with only the preset fields, system as system_prompt; the next write is version 2', async () => {
+    const g = await start();
+    const r = await save(g, 'terse-writer');
+    expect(r.status).toBe(200);
+    const data = r.json.data;
+    expect(data).toEqual({
+      id: expect.stringMatching(/^[0-9a-f-]{36}$/),
+      name: 'terse-writer',
+      slug: 'terse-writer',
+      description: null,
+      status: 'active',
+      status_updated_at: expect.any(String),
+      created_at: expect.any(String),
+      updated_at: expect.any(String),
+      creator_user_id: 'user_test',
+      workspace_id: g.keyRecord.workspaceId,
+      designated_version_id: data.designated_version.id,
+      designated_version: {
+        id: expect.stringMatching(/^[0-9a-f-]{36}$/),
+        preset_id: data.id,
+        version: 1,
+        config: { model: 'fake/gpt', max_tokens: 7, temperature: 0.3, stop_sequences: ['END'] },
+        system_prompt: 'You are terse.',
+        creator_id: 'user_test',
+        created_at: expect.any(String),
+        updated_at: expect.any(String),
+      },
+    });
+    const next = await save(g, 'terse-writer', { model: 'fake/claude', messages: [{ role: 'user', content: 'x' }] });
+    expect(next.json.data.id).toBe(data.id);
+    expect(next.json.data.designated_version).toMatchObject({ version: 2, config: { model: 'fake/claude' }, system_prompt: null });
+    expect(next.json.data.designated_version_id).not.toBe(data.designated_version_id);
+  });
+
+  it('401 without a key, 403 for a regular key, in the standard envelope', async () => {
+    const g = await start();
+    const none = await save(g, 'p', PRESET_BODY, null as unknown as string);
+    expect(none.status).toBe(401);
+    expect(none.json).toEqual({ error: { code: 401, message: 'Missing Authentication header', metadata: { error_type: 'authentication' } } });
+    const regular = await save(g, 'p', PRESET_BODY, g.key);
+    expect(regular.status).toBe(403);
+    expect(regular.json).toEqual({ error: { code: 403, message: 'Only management keys can perform this operation', metadata: { error_type: 'permission_denied' } } });
+  });
+
+  it('400 for a bad slug, an invalid messages body or a preset naming a preset; 404 for an unknown model', async () => {
+    const g = await start();
+    const slug = await save(g, 'Not_OK!');
+    expect(slug.status).toBe(400);
+    expect(slug.json.error.metadata).toEqual({ error_type: 'invalid_request', field: 'slug' });
+    const body = await save(g, 'ok', { model: 'fake/gpt', max_tokens: 'lots', messages: [{ role: 'user', content: 'x' }] });
+    expect(body.status).toBe(400);
+    expect(body.json.error.metadata.field).toBe('max_tokens');
+    const nested = await save(g, 'ok', { model: '@preset/other', messages: [{ role: 'user', content: 'x' }] });
+    expect(nested.status).toBe(400);
+    const unknown = await save(g, 'ok', { model: 'nope/model', messages: [{ role: 'user', content: 'x' }] });
+    expect(unknown.status).toBe(404);
+    expect(unknown.json.error).toMatchObject({ code: 404, metadata: { error_type: 'not_found', model: 'nope/model' } });
+    expect((await get(`${g.url}/presets`, g.managementKey)).json.data).toEqual([]); // nothing was saved
+  });
+
+  it('500 when the store fails, with the generic message', async () => {
+    const store = await openStore({ driver: 'sqlite', path: ':memory:' });
+    const failing = new Proxy(store, {
+      get(target, prop, receiver) {
+        if (prop === 'savePresetVersion') return async () => Promise.reject(new Error('disk on fire'));
+        const v = Reflect.get(target, prop, receiver);
+        return typeof v === 'function' ? v.bind(target) : v;
+      },
+    });
+    const g = await start(failing);
+    try {
+      const r = await save(g, 'p');
+      expect(r.status).toBe(500);
+      expect(r.json).toEqual({ error: { code: 500, message: 'Internal server error', metadata: { error_type: 'server' } } });
+      expect(g.logs.join('')).toContain('disk on fire');
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+describe('concurrent preset writes on PostgreSQL', () => {
+  const schema = `gw_test_${randomBytes(6).toString('hex')}`;
+  let store: Store;
+  beforeAll(async () => {
+    store = await openStore({ driver: 'postgres', url: PG_URL, schema, pool_max: 10 } as never);
+  });
+  afterAll(async () => {
+    await store.close();
+    const c = new Client({ connectionString: PG_URL });
+    await c.connect();
+    await c.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+    await c.end();
+  });
+
+  it('never two versions with one number; the losers get 409 conflict and nothing is half-written', async () => {
+    const g = await start(store);
+    const results = await Promise.all(Array.from({ length: 10 }, (_, i) => save(g, 'race', { ...PRESET_BODY, temperature: i / 10 })));
+    const ok = results.filter((r) => r.status === 200);
+    const lost = results.filter((r) => r.status !== 200);
+    for (const r of lost) {
+      expect(r.status).toBe(409);
+      expect(r.json).toEqual({ error: { code: 409, message: expect.stringMatching(/retry later$/), metadata: { error_type: 'conflict' } } });
+    }
+    const versions = ok.map((r) => r.json.data.designated_version.version);
+    expect(new Set(versions).size).toBe(versions.length);
+    const listed = (await get(`${g.url}/presets/race/versions`, g.managementKey)).json.data;
+    expect(listed.map((v: { version: number }) => v.version).sort()).toEqual([...versions].sort());
+    // A retry after a conflict succeeds with the next number.
+    const retry = await save(g, 'race');
+    expect(retry.json.data.designated_version.version).toBe(Math.max(...versions) + 1);
+  });
+});
+
+describe('preset reads', () => {
+  it('GET /presets, /presets/{slug}, /presets/{slug}/versions: management keys, 403 otherwise, 404 for unknown or other workspaces', async () => {
+    const g = await start();
+    await save(g, 'a');
+    await save(g, 'a', { model: 'fake/claude', messages: [{ role: 'user', content: 'x' }] });
+    await save(g, 'b');
+    expect((await get(`${g.url}/presets`, g.managementKey)).json.data.map((p: { slug: string }) => p.slug)).toEqual(['a', 'b']);
+    expect((await get(`${g.url}/presets/a`, g.managementKey)).json.data.designated_version.version).toBe(2);
+    expect((await get(`${g.url}/presets/a/versions`, g.managementKey)).json.data.map((v: { version: number }) => v.version)).toEqual([2, 1]);
+    expect((await get(`${g.url}/presets/a`, g.key)).status).toBe(403);
+    expect((await get(`${g.url}/presets`, g.key)).status).toBe(403);
+    expect((await get(`${g.url}/presets/zzz`, g.managementKey)).status).toBe(404);
+    const ws = await g.store.ensureWorkspace('elsewhere', g.keyRecord.accountId);
+    const outsider = await g.createKey({ workspaceId: ws.id, isManagement: true, name: 'outsider' });
+    expect((await get(`${g.url}/presets/a`, outsider.secret)).status).toBe(404);
+    expect((await get(`${g.url}/presets`, outsider.secret)).json.data).toEqual([]);
+  });
+});
+
+describe('using a preset', () => {
+  const chat = (over: Record<string, unknown>) => post(`${gw().url}/chat/completions`, gw().key, { messages: [{ role: 'user', content: 'hi' }], ...over });
+  const messages = (over: Record<string, unknown>) => post(`${gw().url}/messages`, gw().key, { messages: [{ role: 'user', content: 'hi' }], ...over });
+  let current: TestGateway;
+  const gw = () => current;
+  const sent = () => t.upstream.received.at(-1)!.body;
+
+  it('chat: model "@preset/<slug>" applies the designated version translated to chat; request fields win', async () => {
+    current = await start();
+    await save(current, 'terse');
+    const r = await chat({ model: '@preset/terse' });
+    expect(r.status).toBe(200);
+    expect(r.json.model).toBe('fake/gpt');
+    expect(sent()).toMatchObject({ model: 'gpt-upstream', temperature: 0.3, stop: ['END'] });
+    expect(sent().messages[0]).toEqual({ role: 'system', content: 'You are terse.' });
+    expect(sent().max_completion_tokens ?? sent().max_tokens).toBe(7);
+    await chat({ model: '@preset/terse', temperature: 1.5, messages: [{ role: 'system', content: 'Mine.' }, { role: 'user', content: 'hi' }] });
+    expect(sent().temperature).toBe(1.5);
+    expect(sent().messages.filter((m: { role: string }) => m.role === 'system')).toEqual([{ role: 'system', content: 'Mine.' }]);
+  });
+
+  it('messages: `preset` field and "<model>@preset/<slug>"; system_prompt becomes system', async () => {
+    current = await start();
+    await save(current, 'terse');
+    let r = await messages({ preset: 'terse', model: 'fake/claude' });
+    expect(r.status).toBe(200);
+    expect(sent()).toMatchObject({ model: 'claude-upstream', system: 'You are terse.', max_tokens: 7, temperature: 0.3, stop_sequences: ['END'] });
+    r = await messages({ model: 'fake/claude@preset/terse' });
+    expect(r.status).toBe(200);
+    expect(sent()).toMatchObject({ model: 'claude-upstream', system: 'You are terse.' });
+    r = await messages({ model: '@preset/terse', system: 'Own system.' });
+    expect(r.json.model).toBe('fake/gpt');
+    expect(sent().messages[0]).toEqual({ role: 'system', content: 'Own system.' }); // translated to the chat provider
+  });
+
+  it('the newest version serves at once after a write; an unknown preset is 404 in each envelope; other workspaces do not see it', async () => {
+    current = await start();
+    await save(current, 'p');
+    await save(current, 'p', { model: 'fake/claude', temperature: 0.9, messages: [{ role: 'user', content: 'x' }] });
+    expect((await chat({ model: '@preset/p' })).json.model).toBe('fake/claude');
+    const c = await chat({ model: '@preset/nope' });
+    expect(c.status).toBe(404);
+    expect(c.json.error).toEqual({ code: 404, message: 'Preset `nope` not found', metadata: { error_type: 'not_found', preset: 'nope' } });
+    const m = await messages({ preset: 'nope', model: 'fake/claude' });
+    expect(m.status).toBe(404);
+    expect(m.json).toMatchObject({ type: 'error', error: { type: 'not_found_error', error_type: 'not_found' }, request_id: null });
+    const ws = await current.store.ensureWorkspace('elsewhere', current.keyRecord.accountId);
+    const outsider = await current.createKey({ workspaceId: ws.id, name: 'outsider' });
+    expect((await post(`${current.url}/chat/completions`, outsider.secret, { model: '@preset/p', messages: [{ role: 'user', content: 'hi' }] })).status).toBe(404);
+    const both = await chat({ model: '@preset/p', preset: 'other' });
+    expect(both.status).toBe(400);
+  });
+});
