@@ -1,4 +1,5 @@
 import { LRUCache } from 'lru-cache';
+import { GatewayError } from '../errors/gateway-error';
 import type { KeyLookup } from '../services';
 import { hashKey } from '../store/key-secret';
 import type { KeyRecord, Store } from '../store/types';
@@ -31,4 +32,9 @@ export function keyUnusableReason(key: KeyRecord, now = Date.now()): string | nu
   if (key.disabled) return 'disabled';
   if (key.expiresAt && Date.parse(key.expiresAt) <= now) return 'expired';
   return null;
+}
+
+/** Spec 5.3: preset and video-job operations are for management keys only (403 otherwise). */
+export function requireManagementKey(key: KeyRecord | null): void {
+  if (!key?.isManagement) throw new GatewayError('permission_denied', 'Only management keys can perform this operation');
 }

@@ -1,3 +1,4 @@
+import { requireManagementKey } from '../auth/key-cache';
 import { GatewayError } from '../errors/gateway-error';
 import type { GatewayContext, Stage } from '../pipeline/types';
 import { presetReference } from '../presets/apply';
@@ -5,13 +6,6 @@ import { presetConfigOf, presetView, SLUG, versionView } from '../presets/config
 import type { Services } from '../services';
 import { StoreConflictError } from '../store/types';
 import { requestValidators } from '../validation/request-validators';
-
-/** Spec 5.3: preset writes and reads are for management keys only. */
-function requireManagement(ctx: GatewayContext): void {
-  if (!ctx.state.gateway.key?.isManagement) {
-    throw new GatewayError('permission_denied', 'Only management keys can perform this operation');
-  }
-}
 
 function slugOf(ctx: GatewayContext): string {
   const slug = (ctx as unknown as { params: Record<string, string> }).params.slug ?? '';
@@ -29,7 +23,7 @@ function slugOf(ctx: GatewayContext): string {
  */
 export function presetWriteStage(services: Services): Stage {
   return async (ctx) => {
-    requireManagement(ctx);
+    requireManagementKey(ctx.state.gateway.key);
     const slug = slugOf(ctx);
     const state = ctx.state.gateway;
     const body = state.body!;
@@ -56,7 +50,7 @@ export function presetWriteStage(services: Services): Stage {
 /** GET /presets: the workspace's presets with their designated versions (this gateway's addition). */
 export function presetListStage(services: Services): Stage {
   return async (ctx) => {
-    requireManagement(ctx);
+    requireManagementKey(ctx.state.gateway.key);
     const list = await services.store.listPresets(ctx.state.gateway.key!.workspaceId);
     ctx.state.gateway.response = { kind: 'json', status: 200, body: { data: list.map(presetView) } };
   };
@@ -65,7 +59,7 @@ export function presetListStage(services: Services): Stage {
 /** GET /presets/{slug} and GET /presets/{slug}/versions (this gateway's additions). */
 export function presetReadStage(services: Services, what: 'preset' | 'versions'): Stage {
   return async (ctx) => {
-    requireManagement(ctx);
+    requireManagementKey(ctx.state.gateway.key);
     const slug = slugOf(ctx);
     const found = await services.store.findPreset(ctx.state.gateway.key!.workspaceId, slug);
     if (!found) throw new GatewayError('not_found', `Preset \`${slug}\` not found`, { metadata: { preset: slug } });

@@ -1,3 +1,4 @@
+import { requireManagementKey } from '../auth/key-cache';
 import type { VideoModelConfig } from '../config/types';
 import { GatewayError, toGatewayError } from '../errors/gateway-error';
 import type { GatewayContext, Stage } from '../pipeline/types';
@@ -12,10 +13,6 @@ import { parseVideoRequest, type VideoRequest } from '../videos/request';
 import { isFinished } from '../videos/states';
 
 /** Spec 5.3: polling (and, our choice, cancelling) video jobs is for management keys only. */
-function requireManagementKey(key: KeyRecord): void {
-  if (!key.isManagement) throw new GatewayError('permission_denied', 'Only management keys can perform this operation');
-}
-
 function jobIdParam(ctx: GatewayContext): string {
   return (ctx as unknown as { params: Record<string, string> }).params.jobId ?? '';
 }

@@ -16,7 +16,6 @@ import {
 } from './migrations';
 import { findPresetPg, listPresetsPg, listPresetVersionsPg, savePresetVersionPg, type Query } from './presets-postgres';
 import { postgresVideoJobs } from './video-jobs';
-import type { NewVideoJob, VideoJob, VideoJobCursor, VideoJobPatch, VideoJobStatus } from './types';
 import type {
   Account,
   ByokKeyRecord,
@@ -24,11 +23,16 @@ import type {
   LedgerRow,
   NewKey,
   NewPresetVersion,
+  NewVideoJob,
   PresetVersionRecord,
   PresetWithVersion,
   SpendScope,
   Store,
   UsageTotals,
+  VideoJob,
+  VideoJobCursor,
+  VideoJobPatch,
+  VideoJobStatus,
   Workspace,
 } from './types';
 

@@ -18,7 +18,6 @@ import {
 } from './migrations';
 import { sqlitePresets } from './presets-sqlite';
 import { sqliteVideoJobs } from './video-jobs';
-import type { NewVideoJob, VideoJob, VideoJobCursor, VideoJobPatch, VideoJobStatus } from './types';
 import type {
   Account,
   ByokKeyRecord,
@@ -26,11 +25,16 @@ import type {
   LedgerRow,
   NewKey,
   NewPresetVersion,
+  NewVideoJob,
   PresetVersionRecord,
   PresetWithVersion,
   SpendScope,
   Store,
   UsageTotals,
+  VideoJob,
+  VideoJobCursor,
+  VideoJobPatch,
+  VideoJobStatus,
   Workspace,
 } from './types';
 
