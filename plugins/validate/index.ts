@@ -1,6 +1,7 @@
 import { GatewayError } from '../../src/errors/gateway-error';
 import type { StageDefinition } from '../../src/pipeline/types';
 import type { Services } from '../../src/services';
+import { checkRequestPlugins } from '../../src/pipeline/request-plugins';
 import { requestValidators } from '../../src/validation/request-validators';
 import schema from './schema.json';
 
@@ -8,7 +9,7 @@ import schema from './schema.json';
  * `validate`: applies the preset the request names (if any: `model: "@preset/<slug>"`, `"<model>@preset/<slug>"`
  * or `preset: "<slug>"`), then checks the merged body against the endpoint's JSON Schema
  * (schemas/*.schema.json, compiled once). A violation is a 400 `invalid_request` naming the field; an
- * unknown preset is a 404.
+ * unknown preset is a 404; a `plugins` entry the operator's pipeline does not run is a 400.
  */
 export const validate: StageDefinition<Record<string, never>, Services> = {
   id: 'validate',
@@ -21,6 +22,7 @@ export const validate: StageDefinition<Record<string, never>, Services> = {
         await services.presets.applyTo(state);
         const problem = validators[state.endpoint](state.body);
         if (problem) throw new GatewayError('invalid_request', problem.message, { metadata: { field: problem.field } });
+        checkRequestPlugins(state, services.config);
       }
       await next();
     };

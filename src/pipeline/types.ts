@@ -34,6 +34,18 @@ export interface RouteChoice {
   isByok: boolean;
 }
 
+/**
+ * What a stage did to a request, for `gateway_metadata.pipeline` (spec 7.8) and the trace: e.g. a guardrail
+ * `{type: 'guardrail', name, guardrail_id, guardrail_scope, summary, data: {action, detected, engines, patterns}}`.
+ */
+export interface PipelineRecord {
+  type: string;
+  name: string;
+  summary: string;
+  data?: Record<string, unknown>;
+  [field: string]: unknown;
+}
+
 export interface UpstreamAttempt {
   provider: string;
   model: string;
@@ -71,6 +83,8 @@ export interface GatewayState {
    */
   traceContext: Context;
   route: RouteChoice | null;
+  /** What stages did (guardrails, moderation, routers, healing…), in order, for `gateway_metadata.pipeline`. */
+  pipeline: PipelineRecord[];
   /** Every endpoint routing considered, in order (for routing metadata). */
   candidates: { provider: string; model: string; region: string }[];
   attempts: UpstreamAttempt[];

@@ -74,7 +74,9 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       ctx.status = statusFor(e, style);
       if (e.headers) ctx.set(e.headers);
       ctx.body = errorBody(e, style, state?.requestId ?? null);
-      if (state?.metadataOptIn && state.candidates.length > 0) (ctx.body as Record<string, unknown>).gateway_metadata = routingMetadata(state);
+      if (state?.metadataOptIn && (state.candidates.length > 0 || state.pipeline.length > 0)) {
+        (ctx.body as Record<string, unknown>).gateway_metadata = routingMetadata(state);
+      }
       if (!state) runtime.services.logger.info({ endpoint: spec.id, status: ctx.status, error_type: e.errorType }, 'request');
       if (span) {
         span.setStatus({ code: SpanStatusCode.ERROR, message: e.message });
@@ -204,6 +206,7 @@ function newState({ spec, body, signal, span, ctx, startedAt }: NewState): Gatew
     span,
     traceContext: ROOT_CONTEXT,
     route: null,
+    pipeline: [],
     candidates: [],
     attempts: [],
     usage: null,

@@ -17,6 +17,7 @@ export function routingMetadata(state: GatewayState): Record<string, unknown> {
   const attempt = route ? state.attempts.findIndex((a) => a.outcome === 'success') + 1 : state.attempts.length;
   const requested = typeof state.body?.model === 'string' ? state.body.model : Array.isArray(state.body?.models) ? state.body.models[0] : null;
   return {
+    ...(state.pipeline.length > 0 ? { pipeline: state.pipeline } : {}),
     requested,
     strategy: 'ordered',
     region: served?.region ?? null,

@@ -1,0 +1,42 @@
+import { GatewayError } from '../errors/gateway-error';
+import type { GatewayConfig } from '../config/types';
+import type { EndpointId, GatewayState } from './types';
+
+/** One entry of a request's `plugins: [{id, …}]`. */
+export type RequestPlugin = Record<string, unknown> & { id: string; enabled?: boolean };
+
+/**
+ * The request's entry for plugin `id`, if it names one. Stages read their per-request options from it,
+ * within what their operator config allows; `enabled: false` asks a stage to stand aside for this request.
+ *
+ * @example const opts = requestPlugin(state.body, 'web'); if (opts?.enabled === false) return next();
+ */
+export function requestPlugin(body: Record<string, unknown> | null, id: string): RequestPlugin | undefined {
+  const list = body?.plugins;
+  if (!Array.isArray(list)) return undefined;
+  return list.find((p): p is RequestPlugin => !!p && typeof p === 'object' && (p as { id?: unknown }).id === id);
+}
+
+/** The stage ids the operator runs for an endpoint. */
+export function pipelineOf(config: GatewayConfig, endpoint: EndpointId): readonly string[] {
+  const named = endpoint === 'messages' ? config.pipelines.messages : endpoint === 'chat_completions' ? config.pipelines.chat_completions : undefined;
+  return named ?? config.pipelines.default;
+}
+
+/**
+ * A request may only ask for plugins the operator runs on this endpoint: naming another (one the request
+ * schema knows, since unknown ids are refused there) is a 400 that says so, rather than silently ignored.
+ */
+export function checkRequestPlugins(state: GatewayState, config: GatewayConfig): void {
+  const list = state.body?.plugins;
+  if (!Array.isArray(list)) return;
+  const enabled = new Set(pipelineOf(config, state.endpoint));
+  list.forEach((p, i) => {
+    const id = (p as { id?: unknown })?.id;
+    if (typeof id === 'string' && !enabled.has(id)) {
+      throw new GatewayError('invalid_request', `Plugin \`${id}\` is not enabled on this gateway (the operator's pipeline does not run it)`, {
+        metadata: { field: `plugins[${i}].id` },
+      });
+    }
+  });
+}
