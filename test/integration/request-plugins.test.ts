@@ -1,0 +1,38 @@
+import { describe, expect, it } from 'vitest';
+import { post, testConfigYaml } from '../fixtures/gateway';
+import { perTestGateways } from '../fixtures/per-test';
+
+const t = perTestGateways();
+
+describe('plugins named by a request', () => {
+  it('a plugin the operator does not run is a 400 naming it, in each envelope', async () => {
+    const g = await t.start({ yaml: testConfigYaml(t.upstream.url) });
+    const chat = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', plugins: [{ id: 'web' }], messages: [{ role: 'user', content: 'hi' }] });
+    expect(chat.status).toBe(400);
+    expect(chat.json.error).toEqual({
+      code: 400,
+      message: 'Plugin `web` is not enabled on this gateway (the operator\'s pipeline does not run it)',
+      metadata: { error_type: 'invalid_request', field: 'plugins[0].id' },
+    });
+    const messages = await post(`${g.url}/messages`, g.key, { model: 'fake/claude', max_tokens: 5, plugins: [{ id: 'fusion' }], messages: [{ role: 'user', content: 'hi' }] });
+    expect(messages.status).toBe(400);
+    expect(messages.json.error).toMatchObject({ type: 'invalid_request_error', error_type: 'invalid_request' });
+    expect(t.upstream.received).toHaveLength(0);
+  });
+
+  it('an id no plugin has is refused by the request schema', async () => {
+    const g = await t.start({ yaml: testConfigYaml(t.upstream.url) });
+    const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', plugins: [{ id: 'teleport' }], messages: [{ role: 'user', content: 'hi' }] });
+    expect(r.status).toBe(400);
+    expect(r.json.error.metadata.field).toBe('plugins[0].id');
+  });
+
+  it('without plugins named, nothing is recorded: no pipeline in the metadata', async () => {
+    const g = await t.start({ yaml: testConfigYaml(t.upstream.url, '[auth, validate, rate-limit, upstream]') });
+    const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', messages: [{ role: 'user', content: 'hi' }] });
+    expect(r.status).toBe(200);
+    expect(r.json.gateway_metadata).toBeUndefined();
+    const meta = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', messages: [{ role: 'user', content: 'hi' }] }, { 'x-gateway-metadata': 'enabled' });
+    expect(meta.json.gateway_metadata.pipeline).toBeUndefined(); // no stage recorded anything
+  });
+});
