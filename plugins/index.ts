@@ -1,11 +1,17 @@
 import type { StageDefinition, StageRegistry } from '../src/pipeline/types';
 import { auth } from './auth';
+import { autoRouter } from './auto-router';
 import { budgetCheck } from './budget-check';
+import { contextCompression } from './context-compression';
+import { guardrail } from './guardrail';
+import { paretoRouter } from './pareto-router';
 import { rateLimit } from './rate-limit';
+import { responseHealing } from './response-healing';
 import { upstream } from './upstream';
 import { validate } from './validate';
+import { webFetch } from './web-fetch';
 
 /** Every stage a pipeline may name. A test checks each folder under plugins/ is listed here. */
-export const STAGES: readonly StageDefinition[] = [auth, validate, rateLimit, budgetCheck, upstream];
+export const STAGES: readonly StageDefinition[] = [auth, validate, rateLimit, budgetCheck, upstream, responseHealing, guardrail, autoRouter, paretoRouter, contextCompression, webFetch];
 
 export const registry: StageRegistry = new Map(STAGES.map((s) => [s.id, s]));

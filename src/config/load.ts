@@ -3,6 +3,7 @@ import path from 'node:path';
 import Ajv, { type ErrorObject } from 'ajv';
 import { parse as parseYaml } from 'yaml';
 import { parseEncryptionKey } from '../auth/byok-seal';
+import { guardrailConfigProblem, guardrailStageProblem } from '../guardrails/check';
 import type { StageRegistry } from '../pipeline/types';
 import type { GatewayConfig } from './types';
 import { findPackageFile } from './package-root';
@@ -152,7 +153,11 @@ function checkSpendReferences(config: GatewayConfig): void {
   config.guardrails.forEach((g, i) => {
     if (guardrails.has(g.id)) throw new ConfigError(`guardrails[${i}].id: duplicate guardrail id "${g.id}"`);
     guardrails.add(g.id);
+    const contentProblem = guardrailConfigProblem(g, i);
+    if (contentProblem) throw new ConfigError(contentProblem);
   });
+  const stageProblem = guardrailStageProblem(config);
+  if (stageProblem) throw new ConfigError(stageProblem);
   const known = (id: string | undefined, at: string) => {
     if (id !== undefined && !guardrails.has(id)) throw new ConfigError(`${at}: unknown guardrail "${id}"`);
   };

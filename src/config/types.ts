@@ -61,10 +61,22 @@ export interface WorkspaceConfig {
   budgets: (BudgetConfig & { id: string })[];
 }
 
+/**
+ * A guardrail: its budget (enforced by `budget-check`) and its content rules (enforced by the `guardrail`
+ * stage; README "Guardrails"). The content fields are optional here because the schema fills their defaults.
+ */
 export interface GuardrailConfig {
   id: string;
   budget?: BudgetConfig;
+  action?: 'block' | 'redact' | 'flag';
+  on_error?: 'allow' | 'deny';
+  patterns?: { name: string; regex: string; flags?: string }[];
+  keywords?: string[];
+  pii?: PiiKind[];
+  prompt_injection?: { enabled: boolean; threshold?: number; classifier_url?: string; timeout_ms?: number };
 }
+
+export type PiiKind = 'email' | 'phone' | 'payment_card' | 'national_id' | 'api_key';
 
 export interface SpendConfig {
   max_completion_tokens: number;
@@ -165,8 +177,16 @@ export interface ModelConfig {
   name?: string;
   context_length?: number;
   max_output_tokens?: number;
+  /** Auto-router capability tier, 1 (small) … 3 (strongest); absent counts as 2. */
+  tier?: number;
+  /** What the model is good at, for the auto-router. */
+  capabilities?: ModelCapability[];
+  /** Declared quality score 0..1 (auto-router tie-break, pareto-router minimum). */
+  quality?: number;
   endpoints: ModelEndpointConfig[];
 }
+
+export type ModelCapability = 'code' | 'tools' | 'vision' | 'reasoning';
 
 export interface SimulatedVideoProviderConfig extends ProviderBase {
   kind: 'simulated-video';

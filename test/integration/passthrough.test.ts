@@ -8,7 +8,8 @@ let gw: TestGateway;
 
 beforeAll(async () => {
   upstream = await startFakeUpstream();
-  gw = await startTestGateway({ yaml: testConfigYaml(upstream.url) });
+  // response-healing runs after upstream, so a request may name it (plugins are gateway-only fields).
+  gw = await startTestGateway({ yaml: testConfigYaml(upstream.url, '[auth, validate, upstream, response-healing]') });
 });
 afterAll(async () => {
   await gw.close();
@@ -24,7 +25,7 @@ describe('same-dialect pass-through: chat completions → OpenAI-compatible', ()
       user: 'alice@example.com',
       session_id: 'sess-1',
       provider: { allow_fallbacks: true },
-      plugins: [{ id: 'web' }],
+      plugins: [{ id: 'response-healing', enabled: false }],
       trace: { trace_name: 't' },
       some_future_field: { nested: [1, 2] },
     };

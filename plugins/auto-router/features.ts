@@ -1,0 +1,63 @@
+import { inputTokens } from '../../src/spend/estimate';
+
+/** What the auto-router reads from a request (either dialect). */
+export interface RequestFeatures {
+  tokens: number;
+  code: boolean;
+  tools: boolean;
+  images: boolean;
+  reasoning: boolean;
+}
+
+/** A fenced block, or a line that starts like code in a common language. */
+const CODE = /```|^\s*(def |class |import |from \S+ import |function |const |let |var |#include|public |package |fn |func |SELECT |<\?php|<\/?[a-z]+>)/im;
+const IMAGE_TYPES = new Set(['image', 'image_url', 'input_image']);
+
+/** Every text the model reads as a user/system/tool turn (not the base64 of images). */
+function texts(body: Record<string, unknown>, out: string[]): void {
+  const walk = (v: unknown): void => {
+    if (typeof v === 'string') out.push(v);
+    else if (Array.isArray(v)) v.forEach(walk);
+    else if (v && typeof v === 'object') {
+      const o = v as Record<string, unknown>;
+      if (typeof o.type === 'string' && IMAGE_TYPES.has(o.type)) return;
+      if (typeof o.text === 'string') out.push(o.text);
+      if (o.content !== undefined) walk(o.content);
+    }
+  };
+  walk(body.system);
+  walk(body.messages);
+}
+
+function hasImage(v: unknown): boolean {
+  if (Array.isArray(v)) return v.some(hasImage);
+  if (!v || typeof v !== 'object') return false;
+  const o = v as Record<string, unknown>;
+  if (typeof o.type === 'string' && IMAGE_TYPES.has(o.type)) return true;
+  return hasImage(o.content);
+}
+
+/** Reasoning asked for: chat `reasoning` / `reasoning_effort` (not none), messages `thinking` (not disabled) or `output_config.effort`. */
+function asksReasoning(body: Record<string, unknown>): boolean {
+  const effort = body.reasoning_effort ?? (body.reasoning as { effort?: unknown } | undefined)?.effort;
+  if (typeof effort === 'string' && effort !== 'none') return true;
+  const reasoning = body.reasoning as { enabled?: unknown; max_tokens?: unknown } | undefined;
+  if (reasoning && (reasoning.enabled === true || typeof reasoning.max_tokens === 'number')) return true;
+  const thinking = body.thinking as { type?: unknown } | undefined;
+  if (thinking && typeof thinking.type === 'string' && thinking.type !== 'disabled') return true;
+  const outEffort = (body.output_config as { effort?: unknown } | undefined)?.effort;
+  return typeof outEffort === 'string' && outEffort !== 'none';
+}
+
+/** @example requestFeatures({ messages: [{ role: 'user', content: '```js\nx()\n```' }] }).code === true */
+export function requestFeatures(body: Record<string, unknown>): RequestFeatures {
+  const all: string[] = [];
+  texts(body, all);
+  return {
+    tokens: inputTokens(body),
+    code: all.some((t) => CODE.test(t)),
+    tools: Array.isArray(body.tools) && body.tools.length > 0,
+    images: hasImage(body.messages),
+    reasoning: asksReasoning(body),
+  };
+}

@@ -1,0 +1,73 @@
+import { GatewayError } from '../../src/errors/gateway-error';
+import { requestPlugin } from '../../src/pipeline/request-plugins';
+import type { StageDefinition } from '../../src/pipeline/types';
+import { modelPool, pluginField, requestedMaxTokens, type PoolConfig } from '../../src/routing/model-pool';
+import type { Services } from '../../src/services';
+import { chooseModel, COST_TIERS, type AutoChoice, type CostTier, type Thresholds } from './choose';
+import { requestFeatures } from './features';
+import schema from './schema.json';
+
+export interface AutoRouterConfig extends PoolConfig, Thresholds {
+  model_id: string;
+  default_cost_tier: CostTier;
+}
+
+/**
+ * `auto-router`: on `model: "auto"` (config `model_id`) or a request's `plugins: [{id: 'auto-router', …}]`,
+ * replaces `model` with the model chosen from the allowed pool by `chooseModel` (or `pin_model`), and
+ * records the choice and its reason in `gateway_metadata.pipeline` and on the request span.
+ */
+export const autoRouter: StageDefinition<AutoRouterConfig, Services> = {
+  id: 'auto-router',
+  configSchema: schema,
+  create(config, services) {
+    return async (ctx, next) => {
+      const state = ctx.state.gateway;
+      const body = state.body;
+      if (!body || (state.endpoint !== 'messages' && state.endpoint !== 'chat_completions')) return next();
+      const entry = requestPlugin(body, 'auto-router');
+      if (entry?.enabled === false || (!entry && body.model !== config.model_id)) return next();
+      const field = pluginField(body, 'auto-router');
+
+      const costTier = entry?.cost_tier ?? config.default_cost_tier;
+      if (!COST_TIERS.includes(costTier as CostTier)) {
+        throw new GatewayError('invalid_request', `\`cost_tier\` must be one of ${COST_TIERS.join(', ')}`, { metadata: { field: `${field}.cost_tier` } });
+      }
+      const pool = modelPool({ models: services.models, config, request: entry, field });
+      const features = requestFeatures(body);
+      let choice: AutoChoice;
+      if (entry?.pin_model !== undefined) {
+        const pinned = pool.find((m) => m.id === entry.pin_model);
+        if (!pinned) {
+          throw new GatewayError('invalid_request', `\`pin_model\` must name one of the allowed models (${pool.map((m) => m.id).join(', ')})`, {
+            metadata: { field: `${field}.pin_model` },
+          });
+        }
+        choice = { model: pinned, targetTier: pinned.tier ?? 2, points: 0, reason: `pinned by pin_model: ${pinned.id}` };
+      } else {
+        choice = chooseModel({ pool, features, costTier: costTier as CostTier, maxTokens: requestedMaxTokens(body), thresholds: config });
+      }
+
+      const requested = body.model;
+      body.model = choice.model.id;
+      state.pipeline.push({
+        type: 'router',
+        name: 'auto-router',
+        summary: choice.reason,
+        data: {
+          requested: typeof requested === 'string' ? requested : null,
+          model: choice.model.id,
+          pinned: entry?.pin_model !== undefined,
+          cost_tier: costTier,
+          target_tier: choice.targetTier,
+          demand_points: choice.points,
+          features,
+          allowed: pool.map((m) => m.id),
+        },
+      });
+      state.span.setAttribute('gateway.auto_router.model', choice.model.id);
+      state.span.setAttribute('gateway.auto_router.reason', choice.reason);
+      await next();
+    };
+  },
+};

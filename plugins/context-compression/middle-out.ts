@@ -1,0 +1,139 @@
+import { countTokens, inputTokens } from '../../src/spend/estimate';
+
+type Message = Record<string, unknown> & { role?: unknown; content?: unknown };
+
+/** What middle-out did: removed and truncated messages are named by their index in the original list. */
+export interface Compression {
+  messages: Message[];
+  removed: { index: number; role: string; tokens: number }[];
+  truncated: { index: number; tokens_removed: number }[];
+  tokensBefore: number;
+  tokensAfter: number;
+  fits: boolean;
+}
+
+const isSystem = (m: Message) => m.role === 'system' || m.role === 'developer';
+const blocks = (m: Message): Record<string, unknown>[] => (Array.isArray(m.content) ? (m.content as Record<string, unknown>[]) : []);
+
+/** An assistant turn that calls tools (chat `tool_calls`/`function_call`, messages `tool_use` blocks). */
+function callsTools(m: Message): boolean {
+  if (m.role !== 'assistant') return false;
+  if (Array.isArray(m.tool_calls) && m.tool_calls.length > 0) return true;
+  if (m.function_call) return true;
+  return blocks(m).some((b) => b?.type === 'tool_use' || b?.type === 'server_tool_use');
+}
+
+/** A turn carrying tool results (chat `tool`/`function` role, messages user turn with `tool_result` blocks). */
+function carriesResults(m: Message): boolean {
+  if (m.role === 'tool' || m.role === 'function') return true;
+  return m.role === 'user' && blocks(m).some((b) => b?.type === 'tool_result');
+}
+
+/**
+ * Units that are removed whole: a tool-calling assistant turn together with the result turns that follow
+ * it (so a call never loses its result, nor a result its call); every other message is a unit of one.
+ */
+function units(messages: Message[]): [number, number][] {
+  const out: [number, number][] = [];
+  for (let i = 0; i < messages.length; ) {
+    let end = i;
+    if (callsTools(messages[i])) while (end + 1 < messages.length && carriesResults(messages[end + 1])) end++;
+    out.push([i, end]);
+    i = end + 1;
+  }
+  return out;
+}
+
+/** Writable text slots of a message: string content, text blocks, tool-result text (never tool-call arguments). */
+function textSlots(m: Message): { get(): string; set(v: string): void }[] {
+  const slots: { get(): string; set(v: string): void }[] = [];
+  const holder = (o: Record<string, unknown>, k: string) => {
+    if (typeof o[k] === 'string') slots.push({ get: () => o[k] as string, set: (v) => (o[k] = v) });
+  };
+  holder(m, 'content');
+  for (const b of blocks(m)) {
+    if (!b || typeof b !== 'object') continue;
+    if (b.type === 'text') holder(b, 'text');
+    if (b.type === 'tool_result') {
+      holder(b, 'content');
+      if (Array.isArray(b.content)) for (const inner of b.content as Record<string, unknown>[]) if (inner?.type === 'text') holder(inner, 'text');
+    }
+  }
+  return slots;
+}
+
+/** Texts shorter than this are not truncated further. */
+const MIN_TRUNCATE_CHARS = 200;
+
+/**
+ * Middle-out: fits `body.messages` into `budget` input tokens (counted as `inputTokens`). Keeps every
+ * system/developer message, the first user message and the units holding the last `keepLatest` messages;
+ * removes the other units from the middle outwards until the prompt fits; if it still does not, cuts the
+ * middle out of the longest texts of the kept messages (never the latest message nor a system prompt).
+ * Returns null when the prompt already fits. The body is not mutated.
+ *
+ * @example const c = middleOut({ body, budget: 4096 - 512, keepLatest: 2 }); if (c) body.messages = c.messages;
+ */
+export function middleOut(input: { body: Record<string, unknown>; budget: number; keepLatest: number }): Compression | null {
+  const { body, budget } = input;
+  const original = Array.isArray(body.messages) ? (body.messages as Message[]) : [];
+  const tokensBefore = inputTokens(body);
+  if (tokensBefore <= budget || original.length === 0) return null;
+
+  const cost = original.map((m) => inputTokens({ messages: [m] }));
+  const firstUser = original.findIndex((m) => m.role === 'user' && !carriesResults(m));
+  const tailFrom = original.length - Math.max(1, input.keepLatest);
+  const all = units(original);
+  const kept = (u: [number, number]) => u[1] >= tailFrom || (firstUser >= u[0] && firstUser <= u[1]) || original.slice(u[0], u[1] + 1).some(isSystem);
+  const removable = all.filter((u) => !kept(u));
+
+  let total = tokensBefore;
+  const dropped = new Set<number>();
+  const removed: Compression['removed'] = [];
+  while (total > budget && removable.length > 0) {
+    const [start, end] = removable.splice(Math.floor(removable.length / 2), 1)[0];
+    for (let i = start; i <= end; i++) {
+      dropped.add(i);
+      total -= cost[i];
+      removed.push({ index: i, role: String(original[i].role), tokens: cost[i] });
+    }
+  }
+  removed.sort((a, b) => a.index - b.index);
+
+  // Copies, so truncation never writes into the caller's objects.
+  const survivors = original
+    .map((m, index) => ({ index, message: structuredClone(m) }))
+    .filter((s) => !dropped.has(s.index));
+  const messagesOf = () => survivors.map((s) => s.message);
+  total = inputTokens({ ...body, messages: messagesOf() });
+
+  const truncated = new Map<number, number>();
+  const last = original.length - 1;
+  for (let round = 0; total > budget && round < 32; round++) {
+    let best: { index: number; slot: { get(): string; set(v: string): void } } | undefined;
+    for (const s of survivors) {
+      if (s.index === last || isSystem(s.message)) continue;
+      for (const slot of textSlots(s.message)) if (slot.get().length >= MIN_TRUNCATE_CHARS && (!best || slot.get().length > best.slot.get().length)) best = { index: s.index, slot };
+    }
+    if (!best) break;
+    const text = best.slot.get();
+    const tokens = countTokens(text);
+    const excess = total - budget + 16; // + the marker's own tokens
+    const keepChars = Math.max(0, Math.floor((text.length * Math.max(0, tokens - excess)) / Math.max(1, tokens)));
+    const cut = Math.max(excess, 1);
+    const next = `${text.slice(0, Math.floor(keepChars / 2))}\n[… ${cut} tokens removed by context-compression …]\n${text.slice(text.length - Math.ceil(keepChars / 2))}`;
+    best.slot.set(keepChars === 0 ? `[… ${tokens} tokens removed by context-compression …]` : next);
+    const after = inputTokens({ ...body, messages: messagesOf() });
+    truncated.set(best.index, (truncated.get(best.index) ?? 0) + (total - after));
+    total = after;
+  }
+
+  return {
+    messages: messagesOf(),
+    removed,
+    truncated: [...truncated].map(([index, tokens_removed]) => ({ index, tokens_removed })),
+    tokensBefore,
+    tokensAfter: total,
+    fits: total <= budget,
+  };
+}

@@ -1,0 +1,118 @@
+import { answerText, requestedJson, setAnswerText, type RequestedJson } from '../../src/healing/answer';
+import { healJson, type HealResult } from '../../src/healing/repair';
+import { createSchemaCheck, type SchemaVerdict } from '../../src/healing/schema-check';
+import { requestPlugin } from '../../src/pipeline/request-plugins';
+import type { GatewayState, PipelineRecord, StageDefinition } from '../../src/pipeline/types';
+import schema from './schema.json';
+
+export interface ResponseHealingConfig {
+  enabled_by_default: boolean;
+  max_bytes: number;
+  validate_schema: boolean;
+  schema_cache_size: number;
+}
+
+/**
+ * `response-healing`: a post-stage (put it after `upstream`). For a non-streaming answer to a request that
+ * asked for JSON (chat `response_format` json_object / json_schema, messages `output_config.format`
+ * json_schema) it repairs the assistant text when it is not valid JSON (src/healing/repair.ts), writes the
+ * repaired text back, validates it against the requested schema, and records all of it in
+ * `gateway_metadata.pipeline` and the request span. Streams pass untouched. A request opts out with
+ * `plugins: [{id: 'response-healing', enabled: false}]`.
+ */
+export const responseHealing: StageDefinition<ResponseHealingConfig> = {
+  id: 'response-healing',
+  configSchema: schema,
+  create(config) {
+    const check = createSchemaCheck(config.schema_cache_size);
+    return async (ctx, next) => {
+      await next();
+      const state = ctx.state.gateway;
+      const response = state.response;
+      if (response?.kind !== 'json' || response.status !== 200) return;
+      if (state.endpoint !== 'chat_completions' && state.endpoint !== 'messages') return;
+      const asked = requestPlugin(state.body, 'response-healing');
+      if (asked?.enabled === false || (!asked && !config.enabled_by_default)) return;
+      const requested = requestedJson(state.endpoint, state.body);
+      if (!requested) return;
+      const body = response.body as Record<string, unknown>;
+      const text = answerText(state.endpoint, body);
+      if (text === null) return;
+
+      if (Buffer.byteLength(text, 'utf8') > config.max_bytes) {
+        record(state, body, { summary: `answer longer than max_bytes (${config.max_bytes}); not examined`, data: { status: 'skipped', format: requested.format, reason: 'max_bytes' } });
+        return;
+      }
+      const healed = healJson(text, { expect: expected(requested) });
+      if (healed.status === 'unrepairable') {
+        record(state, body, {
+          summary: `answer is not valid JSON and could not be repaired (${healed.reason}); left as it was`,
+          data: { status: 'unrepairable', format: requested.format, repairs: healed.repairs, reason: healed.reason },
+        });
+        return;
+      }
+      if (healed.status === 'repaired') setAnswerText(state.endpoint, body, healed.text);
+      const verdict = verdictOf(requested, healed, config.validate_schema, check);
+      record(state, body, { summary: summaryOf(healed, verdict), data: { status: healed.status, format: requested.format, repairs: healed.repairs, ...verdictData(verdict) } });
+    };
+  },
+};
+
+/** json_object promises an object, and a schema whose top level is an object or array says which opener to look for. */
+function expected(requested: RequestedJson): 'object' | 'array' | 'any' {
+  if (requested.format === 'json_object') return 'object';
+  const type = requested.schema?.type;
+  return type === 'object' || type === 'array' ? type : 'any';
+}
+
+type Verdict = SchemaVerdict | { valid: 'not_checked'; reason: string };
+
+function verdictOf(
+  requested: RequestedJson,
+  healed: Exclude<HealResult, { status: 'unrepairable' }>,
+  enabled: boolean,
+  check: ReturnType<typeof createSchemaCheck>,
+): Verdict {
+  if (requested.format === 'json_object') {
+    const isObject = !!healed.value && typeof healed.value === 'object' && !Array.isArray(healed.value);
+    return isObject ? { valid: true } : { valid: false, errors: [{ path: '/', message: 'json_object asks for a JSON object' }] };
+  }
+  if (!requested.schema) return { valid: 'not_checked', reason: 'the request named no schema' };
+  if (!enabled) return { valid: 'not_checked', reason: 'validate_schema is off' };
+  return check(requested.schema, healed.value);
+}
+
+function verdictData(v: Verdict): Record<string, unknown> {
+  if (v.valid === true) return { schema_valid: true };
+  if (v.valid === false) return { schema_valid: false, validation_errors: v.errors };
+  if (v.valid === null) return { schema_valid: null, schema_error: v.schemaError };
+  return { schema_valid: null, reason: v.reason };
+}
+
+function summaryOf(healed: Exclude<HealResult, { status: 'unrepairable' }>, v: Verdict): string {
+  const what = healed.status === 'valid' ? 'answer was valid JSON' : `repaired the JSON answer (${healed.repairs.join(', ')})`;
+  const schemaPart =
+    v.valid === true ? 'it matches the requested format'
+    : v.valid === false ? `it does not match the requested schema (${v.errors.length} error(s))`
+    : v.valid === null ? 'the requested schema could not be compiled, so it was not checked'
+    : 'no schema check';
+  return `${what}; ${schemaPart}`;
+}
+
+function record(state: GatewayState, body: Record<string, unknown>, r: { summary: string; data: Record<string, unknown> }): void {
+  const entry: PipelineRecord = { type: 'response-healing', name: 'response-healing', summary: r.summary, data: r.data };
+  state.pipeline.push(entry);
+  const data = r.data;
+  state.span.setAttribute('gateway.healing.status', String(data.status));
+  if (Array.isArray(data.repairs)) state.span.setAttribute('gateway.healing.repairs', (data.repairs as string[]).join(','));
+  if (typeof data.schema_valid === 'boolean') state.span.setAttribute('gateway.healing.schema_valid', data.schema_valid);
+  // Why: `gateway_metadata` was built by `upstream` before this post-stage ran, and only carries `pipeline`
+  // when something had been recorded by then; point it at the live list so this record shows.
+  const meta = body.gateway_metadata as Record<string, unknown> | undefined;
+  if (meta && typeof meta === 'object' && meta.pipeline !== state.pipeline) body.gateway_metadata = { pipeline: state.pipeline, ...withoutPipeline(meta) };
+}
+
+function withoutPipeline(meta: Record<string, unknown>): Record<string, unknown> {
+  const { pipeline: _old, ...rest } = meta;
+  return rest;
+}

@@ -1,0 +1,150 @@
+import type { GatewayConfig, GuardrailConfig, PiiKind } from '../config/types';
+import { pipelineOf } from '../pipeline/request-plugins';
+import { detectPii, injectionHeuristics, keywordRegExp, matchAll, redact, type Engine, type Finding } from './detectors';
+import type { TextSlot } from './texts';
+
+/** A guardrail's content rules compiled once per loaded config. */
+export interface CompiledGuardrail {
+  id: string;
+  action: 'block' | 'redact' | 'flag';
+  onError: 'allow' | 'deny';
+  /** The engines this guardrail runs, in the order they run. */
+  engines: Engine[];
+  patterns: { name: string; re: RegExp }[];
+  keywords: RegExp | null;
+  pii: ReadonlySet<PiiKind>;
+  injection: { threshold: number; classifierUrl?: string; timeoutMs: number } | null;
+}
+
+/**
+ * Why a guardrail's content rules cannot be compiled, with the field path (a config error at load), or null.
+ * A pattern that is not a valid JavaScript regex, or that matches the empty string (it would match
+ * everywhere and redact nothing), is refused.
+ */
+export function guardrailConfigProblem(g: GuardrailConfig, index: number): string | null {
+  for (const [j, p] of (g.patterns ?? []).entries()) {
+    const at = `guardrails[${index}].patterns[${j}].regex`;
+    let re: RegExp;
+    try {
+      re = new RegExp(p.regex, `${p.flags ?? ''}g`);
+    } catch (err) {
+      return `${at}: invalid regular expression (${(err as Error).message})`;
+    }
+    if (re.test('')) return `${at}: matches the empty string`;
+  }
+  return null;
+}
+
+/**
+ * Content rules nobody enforces would be a silent hole in the operator's policy: when a guardrail has
+ * content rules, the pipelines of both inference endpoints must run the `guardrail` stage.
+ */
+export function guardrailStageProblem(config: GatewayConfig): string | null {
+  const i = config.guardrails.findIndex((g) => compileGuardrail(g).engines.length > 0);
+  if (i < 0) return null;
+  for (const endpoint of ['chat_completions', 'messages'] as const) {
+    if (!pipelineOf(config, endpoint).includes('guardrail')) {
+      const name = endpoint === 'messages' ? config.pipelines.messages : config.pipelines.chat_completions;
+      return `guardrails[${i}]: has content rules, but pipelines.${name ? endpoint : 'default'} does not run the "guardrail" stage`;
+    }
+  }
+  return null;
+}
+
+/** Compiles a guardrail's content rules (call after `guardrailConfigProblem` said it is fine). */
+export function compileGuardrail(g: GuardrailConfig): CompiledGuardrail {
+  const patterns = (g.patterns ?? []).map((p) => ({ name: p.name, re: new RegExp(p.regex, `${p.flags ?? ''}g`) }));
+  const keywords = keywordRegExp(g.keywords ?? []);
+  const pii = new Set(g.pii ?? []);
+  const pi = g.prompt_injection;
+  const injection = pi?.enabled ? { threshold: pi.threshold ?? 0.5, classifierUrl: pi.classifier_url, timeoutMs: pi.timeout_ms ?? 2000 } : null;
+  const engines: Engine[] = [];
+  if (patterns.length > 0) engines.push('patterns');
+  if (keywords) engines.push('keywords');
+  if (pii.size > 0) engines.push('pii');
+  if (injection) engines.push('prompt_injection');
+  return { id: g.id, action: g.action ?? 'block', onError: g.on_error ?? 'deny', engines, patterns, keywords, pii, injection };
+}
+
+/** What one guardrail found in a request. */
+export interface GuardrailOutcome {
+  /** Names of what matched (pattern names, `keyword`, PII kinds, `prompt_injection`), unique, sorted. */
+  patterns: string[];
+  /** An engine failed (the classifier): its reason, for the record and the log. */
+  error: string | null;
+  /** Redacts the request's texts in place (only meaningful for `action: redact`). */
+  redactAll(): void;
+  /** Detected by a classifier alone: nothing to redact, so `redact` cannot make the request safe. */
+  unredactable: boolean;
+}
+
+/** Calls a classifier endpoint: POST `{input, guardrail_id}` → 2xx `{score: number in 0..1}`. */
+export type Classify = (url: string, body: { input: string; guardrail_id: string }, timeoutMs: number) => Promise<number>;
+
+/** The documented classifier contract over HTTP; any other answer, or no answer in time, is a failure. */
+export const httpClassify: Classify = async (url, body, timeoutMs) => {
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+    signal: AbortSignal.timeout(timeoutMs),
+  });
+  const text = await res.text();
+  if (!res.ok) throw new Error(`classifier answered ${res.status}`);
+  let score: unknown;
+  try {
+    score = (JSON.parse(text) as { score?: unknown }).score;
+  } catch {
+    throw new Error('classifier answer is not JSON');
+  }
+  if (typeof score !== 'number' || !(score >= 0 && score <= 1)) throw new Error('classifier answer has no score between 0 and 1');
+  return score;
+};
+
+/**
+ * Runs one guardrail's engines over the request's texts. Span engines (patterns, keywords, PII, the
+ * injection heuristics) find matches per text; the injection classifier, when configured, scores the
+ * non-system texts joined together.
+ */
+export async function checkGuardrail(g: CompiledGuardrail, slots: readonly TextSlot[], classify: Classify): Promise<GuardrailOutcome> {
+  const perSlot: Finding[][] = [];
+  const names = new Set<string>();
+  for (const s of slots) {
+    const found: Finding[] = [];
+    for (const p of g.patterns) found.push(...matchAll(p.re, s.text, p.name, 'patterns'));
+    if (g.keywords) found.push(...matchAll(g.keywords, s.text, 'keyword', 'keywords'));
+    if (g.pii.size > 0) found.push(...detectPii(s.text, g.pii));
+    if (g.injection && !s.system) {
+      const h = injectionHeuristics(s.text);
+      if (h.score >= g.injection.threshold) found.push(...h.findings);
+    }
+    for (const f of found) names.add(f.name);
+    perSlot.push(found);
+  }
+  let error: string | null = null;
+  let unredactable = false;
+  if (g.injection?.classifierUrl && !names.has('prompt_injection')) {
+    const input = slots.filter((s) => !s.system).map((s) => s.text).join('\n\n');
+    if (input !== '') {
+      try {
+        const score = await classify(g.injection.classifierUrl, { input, guardrail_id: g.id }, g.injection.timeoutMs);
+        if (score >= g.injection.threshold) {
+          names.add('prompt_injection');
+          unredactable = true;
+        }
+      } catch (err) {
+        error = `prompt_injection classifier failed: ${(err as Error).name === 'TimeoutError' ? `no answer within ${g.injection.timeoutMs} ms` : (err as Error).message}`;
+      }
+    }
+  }
+  return {
+    patterns: [...names].sort(),
+    error,
+    unredactable,
+    redactAll() {
+      slots.forEach((s, i) => {
+        if (perSlot[i].length > 0) s.set(redact(s.text, perSlot[i]));
+      });
+    },
+  };
+}

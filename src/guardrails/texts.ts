@@ -1,0 +1,81 @@
+import type { EndpointId } from '../pipeline/types';
+
+/** One text the model will read, with a way to replace it in the request body (redaction). */
+export interface TextSlot {
+  text: string;
+  /** Where it is, for logs and tests, e.g. `messages[2].content[0].text`. */
+  path: string;
+  /** Set by the operator's app rather than the conversation: the system prompt (prompt-injection skips it). */
+  system: boolean;
+  set(value: string): void;
+}
+
+type Obj = Record<string, unknown>;
+const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+function slot(holder: Obj, field: string, path: string, system: boolean, out: TextSlot[]): void {
+  const text = holder[field];
+  if (typeof text !== 'string' || text === '') return;
+  out.push({ text, path, system, set: (v) => (holder[field] = v) });
+}
+
+/**
+ * Content blocks of either dialect: `text` blocks/parts, tool results (their string or block content), text
+ * documents (`source.type: text` data, or `source.type: content` blocks) and search results. Images, audio
+ * and binary files carry no text the guardrail can read and are left alone.
+ */
+function blocks(list: unknown[], path: string, system: boolean, out: TextSlot[]): void {
+  list.forEach((b, i) => {
+    const at = `${path}[${i}]`;
+    if (typeof b === 'string') {
+      out.push({ text: b, path: at, system, set: (v) => (list[i] = v) });
+      return;
+    }
+    if (!isObj(b)) return;
+    switch (b.type) {
+      case 'text':
+      case 'input_text':
+        slot(b, 'text', `${at}.text`, system, out);
+        break;
+      case 'tool_result':
+      case 'search_result':
+        if (typeof b.content === 'string') slot(b, 'content', `${at}.content`, system, out);
+        else if (Array.isArray(b.content)) blocks(b.content, `${at}.content`, system, out);
+        break;
+      case 'document': {
+        const source = b.source;
+        if (isObj(source) && source.type === 'text') slot(source, 'data', `${at}.source.data`, system, out);
+        else if (isObj(source) && source.type === 'content' && Array.isArray(source.content)) blocks(source.content, `${at}.source.content`, system, out);
+        break;
+      }
+    }
+  });
+}
+
+function content(holder: Obj, path: string, system: boolean, out: TextSlot[]): void {
+  if (typeof holder.content === 'string') slot(holder, 'content', `${path}.content`, system, out);
+  else if (Array.isArray(holder.content)) blocks(holder.content, `${path}.content`, system, out);
+}
+
+/**
+ * Every text of a request body the model will read, in order: the system prompt, then each message's text
+ * content, tool results and text documents. Chat-completions `system`/`developer` messages count as system;
+ * `tool` messages are tool results.
+ *
+ * @example for (const s of requestTexts(body, 'messages')) s.set(s.text.replace(/secret/g, '[REDACTED]'));
+ */
+export function requestTexts(body: Obj, endpoint: EndpointId): TextSlot[] {
+  const out: TextSlot[] = [];
+  if (endpoint === 'messages') {
+    if (typeof body.system === 'string') slot(body, 'system', 'system', true, out);
+    else if (Array.isArray(body.system)) blocks(body.system, 'system', true, out);
+  }
+  if (Array.isArray(body.messages)) {
+    body.messages.forEach((m, i) => {
+      if (!isObj(m)) return;
+      const system = endpoint === 'chat_completions' && (m.role === 'system' || m.role === 'developer');
+      content(m, `messages[${i}]`, system, out);
+    });
+  }
+  return out;
+}

@@ -1,0 +1,315 @@
+/**
+ * Repairs the JSON text a model wrote when it was asked for JSON: a tolerant recursive-descent parser that
+ * re-emits strict, compact JSON text and names every repair it had to make. It fixes only what has one
+ * reading (fences, prose around the value, comments, trailing or missing commas, single quotes, unquoted
+ * keys, Python literals, raw control characters in strings, a cut-off ending) and refuses the rest
+ * (`undefined`, `NaN`, a missing colon, an unbalanced closer): refusing is better than inventing data.
+ */
+
+/** The repairs, by name, as they appear in the pipeline record. */
+export type Repair =
+  | 'code_fence'
+  | 'surrounding_text'
+  | 'comments'
+  | 'trailing_comma'
+  | 'missing_comma'
+  | 'single_quotes'
+  | 'unquoted_keys'
+  | 'python_literals'
+  | 'control_characters'
+  | 'invalid_escapes'
+  | 'number_format'
+  | 'truncated';
+
+export type HealResult =
+  | { status: 'valid'; text: string; value: unknown; repairs: [] }
+  | { status: 'repaired'; text: string; value: unknown; repairs: Repair[] }
+  | { status: 'unrepairable'; repairs: Repair[]; reason: string };
+
+export interface HealOptions {
+  /**
+   * What the top-level value must be when it is cut out of surrounding prose: `object` makes the search
+   * start at the first `{` (so "see [1] for details: {…}" yields the object and "see [1]" yields nothing).
+   */
+  expect?: 'object' | 'array' | 'any';
+}
+
+class Unrepairable extends Error {}
+
+/**
+ * @example healJson("```json\n{'a': 1,}\n```") // {status: 'repaired', text: '{"a":1}', repairs: ['code_fence', 'single_quotes', 'trailing_comma']}
+ */
+export function healJson(input: string, options: HealOptions = {}): HealResult {
+  try {
+    return { status: 'valid', text: input, value: JSON.parse(input), repairs: [] };
+  } catch {
+    // not strict JSON: try to repair it below
+  }
+  const repairs = new Set<Repair>();
+  let source = input;
+  const fenced = /```[ \t]*(?:json[c5]?|javascript|js)?[ \t]*\r?\n?([\s\S]*?)(?:```|$)/i.exec(input);
+  if (fenced && fenced[1].trim() !== '') {
+    source = fenced[1];
+    repairs.add('code_fence');
+  }
+  const start = startOf(source, options.expect ?? 'any');
+  if (start < 0) return { status: 'unrepairable', repairs: [...repairs], reason: 'no JSON value found in the text' };
+  if (source.slice(0, start).trim() !== '') repairs.add('surrounding_text');
+  const parser = new Parser(source, start, repairs);
+  try {
+    const text = parser.document();
+    const value = JSON.parse(text);
+    return { status: 'repaired', text, value, repairs: [...repairs] };
+  } catch (err) {
+    const reason = err instanceof Unrepairable ? err.message : `repair produced invalid JSON: ${(err as Error).message}`;
+    return { status: 'unrepairable', repairs: [...repairs], reason };
+  }
+}
+
+/** Where the JSON value starts: the text itself when it already starts like a value, else the first opener. */
+function startOf(s: string, expect: 'object' | 'array' | 'any'): number {
+  const lead = s.search(/\S/);
+  if (lead < 0) return -1;
+  const c = s[lead];
+  const opens = expect === 'object' ? '{' : expect === 'array' ? '[' : '{[';
+  if (opens.includes(c)) return lead;
+  // Without fences, a bare scalar is only taken when it is all there is ("True", "'x'"): never cut out of prose.
+  if (expect === 'any' && /^\s*(?:['"]|-?\d|True\b|False\b|None\b|true\b|false\b|null\b)/.test(s) && !/[{[]/.test(s)) return lead;
+  let best = -1;
+  for (const o of opens) {
+    const i = s.indexOf(o);
+    if (i >= 0 && (best < 0 || i < best)) best = i;
+  }
+  return best;
+}
+
+const PY: Record<string, string> = { True: 'true', False: 'false', None: 'null' };
+const LITERALS = ['true', 'false', 'null', 'True', 'False', 'None'];
+
+class Parser {
+  private i: number;
+
+  constructor(
+    private readonly s: string,
+    start: number,
+    private readonly repairs: Set<Repair>,
+  ) {
+    this.i = start;
+  }
+
+  document(): string {
+    const out = this.value();
+    if (out === null) throw new Unrepairable('the text ends before any value');
+    this.ws();
+    if (this.i < this.s.length) {
+      if (this.s[this.i] === '}' || this.s[this.i] === ']') throw new Unrepairable(`unbalanced "${this.s[this.i]}" at offset ${this.i}`);
+      // "42 apples" is prose that starts with a number, not the number 42.
+      if (out[0] !== '{' && out[0] !== '[') throw new Unrepairable(`text after a bare value at offset ${this.i}`);
+      this.repairs.add('surrounding_text');
+    }
+    return out;
+  }
+
+  private get eof(): boolean {
+    return this.i >= this.s.length;
+  }
+
+  private fail(what: string): never {
+    throw new Unrepairable(`${what} at offset ${this.i}`);
+  }
+
+  /** Skips whitespace and comments (`// …`, `/* … *\/`, `# …`). */
+  private ws(): void {
+    const s = this.s;
+    for (;;) {
+      while (this.i < s.length && /\s/.test(s[this.i])) this.i++;
+      if (s.startsWith('//', this.i) || s[this.i] === '#') {
+        const end = s.indexOf('\n', this.i);
+        this.i = end < 0 ? s.length : end + 1;
+        this.repairs.add('comments');
+      } else if (s.startsWith('/*', this.i)) {
+        const end = s.indexOf('*/', this.i + 2);
+        this.i = end < 0 ? s.length : end + 2;
+        this.repairs.add('comments');
+      } else {
+        return;
+      }
+    }
+  }
+
+  /** One value, or null when the text ended before it began (a truncation the caller closes). */
+  private value(): string | null {
+    this.ws();
+    if (this.eof) return null;
+    const c = this.s[this.i];
+    if (c === '{') return this.object();
+    if (c === '[') return this.array();
+    if (c === '"' || c === "'") return this.string();
+    if (/[-+.\d]/.test(c)) return this.number();
+    return this.literal();
+  }
+
+  private object(): string {
+    this.i++;
+    const members: string[] = [];
+    let needComma = false;
+    for (;;) {
+      this.ws();
+      if (this.eof) return this.truncated(`{${members.join(',')}}`);
+      const c = this.s[this.i];
+      if (c === '}') {
+        this.i++;
+        return `{${members.join(',')}}`;
+      }
+      if (c === ',') {
+        this.i++;
+        this.ws();
+        if (!needComma || this.s[this.i] === '}' || this.s[this.i] === ',') this.repairs.add('trailing_comma');
+        needComma = false;
+        continue;
+      }
+      if (needComma) this.repairs.add('missing_comma');
+      const key = this.key();
+      this.ws();
+      if (this.eof) return this.truncated(`{${members.join(',')}}`);
+      if (this.s[this.i] !== ':') this.fail('expected ":" after a key');
+      this.i++;
+      const v = this.value();
+      if (v === null) return this.truncated(`{${members.join(',')}}`);
+      members.push(`${key}:${v}`);
+      needComma = true;
+    }
+  }
+
+  private key(): string {
+    const c = this.s[this.i];
+    if (c === '"' || c === "'") return this.string();
+    const m = /^[A-Za-z_$][\w$-]*/.exec(this.s.slice(this.i, this.i + 256));
+    if (!m) this.fail(`unexpected "${c}" where a key should be`);
+    this.i += m[0].length;
+    this.repairs.add('unquoted_keys');
+    return JSON.stringify(m[0]);
+  }
+
+  private array(): string {
+    this.i++;
+    const items: string[] = [];
+    let needComma = false;
+    for (;;) {
+      this.ws();
+      if (this.eof) return this.truncated(`[${items.join(',')}]`);
+      const c = this.s[this.i];
+      if (c === ']') {
+        this.i++;
+        return `[${items.join(',')}]`;
+      }
+      if (c === ',') {
+        this.i++;
+        this.ws();
+        if (!needComma || this.s[this.i] === ']' || this.s[this.i] === ',') this.repairs.add('trailing_comma');
+        needComma = false;
+        continue;
+      }
+      if (c === '}') this.fail('unbalanced "}" in an array');
+      if (needComma) this.repairs.add('missing_comma');
+      const v = this.value();
+      if (v === null) return this.truncated(`[${items.join(',')}]`);
+      items.push(v);
+      needComma = true;
+    }
+  }
+
+  private truncated(closed: string): string {
+    this.repairs.add('truncated');
+    return closed;
+  }
+
+  /** A double- or single-quoted string, re-emitted double-quoted with control characters escaped. */
+  private string(): string {
+    const s = this.s;
+    const quote = s[this.i];
+    if (quote === "'") this.repairs.add('single_quotes');
+    this.i++;
+    let out = '';
+    while (this.i < s.length) {
+      const c = s[this.i];
+      if (c === quote) {
+        this.i++;
+        return `"${out}"`;
+      }
+      if (c === '\\') {
+        const n = s[this.i + 1];
+        if (n === undefined) {
+          this.i++;
+          break;
+        }
+        if (n === 'u' && /^[0-9a-fA-F]{4}$/.test(s.slice(this.i + 2, this.i + 6))) {
+          out += s.slice(this.i, this.i + 6);
+          this.i += 6;
+          continue;
+        }
+        if ('"\\/bfnrt'.includes(n)) out += `\\${n}`;
+        else if (n === "'") out += "'";
+        else {
+          // An escape JSON does not have ("\x", "\<newline>"): keep the backslash as a character.
+          out += '\\\\';
+          this.repairs.add('invalid_escapes');
+          this.i += 1;
+          continue;
+        }
+        this.i += 2;
+        continue;
+      }
+      if (c === '"') out += '\\"';
+      else if (c < ' ') {
+        out += JSON.stringify(c).slice(1, -1);
+        this.repairs.add('control_characters');
+      } else out += c;
+      this.i++;
+    }
+    this.repairs.add('truncated');
+    return `"${out}"`;
+  }
+
+  private number(): string | null {
+    const m = /^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?/.exec(this.s.slice(this.i, this.i + 512));
+    if (!m) {
+      // A lone sign or "1e" cut off at the very end of the text: drop it as part of the truncation.
+      if (/^[-+]?\.?$/.test(this.s.slice(this.i))) {
+        this.i = this.s.length;
+        return null;
+      }
+      this.fail('malformed number');
+    }
+    const text = m[0];
+    this.i += text.length;
+    if (/^-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?$/.test(text)) return text;
+    const n = Number(text);
+    if (!Number.isFinite(n)) this.fail('malformed number');
+    this.repairs.add('number_format');
+    return JSON.stringify(n);
+  }
+
+  private literal(): string {
+    const rest = this.s.slice(this.i, this.i + 8);
+    for (const word of LITERALS) {
+      if (rest.startsWith(word) && !/[\w$]/.test(rest[word.length] ?? '')) {
+        this.i += word.length;
+        if (PY[word]) this.repairs.add('python_literals');
+        return PY[word] ?? word;
+      }
+    }
+    // The text was cut inside a literal ("tr", "fals"): complete it.
+    const tail = this.s.slice(this.i);
+    if (tail.length > 0 && tail.length < 5) {
+      const whole = LITERALS.find((w) => w.startsWith(tail));
+      if (whole) {
+        this.i = this.s.length;
+        this.repairs.add('truncated');
+        if (PY[whole]) this.repairs.add('python_literals');
+        return PY[whole] ?? whole;
+      }
+    }
+    this.fail(`unexpected "${this.s[this.i]}"`);
+  }
+}

@@ -1,0 +1,151 @@
+import { describe, expect, it } from 'vitest';
+import { answerText, requestedJson, setAnswerText } from '../../src/healing/answer';
+import { healJson, type Repair } from '../../src/healing/repair';
+import { createSchemaCheck } from '../../src/healing/schema-check';
+
+/** [broken text, the value it must heal to, repairs that must be named] */
+const CORPUS: [string, unknown, Repair[]][] = [
+  ['```json\n{"a": 1}\n```', { a: 1 }, ['code_fence']],
+  ['```\n[1, 2, 3]\n```', [1, 2, 3], ['code_fence']],
+  ['Here is the JSON you asked for:\n{"name": "Ada", "age": 36}\nLet me know if you need more.', { name: 'Ada', age: 36 }, ['surrounding_text']],
+  ['{"a": 1, "b": 2,}', { a: 1, b: 2 }, ['trailing_comma']],
+  ['[1, 2, 3,]', [1, 2, 3], ['trailing_comma']],
+  ['{"items": [{"x": 1,}, {"x": 2},],}', { items: [{ x: 1 }, { x: 2 }] }, ['trailing_comma']],
+  ["{'name': 'Ada', 'tags': ['a', 'b']}", { name: 'Ada', tags: ['a', 'b'] }, ['single_quotes']],
+  ["{'quote': 'she said \"hi\"', 'it': 'it\\'s'}", { quote: 'she said "hi"', it: "it's" }, ['single_quotes']],
+  ['{name: "Ada", age: 36, is_admin: false}', { name: 'Ada', age: 36, is_admin: false }, ['unquoted_keys']],
+  ['{"ok": True, "missing": None, "bad": False}', { ok: true, missing: null, bad: false }, ['python_literals']],
+  ['{"a": 1, // the first\n "b": 2 /* the second */}', { a: 1, b: 2 }, ['comments']],
+  ['{\n  # a hash comment\n  "a": 1\n}', { a: 1 }, ['comments']],
+  ['{"name": "Ada", "bio": "Mathematician and wri', { name: 'Ada', bio: 'Mathematician and wri' }, ['truncated']],
+  ['{"list": [1, 2, 3', { list: [1, 2, 3] }, ['truncated']],
+  ['{"a": {"b": {"c": [true, fal', { a: { b: { c: [true, false] } } }, ['truncated']],
+  ['{"a": 1, "b":', { a: 1 }, ['truncated']],
+  ['{"a": 1, "b', { a: 1 }, ['truncated']],
+  ['[{"id": 1}, {"id": 2}, {"id"', [{ id: 1 }, { id: 2 }, {}], ['truncated']],
+  ['{"a": 1 "b": 2}', { a: 1, b: 2 }, ['missing_comma']],
+  ['{"text": "line one\nline two\ttab"}', { text: 'line one\nline two\ttab' }, ['control_characters']],
+  ['{"n": .5, "m": +3, "k": 1.}', { n: 0.5, m: 3, k: 1 }, ['number_format']],
+  ['{"path": "C:\\qux"}', { path: 'C:\\qux' }, ['invalid_escapes']],
+  ['True', true, ['python_literals']],
+  [
+    "Sure! Here you go:\n```json\n{\n  // user record\n  name: 'Ada',\n  'langs': ['en', 'fr',],\n  active: True,\n  \"notes\": \"first programm",
+    { name: 'Ada', langs: ['en', 'fr'], active: true, notes: 'first programm' },
+    ['code_fence', 'comments', 'unquoted_keys', 'single_quotes', 'trailing_comma', 'python_literals', 'truncated'],
+  ],
+  ['{"url": \'http://example.com/a#b\', flag: True,}', { url: 'http://example.com/a#b', flag: true }, ['single_quotes', 'unquoted_keys', 'python_literals', 'trailing_comma']],
+  ['{"big": 12345678901234567890123}', undefined, []], // valid already: checked below for verbatim text
+];
+
+describe('healJson: the broken-JSON corpus', () => {
+  it.each(CORPUS.filter((c) => c[1] !== undefined).map((c, i) => [i, ...c] as const))('#%i heals %j', (_i, text, value, repairs) => {
+    const r = healJson(text);
+    expect(r.status, JSON.stringify(r)).toBe('repaired');
+    if (r.status !== 'repaired') return;
+    expect(r.value).toEqual(value);
+    expect(JSON.parse(r.text)).toEqual(value);
+    expect(r.repairs).toEqual(expect.arrayContaining(repairs));
+  });
+
+  it('has at least 20 broken inputs', () => {
+    expect(CORPUS.filter((c) => c[1] !== undefined).length).toBeGreaterThanOrEqual(20);
+  });
+
+  it('leaves valid JSON exactly as it was (number precision, spacing)', () => {
+    for (const text of ['{"big": 12345678901234567890123}', '{ "a" : [1, 2] }', '"just a string"', '42', '{"x": "// not a comment, True, \'q\'"}']) {
+      const r = healJson(text);
+      expect(r.status).toBe('valid');
+      expect(r.status === 'valid' && r.text).toBe(text);
+    }
+  });
+
+  it('keeps big numbers and key order verbatim while repairing', () => {
+    const r = healJson('{"z": 12345678901234567890123, "1": "one", "a": 2,}');
+    expect(r.status === 'repaired' && r.text).toBe('{"z":12345678901234567890123,"1":"one","a":2}');
+  });
+
+  it('does not rewrite string contents that look like repairs', () => {
+    const r = healJson("{'code': 'if x: return None  # True, // not a comment', 'n': 'a,}'}");
+    expect(r.status === 'repaired' && r.value).toEqual({ code: 'if x: return None  # True, // not a comment', n: 'a,}' });
+  });
+});
+
+describe('healJson: what must not be "healed" into something else', () => {
+  const REFUSED: [string, string | undefined][] = [
+    ['I am sorry, I cannot help with that.', undefined],
+    ['', undefined],
+    ['   ', undefined],
+    ['{"a": undefined}', undefined],
+    ['{"a": NaN}', undefined],
+    ['{"a" 1}', undefined],
+    ['{"a": 1}}', undefined],
+    ['[1, 2}', undefined],
+    ['I think {this is fine} overall', undefined],
+    ['42 apples', undefined],
+    ['The answer is [citation needed].', undefined],
+  ];
+  it.each(REFUSED)('refuses %j', (text) => {
+    const r = healJson(text);
+    expect(r.status, JSON.stringify(r)).toBe('unrepairable');
+  });
+
+  it('with an object expected, does not take a bracketed aside from prose', () => {
+    expect(healJson('See [1] for details.', { expect: 'object' }).status).toBe('unrepairable');
+    const r = healJson('See [1] for details: {"a": 1}', { expect: 'object' });
+    expect(r.status === 'repaired' && r.value).toEqual({ a: 1 });
+  });
+
+  it('names why it refused', () => {
+    const r = healJson('{"a" 1}');
+    expect(r.status === 'unrepairable' && r.reason).toMatch(/expected ":"/);
+  });
+});
+
+describe('schema check', () => {
+  const check = createSchemaCheck(2);
+  const schema = { type: 'object', required: ['name'], properties: { name: { type: 'string' }, age: { type: 'integer' } }, additionalProperties: false };
+
+  it('passes a matching value and lists violations with paths', () => {
+    expect(check(schema, { name: 'Ada' })).toEqual({ valid: true });
+    const v = check(schema, { age: 'x', extra: 1 });
+    expect(v.valid).toBe(false);
+    if (v.valid !== false) return;
+    expect(v.errors.map((e) => e.path)).toEqual(expect.arrayContaining(['/', '/age']));
+  });
+
+  it('accepts client keywords ajv does not know, $id reuse, and draft 2020-12', () => {
+    const withId = { $id: 'https://example.com/s', type: 'object', strict: true, 'x-vendor': 1 };
+    expect(check(withId, {})).toEqual({ valid: true });
+    expect(check({ ...withId, required: ['a'] }, {}).valid).toBe(false);
+    const s2020 = { $schema: 'https://json-schema.org/draft/2020-12/schema', type: 'array', prefixItems: [{ type: 'string' }] };
+    expect(check(s2020, ['a']).valid).toBe(true);
+    expect(check(s2020, [1]).valid).toBe(false);
+  });
+
+  it('reports a schema that cannot compile instead of throwing', () => {
+    const v = check({ type: 'no-such-type' }, {});
+    expect(v.valid).toBeNull();
+  });
+});
+
+describe('answer text in both dialects', () => {
+  it('finds the requested format', () => {
+    expect(requestedJson('chat_completions', { response_format: { type: 'json_object' } })).toEqual({ format: 'json_object' });
+    expect(requestedJson('chat_completions', { response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object' } } } })).toEqual({ format: 'json_schema', schema: { type: 'object' } });
+    expect(requestedJson('chat_completions', { response_format: { type: 'text' } })).toBeNull();
+    expect(requestedJson('messages', { output_config: { format: { type: 'json_schema', schema: { type: 'object' } } } })).toEqual({ format: 'json_schema', schema: { type: 'object' } });
+    expect(requestedJson('messages', { output_config: { effort: 'high' } })).toBeNull();
+  });
+
+  it('reads and writes messages text blocks, keeping other blocks', () => {
+    const body = { content: [{ type: 'thinking', thinking: 'hm' }, { type: 'text', text: '{"a": ' }, { type: 'text', text: '1,}' }] };
+    expect(answerText('messages', body)).toBe('{"a": 1,}');
+    setAnswerText('messages', body, '{"a":1}');
+    expect(body.content).toEqual([{ type: 'thinking', thinking: 'hm' }, { type: 'text', text: '{"a":1}' }]);
+  });
+
+  it('reads chat content and skips tool calls', () => {
+    expect(answerText('chat_completions', { choices: [{ message: { content: 'x' } }] })).toBe('x');
+    expect(answerText('chat_completions', { choices: [{ message: { content: null, tool_calls: [] } }] })).toBeNull();
+  });
+});

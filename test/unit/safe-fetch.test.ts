@@ -1,0 +1,252 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { addressVerdict, ipLiteralOf, parseIpv4Loose } from '../../src/net/address-policy';
+import { htmlToText } from '../../src/net/html-text';
+import { checkedAddress, documentText, FetchRefused, safeFetch, type SafeFetchOptions } from '../../src/net/safe-fetch';
+
+async function refusal(p: Promise<unknown>): Promise<FetchRefused> {
+  try {
+    await p;
+  } catch (err) {
+    expect(err).toBeInstanceOf(FetchRefused);
+    return err as FetchRefused;
+  }
+  throw new Error('expected a refusal');
+}
+
+describe('address policy', () => {
+  it.each([
+    ['127.0.0.1', 'loopback'],
+    ['127.255.0.9', 'loopback'],
+    ['10.1.2.3', 'private'],
+    ['172.16.0.1', 'private'],
+    ['172.31.255.255', 'private'],
+    ['192.168.1.1', 'private'],
+    ['169.254.169.254', 'metadata'],
+    ['169.254.1.1', 'link-local'],
+    ['100.64.0.1', 'cgnat'],
+    ['0.0.0.0', 'this-network'],
+    ['224.0.0.1', 'multicast'],
+    ['255.255.255.255', 'broadcast'],
+    ['::1', 'loopback'],
+    ['[::1]', 'loopback'],
+    ['::', 'unspecified'],
+    ['::ffff:127.0.0.1', 'ipv4-mapped'],
+    ['::ffff:7f00:1', 'ipv4-mapped'],
+    ['::ffff:8.8.8.8', 'ipv4-mapped'],
+    ['::127.0.0.1', 'ipv4-compatible'],
+    ['64:ff9b::10.0.0.1', 'nat64'],
+    ['fe80::1', 'link-local'],
+    ['fc00::1', 'unique-local'],
+    ['fd12:3456::1', 'unique-local'],
+    ['fd00:ec2::254', 'metadata'],
+    ['ff02::1', 'multicast'],
+    ['2002:7f00:1::1', '6to4-loopback'],
+    ['2001:db8::1', 'documentation'],
+  ])('refuses %s (%s)', (address, reason) => {
+    expect(addressVerdict(address)).toEqual({ allowed: false, reason });
+  });
+
+  it.each(['8.8.8.8', '93.184.216.34', '172.32.0.1', '100.128.0.1', '2606:4700::1111', '2a00:1450:4001::200e'])('allows public %s', (address) => {
+    expect(addressVerdict(address)).toEqual({ allowed: true });
+  });
+
+  it('reads every numeric IPv4 spelling as the address it means', () => {
+    const loop = 0x7f000001;
+    expect(parseIpv4Loose('2130706433')).toBe(loop);
+    expect(parseIpv4Loose('0x7f000001')).toBe(loop);
+    expect(parseIpv4Loose('0177.0.0.1')).toBe(loop);
+    expect(parseIpv4Loose('127.1')).toBe(loop);
+    expect(parseIpv4Loose('0x7f.0.0.1')).toBe(loop);
+    expect(parseIpv4Loose('1.2.3.999')).toBe('invalid');
+    expect(parseIpv4Loose('example.com')).toBeNull();
+    expect(ipLiteralOf('2130706433')).toEqual({ address: '127.0.0.1', family: 4 });
+    expect(ipLiteralOf('[::1]')).toEqual({ address: '::1', family: 6 });
+  });
+
+  it.each([
+    ['http://127.0.0.1/', 'Address 127.0.0.1 is loopback'],
+    ['http://10.1.2.3/', 'Address 10.1.2.3 is private'],
+    ['http://169.254.169.254/latest/meta-data/', 'Address 169.254.169.254 is metadata'],
+    ['http://[::1]/', 'Address ::1 is loopback'],
+    ['http://[::ffff:127.0.0.1]/', 'Address ::ffff:7f00:1 is ipv4-mapped'],
+    ['http://2130706433/', 'Address 127.0.0.1 is loopback'],
+    ['http://0x7f000001/', 'Address 127.0.0.1 is loopback'],
+    ['http://0177.0.0.1/', 'Address 127.0.0.1 is loopback'],
+    ['http://127.1/', 'Address 127.0.0.1 is loopback'],
+  ])('a URL to %s is refused before any connection', async (url, message) => {
+    const resolve = async () => {
+      throw new Error('an IP literal must not be resolved');
+    };
+    const err = await refusal(checkedAddress(new URL(url), url, { resolve }));
+    expect(err.code).toBe('blocked_address');
+    expect(err.message).toBe(message);
+  });
+
+  it('a hostname resolving to a private address is refused, even with a public one beside it', async () => {
+    const resolve = async (host: string) => {
+      expect(host).toBe('intranet.example.com');
+      return [
+        { address: '93.184.216.34', family: 4 },
+        { address: '10.0.0.5', family: 4 },
+      ];
+    };
+    const err = await refusal(checkedAddress(new URL('https://intranet.example.com/x'), 'https://intranet.example.com/x', { resolve }));
+    expect(err.code).toBe('blocked_address');
+    expect(err.message).toBe('Address 10.0.0.5 is private (intranet.example.com resolves to it)');
+    const ok = await checkedAddress(new URL('https://public.example/'), 'https://public.example/', { resolve: async () => [{ address: '93.184.216.34', family: 4 }] });
+    expect(ok.address).toBe('93.184.216.34');
+  });
+
+  it('refuses other schemes and credentials', async () => {
+    const base: SafeFetchOptions = { maxBytes: 1000, timeoutMs: 1000, maxRedirects: 2, allowedContentTypes: ['text/plain'] };
+    expect((await refusal(safeFetch('file:///etc/passwd', base))).code).toBe('bad_scheme');
+    expect((await refusal(safeFetch('gopher://example.com/', base))).code).toBe('bad_scheme');
+    expect((await refusal(safeFetch('http://user:pw@example.com/', base))).code).toBe('bad_url');
+    expect((await refusal(safeFetch('not a url', base))).code).toBe('bad_url');
+  });
+});
+
+describe('safeFetch against local servers', () => {
+  let first: http.Server;
+  let second: http.Server;
+  let firstPort = 0;
+  let secondPort = 0;
+  let secondHits = 0;
+
+  beforeAll(async () => {
+    second = http.createServer((_req, res) => {
+      secondHits++;
+      res.writeHead(200, { 'content-type': 'text/plain' }).end('secret internal data');
+    });
+    first = http.createServer((req, res) => {
+      const url = req.url ?? '/';
+      if (url === '/page') {
+        res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
+        res.end('<html><head><title>T</title><style>p{}</style></head><body><p>Hello &amp; <b>welcome</b></p><script>alert(1)</script></body></html>');
+      } else if (url === '/to-other-loopback-port') {
+        res.writeHead(302, { location: `http://127.0.0.1:${secondPort}/` }).end();
+      } else if (url === '/to-private') {
+        res.writeHead(301, { location: 'http://10.0.0.1/admin' }).end();
+      } else if (url === '/to-metadata-decimal') {
+        res.writeHead(307, { location: 'http://2852039166/latest/meta-data/' }).end();
+      } else if (url === '/hop') {
+        res.writeHead(302, { location: '/page' }).end();
+      } else if (url === '/loop') {
+        res.writeHead(302, { location: '/loop' }).end();
+      } else if (url === '/big') {
+        res.writeHead(200, { 'content-type': 'text/plain' });
+        res.end('x'.repeat(5000));
+      } else if (url === '/big-chunked') {
+        res.writeHead(200, { 'content-type': 'text/plain', 'transfer-encoding': 'chunked' });
+        let n = 0;
+        const tick = setInterval(() => {
+          if (n++ === 10 || res.destroyed) return clearInterval(tick), res.end();
+          res.write('y'.repeat(1000));
+        }, 2);
+      } else if (url === '/slow') {
+        setTimeout(() => res.writeHead(200, { 'content-type': 'text/plain' }).end('late'), 2000);
+      } else if (url === '/image') {
+        res.writeHead(200, { 'content-type': 'image/png' }).end(Buffer.from([0x89, 0x50]));
+      } else {
+        res.writeHead(404).end();
+      }
+    });
+    await Promise.all([new Promise<void>((r) => first.listen(0, '127.0.0.1', r)), new Promise<void>((r) => second.listen(0, '127.0.0.1', r))]);
+    firstPort = (first.address() as AddressInfo).port;
+    secondPort = (second.address() as AddressInfo).port;
+  });
+  afterAll(async () => {
+    first.closeAllConnections();
+    second.closeAllConnections();
+    await Promise.all([new Promise((r) => first.close(r)), new Promise((r) => second.close(r))]);
+  });
+
+  const opts = (over: Partial<SafeFetchOptions> = {}): SafeFetchOptions => ({
+    maxBytes: 2000,
+    timeoutMs: 1000,
+    maxRedirects: 3,
+    allowedContentTypes: ['text/html', 'text/plain'],
+    testOnlyLoopbackPorts: [firstPort],
+    ...over,
+  });
+
+  it('without the test allowance even the test server is refused', async () => {
+    const err = await refusal(safeFetch(`http://127.0.0.1:${firstPort}/page`, opts({ testOnlyLoopbackPorts: undefined })));
+    expect(err.code).toBe('blocked_address');
+  });
+
+  it('fetches an allowed page, follows a checked redirect, and reduces HTML to text', async () => {
+    const doc = await safeFetch(`http://127.0.0.1:${firstPort}/hop`, opts());
+    expect(doc.status).toBe(200);
+    expect(doc.redirects).toEqual([`http://127.0.0.1:${firstPort}/page`]);
+    expect(doc.mediaType).toBe('text/html');
+    expect(documentText(doc)).toBe('T\nHello & welcome');
+  });
+
+  it('a name is connected to at the checked address, not resolved again', async () => {
+    let calls = 0;
+    const resolve = async () => (calls++, [{ address: '127.0.0.1', family: 4 }]);
+    const doc = await safeFetch(`http://rebind.test:${firstPort}/page`, opts({ resolve }));
+    expect(doc.address).toBe('127.0.0.1');
+    expect(calls).toBe(1); // one resolution per hop: the socket's lookup answers with the pinned address
+  });
+
+  it('a redirect from the allowed server to another loopback port is refused, and never reaches it', async () => {
+    const before = secondHits;
+    const err = await refusal(safeFetch(`http://127.0.0.1:${firstPort}/to-other-loopback-port`, opts()));
+    expect(err.code).toBe('blocked_address');
+    expect(err.message).toBe('Address 127.0.0.1 is loopback');
+    expect(secondHits).toBe(before);
+  });
+
+  it('a redirect to a private address or a decimal-encoded metadata address is refused', async () => {
+    expect((await refusal(safeFetch(`http://127.0.0.1:${firstPort}/to-private`, opts()))).message).toBe('Address 10.0.0.1 is private');
+    expect((await refusal(safeFetch(`http://127.0.0.1:${firstPort}/to-metadata-decimal`, opts()))).message).toBe('Address 169.254.169.254 is metadata');
+  });
+
+  it('stops after max_redirects', async () => {
+    const err = await refusal(safeFetch(`http://127.0.0.1:${firstPort}/loop`, opts({ maxRedirects: 2 })));
+    expect(err.code).toBe('too_many_redirects');
+  });
+
+  it('caps the body size, declared or streamed', async () => {
+    expect((await refusal(safeFetch(`http://127.0.0.1:${firstPort}/big`, opts()))).code).toBe('too_large');
+    const streamed = await refusal(safeFetch(`http://127.0.0.1:${firstPort}/big-chunked`, opts()));
+    expect(streamed.code).toBe('too_large');
+    expect(streamed.message).toBe('Body exceeds 2000 bytes');
+  });
+
+  it('times out', async () => {
+    const started = Date.now();
+    const err = await refusal(safeFetch(`http://127.0.0.1:${firstPort}/slow`, opts({ timeoutMs: 200 })));
+    expect(err.code).toBe('timeout');
+    expect(Date.now() - started).toBeLessThan(1500);
+  });
+
+  it('refuses a content type the config does not allow, and HTTP errors', async () => {
+    const err = await refusal(safeFetch(`http://127.0.0.1:${firstPort}/image`, opts()));
+    expect(err.code).toBe('content_type');
+    expect(err.message).toBe('Content type image/png is not allowed');
+    const ok = await safeFetch(`http://127.0.0.1:${firstPort}/image`, opts({ allowedContentTypes: ['image/*'] }));
+    expect([...ok.body]).toEqual([0x89, 0x50]);
+    expect((await refusal(safeFetch(`http://127.0.0.1:${firstPort}/missing`, opts()))).code).toBe('http_status');
+  });
+});
+
+describe('htmlToText', () => {
+  it('drops scripts, styles, comments and tags, decodes entities, collapses whitespace', () => {
+    const html = `<!doctype html><html><head><meta charset="utf-8"><title>Fish &amp; Chips</title>
+      <script>var a = "<p>not text</p>";</script><style>body { color: red }</style></head>
+      <body><!-- hidden --><h1>Menu</h1>
+      <p>Cod   &ndash; &pound;9 &#8364;10 &#x263A;<br>Haddock</p>
+      <a href="/x?a=1&b=2" title="a > b">link</a>text<noscript>enable js</noscript>
+      <ul><li>one</li><li>two</li></ul>&unknown; &lt;tag&gt;</body></html>`;
+    expect(htmlToText(html)).toBe('Fish & Chips\nMenu\nCod – £9 €10 ☺\nHaddock\nlinktext\none\ntwo\n&unknown; <tag>');
+  });
+
+  it('survives an unclosed script', () => {
+    expect(htmlToText('<p>keep</p><script>while(1){}')).toBe('keep');
+  });
+});
