@@ -4,6 +4,7 @@ import { autoRouter } from './auto-router';
 import { budgetCheck } from './budget-check';
 import { contextCompression } from './context-compression';
 import { guardrail } from './guardrail';
+import { maxTokensCap } from './max-tokens-cap';
 import { paretoRouter } from './pareto-router';
 import { rateLimit } from './rate-limit';
 import { responseHealing } from './response-healing';
@@ -12,6 +13,6 @@ import { validate } from './validate';
 import { webFetch } from './web-fetch';
 
 /** Every stage a pipeline may name. A test checks each folder under plugins/ is listed here. */
-export const STAGES: readonly StageDefinition[] = [auth, validate, rateLimit, budgetCheck, upstream, responseHealing, guardrail, autoRouter, paretoRouter, contextCompression, webFetch];
+export const STAGES: readonly StageDefinition[] = [auth, validate, rateLimit, budgetCheck, upstream, responseHealing, guardrail, autoRouter, paretoRouter, contextCompression, webFetch, maxTokensCap];
 
 export const registry: StageRegistry = new Map(STAGES.map((s) => [s.id, s]));

@@ -1,0 +1,55 @@
+import { GatewayError } from '../../src/errors/gateway-error';
+import type { StageDefinition } from '../../src/pipeline/types';
+import type { Services } from '../../src/services';
+import schema from './schema.json';
+
+/** The operator config of the stage (`plugins.max-tokens-cap` in gateway.yaml), defaults filled by its schema. */
+export interface MaxTokensCapConfig {
+  max: number;
+  per_model: Record<string, number>;
+  mode: 'clamp' | 'reject';
+  default?: number;
+}
+
+/** The field a request's completion budget is in, per API style. */
+const FIELDS = ['max_tokens', 'max_completion_tokens'] as const;
+
+/**
+ * `max-tokens-cap`: the example plugin of the README's "Writing a plugin". Caps the completion tokens a
+ * request may ask for (per model, else `max`): it lowers them (`clamp`) or refuses the request with a 400
+ * (`reject`), and can set a default when the request asks for none. Runs after `validate` (the fields are
+ * known to be integers) and before the spend checks (so estimates use the capped value).
+ *
+ * @example pipelines: { default: [auth, validate, max-tokens-cap, budget-check, upstream] }
+ *          plugins: { max-tokens-cap: { max: 4096, per_model: { anthropic/claude-sonnet-4: 8192 } } }
+ */
+export const maxTokensCap: StageDefinition<MaxTokensCapConfig, Services> = {
+  id: 'max-tokens-cap',
+  configSchema: schema,
+  create(config) {
+    return async (ctx, next) => {
+      const state = ctx.state.gateway;
+      const body = state.body;
+      if (body) {
+        const cap = typeof body.model === 'string' ? (config.per_model[body.model] ?? config.max) : config.max;
+        const field = FIELDS.find((f) => typeof body[f] === 'number');
+        if (field === undefined) {
+          if (config.default !== undefined) {
+            const value = Math.min(config.default, cap);
+            body[state.endpoint === 'chat_completions' ? 'max_completion_tokens' : 'max_tokens'] = value;
+            state.pipeline.push({ type: 'max-tokens-cap', name: 'max-tokens-cap', summary: `set the completion budget to ${value}`, data: { action: 'default', value } });
+          }
+        } else if ((body[field] as number) > cap) {
+          const asked = body[field] as number;
+          if (config.mode === 'reject') {
+            throw new GatewayError('invalid_request', `\`${field}\` may be at most ${cap} on this gateway (asked ${asked})`, { metadata: { field } });
+          }
+          body[field] = cap;
+          state.pipeline.push({ type: 'max-tokens-cap', name: 'max-tokens-cap', summary: `lowered ${field} from ${asked} to ${cap}`, data: { action: 'clamp', field, asked, value: cap } });
+          state.span.setAttribute('gateway.max_tokens_cap', cap);
+        }
+      }
+      await next();
+    };
+  },
+};
