@@ -4,6 +4,7 @@ import Ajv, { type ErrorObject } from 'ajv';
 import { parse as parseYaml } from 'yaml';
 import { parseEncryptionKey } from '../auth/byok-seal';
 import { guardrailConfigProblem, guardrailStageProblem } from '../guardrails/check';
+import { moderationConfigProblem } from '../moderation/config';
 import type { StageRegistry } from '../pipeline/types';
 import type { GatewayConfig } from './types';
 import { findPackageFile } from './package-root';
@@ -128,6 +129,8 @@ function checkReferences(config: GatewayConfig): void {
     });
   });
   checkSpendReferences(config);
+  const moderationProblem = moderationConfigProblem(config);
+  if (moderationProblem) throw new ConfigError(moderationProblem);
   const videoProblem = videoConfigProblem(config);
   if (videoProblem) throw new ConfigError(videoProblem);
   // Empty (e.g. `${GATEWAY_BYOK_KEY:-}` with the variable unset) means not configured.

@@ -23,6 +23,8 @@ export interface GatewayConfig {
   accounts: AccountConfig[];
   workspaces: WorkspaceConfig[];
   guardrails: GuardrailConfig[];
+  /** Moderation engines, assigned per workspace (README "Moderation"). */
+  moderation: ModerationConfig;
   spend: SpendConfig;
   rate_limits: RateLimitsConfig;
   byok: { encryption_key?: string };
@@ -56,6 +58,8 @@ export interface WorkspaceConfig {
   name: string;
   account: string;
   default_guardrail?: string;
+  /** Id of the moderation engine (`moderation.engines[].id`) the `moderation` stage runs for this workspace. */
+  moderation?: string;
   members: { user_id: string; guardrail?: string }[];
   keys: { key: string; guardrail: string }[];
   budgets: (BudgetConfig & { id: string })[];
@@ -74,6 +78,35 @@ export interface GuardrailConfig {
   keywords?: string[];
   pii?: PiiKind[];
   prompt_injection?: { enabled: boolean; threshold?: number; classifier_url?: string; timeout_ms?: number };
+}
+
+/** A local moderation rule: a JavaScript regex or a keyword list, reported by its name. */
+export interface ModerationRuleConfig {
+  name: string;
+  regex?: string;
+  flags?: string;
+  keywords?: string[];
+}
+
+/** One moderation engine (README "Moderation"); defaults are filled by the schema. */
+export interface ModerationEngineConfig {
+  id: string;
+  kind: 'openai' | 'rules';
+  /** openai: the OpenAI-compatible API base, e.g. `https://api.openai.com/v1` (POST `{base_url}/moderations`). */
+  base_url?: string;
+  api_key?: string;
+  model: string;
+  timeout_ms: number;
+  on_error: 'allow' | 'deny';
+  /** openai: only these categories count (all when absent). */
+  categories?: string[];
+  /** openai: a category counts when its score reaches this (else the provider's own booleans decide). */
+  threshold?: number;
+  rules: ModerationRuleConfig[];
+}
+
+export interface ModerationConfig {
+  engines: ModerationEngineConfig[];
 }
 
 export type PiiKind = 'email' | 'phone' | 'payment_card' | 'national_id' | 'api_key';
@@ -186,7 +219,8 @@ export interface ModelConfig {
   endpoints: ModelEndpointConfig[];
 }
 
-export type ModelCapability = 'code' | 'tools' | 'vision' | 'reasoning';
+/** `pdf`: reads PDF documents natively (file-parser leaves its PDFs alone). */
+export type ModelCapability = 'code' | 'tools' | 'vision' | 'reasoning' | 'pdf';
 
 export interface SimulatedVideoProviderConfig extends ProviderBase {
   kind: 'simulated-video';

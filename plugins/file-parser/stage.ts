@@ -1,0 +1,149 @@
+import { GatewayError } from '../../src/errors/gateway-error';
+import { pdfText, PdfUnreadable } from '../../src/files/pdf-text';
+import { FetchRefused, safeFetch, type Resolver } from '../../src/net/safe-fetch';
+import { requestPlugin } from '../../src/pipeline/request-plugins';
+import type { GatewayState, PipelineRecord, StageDefinition } from '../../src/pipeline/types';
+import { requestedModels } from '../../src/routing/candidates';
+import type { Services } from '../../src/services';
+import { pdfBlocks, type PdfBlock } from './blocks';
+import schema from './schema.json';
+
+/** Operator config (`plugins.file-parser` in gateway.yaml), defaults filled by the schema. */
+export interface FileParserConfig {
+  mode: 'models_without_pdf' | 'always';
+  max_files: number;
+  max_bytes: number;
+  max_pages: number;
+  max_chars: number;
+  timeout_ms: number;
+  max_redirects: number;
+  on_error: 'deny' | 'allow';
+}
+
+/** What only code can set, never gateway.yaml (the schema is closed): tests reach their local servers. */
+export interface FileParserFetcherOverrides {
+  testOnlyLoopbackPorts?: readonly number[];
+  resolve?: Resolver;
+}
+
+type FailReason = 'too_many_files' | 'too_large' | 'unreadable' | FetchRefused['code'];
+
+/** A PDF that could not be turned into text; `status`/`errorType` follow web-fetch (504 only for a fetch timeout). */
+class FileFailure extends Error {
+  constructor(
+    readonly reason: FailReason,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * Builds the `file-parser` stage definition. `plugins/file-parser/index.ts` exports the one built without
+ * overrides; tests build their own with a loopback allowance for their PDF server.
+ *
+ * @example const def = fileParserDefinition({ testOnlyLoopbackPorts: [server.port] });
+ */
+export function fileParserDefinition(overrides: FileParserFetcherOverrides = {}): StageDefinition<FileParserConfig, Services> {
+  return {
+    id: 'file-parser',
+    configSchema: schema,
+    create(config, services) {
+      return async (ctx, next) => {
+        const state = ctx.state.gateway;
+        const body = state.body;
+        if (!body || (state.endpoint !== 'messages' && state.endpoint !== 'chat_completions')) return next();
+        const asked = requestPlugin(body, 'file-parser');
+        if (asked?.enabled === false) return next();
+        // A request naming the plugin asks for parsing even for a PDF-capable model.
+        if (!asked && config.mode === 'models_without_pdf' && allHavePdf(requestedModels(body), services)) return next();
+        const blocks = pdfBlocks(body, state.endpoint === 'messages' ? 'messages' : 'chat');
+        if (blocks.length === 0) return next();
+
+        let parsed = 0;
+        for (const [i, block] of blocks.entries()) {
+          try {
+            if (i >= config.max_files) throw new FileFailure('too_many_files', `More than max_files (${config.max_files}) PDFs in one request`);
+            const { text, record } = await parseOne(block, config, overrides, state.signal);
+            block.replace(text);
+            state.pipeline.push(record);
+            parsed++;
+          } catch (err) {
+            const failure = err instanceof FileFailure ? err : new FileFailure('unreadable', (err as Error).message);
+            state.pipeline.push(record(block, 'failed', `Could not parse ${block.name}: ${failure.message}`, { reason: failure.reason }));
+            if (config.on_error === 'deny') {
+              throw new GatewayError(failure.reason === 'timeout' ? 'timeout' : 'invalid_request', `file-parser could not read ${block.name}: ${failure.message}`, {
+                metadata: { plugin: 'file-parser', file: block.name, reason: failure.reason },
+              });
+            }
+          }
+        }
+        state.span.setAttribute('gateway.file_parser.files', blocks.length);
+        state.span.setAttribute('gateway.file_parser.parsed', parsed);
+        await next();
+      };
+    },
+  };
+}
+
+/** True when every requested model is known and declares `pdf` (an unknown model counts as without). */
+function allHavePdf(models: string[], services: Services): boolean {
+  return models.length > 0 && models.every((id) => services.models.get(id)?.capabilities?.includes('pdf') === true);
+}
+
+function record(block: PdfBlock, outcome: 'parsed' | 'failed', summary: string, data: Record<string, unknown> = {}): PipelineRecord {
+  return { type: 'file-parser', name: 'file-parser', summary, data: { file: block.name, source: block.source.kind, outcome, ...data } };
+}
+
+async function parseOne(
+  block: PdfBlock,
+  config: FileParserConfig,
+  overrides: FileParserFetcherOverrides,
+  signal: AbortSignal,
+): Promise<{ text: string; record: PipelineRecord }> {
+  const bytes = await pdfBytes(block, config, overrides, signal);
+  let doc;
+  try {
+    doc = await pdfText(bytes, { maxPages: config.max_pages });
+  } catch (err) {
+    throw new FileFailure('unreadable', err instanceof PdfUnreadable ? `not a readable PDF (${err.message})` : (err as Error).message);
+  }
+  const pagesCut = doc.pagesRead < doc.pages;
+  const charsCut = doc.text.length > config.max_chars;
+  let text = `${block.name} (PDF, ${doc.pages} page${doc.pages === 1 ? '' : 's'}):\n${charsCut ? doc.text.slice(0, config.max_chars) : doc.text}`;
+  if (charsCut) text += '\n[truncated]';
+  if (pagesCut) text += `\n[only the first ${doc.pagesRead} of ${doc.pages} pages were read]`;
+  const data = { bytes: bytes.length, pages: doc.pages, pages_read: doc.pagesRead, chars: Math.min(doc.text.length, config.max_chars), truncated: charsCut || pagesCut };
+  return { text, record: record(block, 'parsed', `Parsed ${block.name}`, data) };
+}
+
+async function pdfBytes(block: PdfBlock, config: FileParserConfig, overrides: FileParserFetcherOverrides, signal: AbortSignal): Promise<Uint8Array> {
+  if (block.source.kind === 'base64') {
+    const data = block.source.data;
+    // Checked on the encoded length first, so an oversized body is never decoded.
+    if (Math.floor((data.length * 3) / 4) > config.max_bytes + 2) throw tooLarge(config);
+    const bytes = Buffer.from(data, 'base64');
+    if (bytes.length > config.max_bytes) throw tooLarge(config);
+    return bytes;
+  }
+  try {
+    const doc = await safeFetch(block.source.url, {
+      maxBytes: config.max_bytes,
+      timeoutMs: config.timeout_ms,
+      maxRedirects: config.max_redirects,
+      allowedContentTypes: ['application/pdf'],
+      signal,
+      resolve: overrides.resolve,
+      testOnlyLoopbackPorts: overrides.testOnlyLoopbackPorts,
+      userAgent: 'model-gateway-file-parser/1',
+    });
+    return doc.body;
+  } catch (err) {
+    if (err instanceof FetchRefused) throw new FileFailure(err.code, err.message);
+    throw new FileFailure('network', (err as Error).message);
+  }
+}
+
+function tooLarge(config: FileParserConfig): FileFailure {
+  return new FileFailure('too_large', `larger than max_bytes (${config.max_bytes} bytes)`);
+}

@@ -1,0 +1,180 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { registry } from '../../plugins';
+import { fileParserDefinition } from '../../plugins/file-parser/stage';
+import { minimalPdf } from '../fixtures/minimal-pdf';
+import { post, testConfigYaml } from '../fixtures/gateway';
+import { perTestGateways } from '../fixtures/per-test';
+
+const t = perTestGateways();
+const PDF = minimalPdf(['Otters hold hands while they sleep.', 'Page two: sea urchins.']);
+const B64 = PDF.toString('base64');
+let pdfServer: http.Server;
+let base = '';
+
+beforeAll(async () => {
+  pdfServer = http.createServer((req, res) => {
+    if (req.url === '/otters.pdf') res.writeHead(200, { 'content-type': 'application/pdf' }).end(PDF);
+    else if (req.url === '/page.html') res.writeHead(200, { 'content-type': 'text/html' }).end('<p>not a pdf</p>');
+    else if (req.url === '/to-metadata') res.writeHead(302, { location: 'http://169.254.169.254/latest/' }).end();
+    else res.writeHead(404).end();
+  });
+  await new Promise<void>((r) => pdfServer.listen(0, '127.0.0.1', r));
+  base = `http://127.0.0.1:${(pdfServer.address() as AddressInfo).port}`;
+});
+afterAll(async () => {
+  pdfServer.closeAllConnections();
+  await new Promise((r) => pdfServer.close(r));
+});
+
+/** The real registry, with file-parser allowed to reach the local PDF server (and nothing else on loopback). */
+function testRegistry() {
+  return new Map(registry).set('file-parser', fileParserDefinition({ testOnlyLoopbackPorts: [Number(new URL(base).port)] }));
+}
+
+function yaml(pluginConfig = '{}') {
+  const config = testConfigYaml(t.upstream.url, '[auth, validate, file-parser, upstream]').replace(
+    'models:\n',
+    'models:\n  - id: fake/pdf-gpt\n    capabilities: [pdf]\n    endpoints: [{ provider: fake-openai, upstream_model: gpt-upstream, pricing: { prompt: 1, completion: 2 } }]\n',
+  );
+  return `${config}plugins:\n  file-parser: ${pluginConfig}\n`;
+}
+
+const META = { 'x-gateway-metadata': 'enabled' };
+const TEXT = 'Otters hold hands while they sleep.\n\nPage two: sea urchins.';
+
+function chatBody(model = 'fake/gpt', fileData = `data:application/pdf;base64,${B64}`) {
+  return {
+    model,
+    messages: [{ role: 'user', content: [{ type: 'text', text: 'Summarise.' }, { type: 'file', file: { filename: 'otters.pdf', file_data: fileData } }] }],
+  };
+}
+
+describe('file-parser stage through the server', () => {
+  it('chat completions: a base64 PDF becomes a text part with its name and page count', async () => {
+    const g = await t.start({ yaml: yaml() });
+    const r = await post(`${g.url}/chat/completions`, g.key, chatBody(), META);
+    expect(r.status).toBe(200);
+    expect(t.upstream.received[0].body.messages[0].content).toEqual([
+      { type: 'text', text: 'Summarise.' },
+      { type: 'text', text: `otters.pdf (PDF, 2 pages):\n${TEXT}` },
+    ]);
+    expect(r.json.gateway_metadata.pipeline).toEqual([
+      {
+        type: 'file-parser',
+        name: 'file-parser',
+        summary: 'Parsed otters.pdf',
+        data: { file: 'otters.pdf', source: 'base64', outcome: 'parsed', bytes: PDF.length, pages: 2, pages_read: 2, chars: TEXT.length, truncated: false },
+      },
+    ]);
+  });
+
+  it('messages: a base64 document block becomes a text block, keeping cache_control', async () => {
+    const g = await t.start({ yaml: yaml() });
+    const r = await post(`${g.url}/messages`, g.key, {
+      model: 'fake/claude',
+      max_tokens: 20,
+      messages: [
+        {
+          role: 'user',
+          content: [
+            { type: 'document', title: 'otters.pdf', source: { type: 'base64', media_type: 'application/pdf', data: B64 }, cache_control: { type: 'ephemeral' } },
+            { type: 'text', text: 'Summarise.' },
+          ],
+        },
+      ],
+    });
+    expect(r.status).toBe(200);
+    expect(t.upstream.received[0].body.messages[0].content).toEqual([
+      { type: 'text', text: `otters.pdf (PDF, 2 pages):\n${TEXT}`, cache_control: { type: 'ephemeral' } },
+      { type: 'text', text: 'Summarise.' },
+    ]);
+  });
+
+  it('messages: a URL document is fetched through the safe fetcher and named by its URL', async () => {
+    const g = await t.start({ yaml: yaml(), registry: testRegistry() });
+    const url = `${base}/otters.pdf`;
+    const r = await post(`${g.url}/messages`, g.key, {
+      model: 'fake/claude',
+      max_tokens: 20,
+      messages: [{ role: 'user', content: [{ type: 'document', source: { type: 'url', url } }, { type: 'text', text: 'Summarise.' }] }],
+    }, META);
+    expect(r.status).toBe(200);
+    expect(t.upstream.received[0].body.messages[0].content[0]).toEqual({ type: 'text', text: `${url} (PDF, 2 pages):\n${TEXT}` });
+    expect(r.json.gateway_metadata.pipeline[0].data).toMatchObject({ file: url, source: 'url', outcome: 'parsed', pages: 2 });
+  });
+
+  it('URL documents: a non-PDF content type and a redirect to the metadata address are refused', async () => {
+    const g = await t.start({ yaml: yaml(), registry: testRegistry() });
+    const ask = (url: string) =>
+      post(`${g.url}/messages`, g.key, { model: 'fake/claude', max_tokens: 20, messages: [{ role: 'user', content: [{ type: 'document', source: { type: 'url', url } }] }] });
+    const html = await ask(`${base}/page.html`);
+    expect(html.status).toBe(400);
+    expect(html.json.error.type).toBe('invalid_request_error');
+    expect(html.json.metadata).toMatchObject({ plugin: 'file-parser', file: `${base}/page.html`, reason: 'content_type' });
+    const redirected = await ask(`${base}/to-metadata`);
+    expect(redirected.status).toBe(400);
+    expect(redirected.json.metadata).toMatchObject({ plugin: 'file-parser', reason: 'blocked_address' });
+    // Without the test-only allowance, loopback itself is refused.
+    const g2 = await t.start({ yaml: yaml() });
+    const direct = await post(`${g2.url}/messages`, g2.key, { model: 'fake/claude', max_tokens: 20, messages: [{ role: 'user', content: [{ type: 'document', source: { type: 'url', url: `${base}/otters.pdf` } }] }] });
+    expect(direct.status).toBe(400);
+    expect(direct.json.metadata).toMatchObject({ reason: 'blocked_address' });
+    expect(t.upstream.received).toHaveLength(0);
+  });
+
+  it('a broken PDF is a 400 naming the file; with on_error: allow it passes through unchanged and is recorded', async () => {
+    const broken = Buffer.from('%PDF-1.4\n1 0 obj << /Type /Catalog >> garbage').toString('base64');
+    const g = await t.start({ yaml: yaml() });
+    const r = await post(`${g.url}/chat/completions`, g.key, chatBody('fake/gpt', `data:application/pdf;base64,${broken}`));
+    expect(r.status).toBe(400);
+    expect(r.json.error.metadata).toEqual({ error_type: 'invalid_request', plugin: 'file-parser', file: 'otters.pdf', reason: 'unreadable' });
+    expect(t.upstream.received).toHaveLength(0);
+
+    const g2 = await t.start({ yaml: yaml('{ on_error: allow }') });
+    const passed = await post(`${g2.url}/chat/completions`, g2.key, chatBody('fake/gpt', `data:application/pdf;base64,${broken}`), META);
+    expect(passed.status).toBe(200);
+    expect(t.upstream.received[0].body.messages[0].content[1]).toEqual({ type: 'file', file: { filename: 'otters.pdf', file_data: `data:application/pdf;base64,${broken}` } });
+    expect(passed.json.gateway_metadata.pipeline[0]).toMatchObject({ type: 'file-parser', data: { outcome: 'failed', reason: 'unreadable' } });
+  });
+
+  it('caps: max_pages and max_chars cut the text and say so; max_bytes refuses; max_files refuses the extra PDF', async () => {
+    const g = await t.start({ yaml: yaml('{ max_pages: 1, max_chars: 6 }') });
+    const r = await post(`${g.url}/chat/completions`, g.key, chatBody(), META);
+    expect(r.status).toBe(200);
+    expect(t.upstream.received[0].body.messages[0].content[1].text).toBe('otters.pdf (PDF, 2 pages):\nOtters\n[truncated]\n[only the first 1 of 2 pages were read]');
+    expect(r.json.gateway_metadata.pipeline[0].data).toMatchObject({ pages: 2, pages_read: 1, chars: 6, truncated: true });
+
+    const g2 = await t.start({ yaml: yaml('{ max_bytes: 100 }') });
+    const big = await post(`${g2.url}/chat/completions`, g2.key, chatBody());
+    expect(big.status).toBe(400);
+    expect(big.json.error.metadata).toMatchObject({ plugin: 'file-parser', reason: 'too_large' });
+
+    const g3 = await t.start({ yaml: yaml('{ max_files: 1 }') });
+    const body = chatBody();
+    (body.messages[0].content as unknown[]).push({ type: 'file', file: { filename: 'second.pdf', file_data: `data:application/pdf;base64,${B64}` } });
+    const two = await post(`${g3.url}/chat/completions`, g3.key, body);
+    expect(two.status).toBe(400);
+    expect(two.json.error.metadata).toMatchObject({ plugin: 'file-parser', file: 'second.pdf', reason: 'too_many_files' });
+  });
+
+  it('a model declaring the pdf capability keeps its PDF, unless mode is always or the request names the plugin', async () => {
+    const g = await t.start({ yaml: yaml() });
+    const r = await post(`${g.url}/chat/completions`, g.key, chatBody('fake/pdf-gpt'));
+    expect(r.status).toBe(200);
+    expect(t.upstream.received[0].body.messages[0].content[1].type).toBe('file');
+
+    const named = await post(`${g.url}/chat/completions`, g.key, { ...chatBody('fake/pdf-gpt'), plugins: [{ id: 'file-parser' }] });
+    expect(named.status).toBe(200);
+    expect(t.upstream.received[1].body.messages[0].content[1].type).toBe('text');
+
+    const off = await post(`${g.url}/chat/completions`, g.key, { ...chatBody('fake/gpt'), plugins: [{ id: 'file-parser', enabled: false }] });
+    expect(off.status).toBe(200);
+    expect(t.upstream.received[2].body.messages[0].content[1].type).toBe('file');
+
+    const g2 = await t.start({ yaml: yaml('{ mode: always }') });
+    await post(`${g2.url}/chat/completions`, g2.key, chatBody('fake/pdf-gpt'));
+    expect(t.upstream.received[3].body.messages[0].content[1].text).toContain('otters.pdf (PDF, 2 pages):');
+  });
+});

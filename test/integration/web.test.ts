@@ -1,0 +1,210 @@
+import Anthropic from '@anthropic-ai/sdk';
+import OpenAI from 'openai';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { post, sseEvents, testConfigYaml } from '../fixtures/gateway';
+import { SEARCH_RESULTS, startFakeSearch, type FakeSearch } from '../fixtures/fake-search';
+import { perTestGateways } from '../fixtures/per-test';
+
+const t = perTestGateways();
+let search: FakeSearch;
+
+beforeAll(async () => {
+  search = await startFakeSearch();
+});
+afterAll(async () => {
+  await search.close();
+});
+afterEach(() => {
+  search.calls.length = 0;
+  search.mode = { kind: 'ok' };
+});
+
+function yaml(kind: 'searxng' | 'http', extra = '') {
+  const backend = `{ kind: ${kind}, base_url: '${search.url}', timeout_ms: 500${kind === 'http' ? ', api_key: sk-search-secret' : ''} }`;
+  return `${testConfigYaml(t.upstream.url, '[auth, validate, web, upstream]')}plugins:\n  web: { backend: ${backend}${extra ? `, ${extra}` : ''} }\n`;
+}
+
+const META = { 'x-gateway-metadata': 'enabled' };
+const DATE = /^A web search was conducted on \d{4}-\d{2}-\d{2}\. Incorporate the following web search results into your response\./;
+
+describe('web search stage through the server', () => {
+  it('SearXNG + chat: searches the last user text, injects numbered sources as a system message, returns url_citation annotations', async () => {
+    const g = await t.start({ yaml: yaml('searxng') });
+    const r = await post(`${g.url}/chat/completions`, g.key, {
+      model: 'fake/gpt',
+      plugins: [{ id: 'web', max_results: 2 }],
+      messages: [{ role: 'user', content: 'old question' }, { role: 'assistant', content: 'old answer' }, { role: 'user', content: 'Do otters hold hands?' }],
+    }, META);
+    expect(r.status).toBe(200);
+    expect(search.calls).toHaveLength(1);
+    const url = new URL(search.calls[0].url, search.url);
+    expect(search.calls[0].method).toBe('GET');
+    expect(url.pathname).toBe('/search');
+    expect(Object.fromEntries(url.searchParams)).toEqual({ q: 'Do otters hold hands?', format: 'json' });
+
+    const sent = t.upstream.received[0].body;
+    expect(sent.messages).toHaveLength(4);
+    expect(sent.messages[0].role).toBe('system');
+    const system: string = sent.messages[0].content;
+    expect(system).toMatch(DATE);
+    expect(system).toContain('[1] Result 1\nURL: https://site1.example/page1\nSnippet number 1.');
+    expect(system).toContain('[2] Result 2\nURL: https://site2.example/page2\nSnippet number 2.');
+    expect(system).not.toContain('site3.example');
+    expect(sent.messages.slice(1).map((m: any) => m.content)).toEqual(['old question', 'old answer', 'Do otters hold hands?']);
+
+    expect(r.json.choices[0].message.annotations).toEqual([
+      { type: 'url_citation', url_citation: { url: 'https://site1.example/page1', title: 'Result 1', content: 'Snippet number 1.', start_index: 0, end_index: 0 } },
+      { type: 'url_citation', url_citation: { url: 'https://site2.example/page2', title: 'Result 2', content: 'Snippet number 2.', start_index: 0, end_index: 0 } },
+    ]);
+    expect(r.json.gateway_metadata.pipeline).toEqual([
+      {
+        type: 'web',
+        name: 'web',
+        summary: 'Searched the web (searxng): 2 result(s)',
+        data: { outcome: 'searched', engine: 'searxng', query: 'Do otters hold hands?', max_results: 2, results: 2, urls: ['https://site1.example/page1', 'https://site2.example/page2'] },
+      },
+    ]);
+  });
+
+  it('chat: prepends to an existing leading system message', async () => {
+    const g = await t.start({ yaml: yaml('searxng', 'max_results: 1') });
+    const r = await post(`${g.url}/chat/completions`, g.key, {
+      model: 'fake/gpt',
+      plugins: [{ id: 'web' }],
+      messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'otters' }],
+    });
+    expect(r.status).toBe(200);
+    const sent = t.upstream.received[0].body;
+    expect(sent.messages).toHaveLength(2);
+    expect(sent.messages[0].content).toMatch(DATE);
+    expect(sent.messages[0].content.endsWith('[1] Result 1\nURL: https://site1.example/page1\nSnippet number 1.\n\nBe brief.')).toBe(true);
+  });
+
+  it('HTTP contract + messages via model `:online`: POST {query, max_results} with the api key, system prompt prepended, citations on the text block', async () => {
+    const g = await t.start({ yaml: yaml('http', 'max_results: 3, search_prompt: "Results from {date}:"') });
+    const r = await post(`${g.url}/messages`, g.key, {
+      model: 'fake/claude:online',
+      max_tokens: 50,
+      system: 'You are terse.',
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'sea otters' }, { type: 'text', text: 'diet' }] }],
+    });
+    expect(r.status).toBe(200);
+    expect(search.calls).toHaveLength(1);
+    expect(search.calls[0].method).toBe('POST');
+    expect(search.calls[0].body).toEqual({ query: 'sea otters\ndiet', max_results: 3 });
+    expect(search.calls[0].headers.authorization).toBe('Bearer sk-search-secret');
+
+    const sent = t.upstream.received[0].body;
+    expect(sent.model).toBe('claude-upstream');
+    expect(sent.system).toMatch(/^Results from \d{4}-\d{2}-\d{2}:\n\n\[1\] Result 1\nURL: https:\/\/site1\.example\/page1\nSnippet number 1\.\n\n\[2\]/);
+    expect(sent.system).toContain('[3] Result 3');
+    expect(sent.system.endsWith('\n\nYou are terse.')).toBe(true);
+
+    expect(r.json.content).toEqual([
+      {
+        type: 'text',
+        text: 'Hello from the fake upstream.',
+        citations: SEARCH_RESULTS.slice(0, 3).map((s, i) => ({ type: 'web_search_result_location', url: s.url, title: s.title, encrypted_index: String(i + 1), cited_text: s.snippet })),
+      },
+    ]);
+  });
+
+  it('a request max_results above max_results_limit is lowered to it; a bad one is a 400', async () => {
+    const g = await t.start({ yaml: yaml('http', 'max_results_limit: 4') });
+    const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', plugins: [{ id: 'web', max_results: 50 }], messages: [{ role: 'user', content: 'q' }] });
+    expect(r.status).toBe(200);
+    expect(search.calls[0].body).toEqual({ query: 'q', max_results: 4 });
+    expect(r.json.choices[0].message.annotations).toHaveLength(4);
+
+    const bad = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', plugins: [{ id: 'web', max_results: 0 }], messages: [{ role: 'user', content: 'q' }] });
+    expect(bad.status).toBe(400);
+    expect(bad.json.error.metadata).toMatchObject({ field: 'plugins.web.max_results' });
+  });
+
+  it('SearXNG results beyond max_results are dropped', async () => {
+    const g = await t.start({ yaml: yaml('searxng', 'max_results: 3') });
+    const r = await post(`${g.url}/messages`, g.key, { model: 'fake/claude', max_tokens: 10, plugins: [{ id: 'web' }], messages: [{ role: 'user', content: 'q' }] });
+    expect(r.status).toBe(200);
+    expect(r.json.content[0].citations.map((c: any) => c.url)).toEqual(SEARCH_RESULTS.slice(0, 3).map((s) => s.url));
+    expect(t.upstream.received[0].body.system).not.toContain('[4]');
+  });
+
+  it('runs only when named unless enabled_by_default; enabled: false stands aside', async () => {
+    const g = await t.start({ yaml: yaml('searxng') });
+    const plain = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', messages: [{ role: 'user', content: 'q' }] });
+    expect(plain.status).toBe(200);
+    expect(search.calls).toHaveLength(0);
+    expect(plain.json.choices[0].message.annotations).toBeUndefined();
+    expect(t.upstream.received[0].body.messages).toEqual([{ role: 'user', content: 'q' }]);
+    await g.close();
+    t.release();
+
+    const always = await t.start({ yaml: yaml('searxng', 'enabled_by_default: true') });
+    const r = await post(`${always.url}/chat/completions`, always.key, { model: 'fake/gpt', messages: [{ role: 'user', content: 'q' }] });
+    expect(r.json.choices[0].message.annotations).toHaveLength(5);
+    const off = await post(`${always.url}/chat/completions`, always.key, { model: 'fake/gpt', plugins: [{ id: 'web', enabled: false }], messages: [{ role: 'user', content: 'q' }] });
+    expect(off.json.choices[0].message.annotations).toBeUndefined();
+    expect(search.calls).toHaveLength(1);
+  });
+
+  it('backend failure with on_error allow: recorded, the request goes on without results', async () => {
+    search.mode = { kind: 'status', status: 503 };
+    const g = await t.start({ yaml: yaml('http') });
+    const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', plugins: [{ id: 'web' }], messages: [{ role: 'user', content: 'q' }] }, META);
+    expect(r.status).toBe(200);
+    expect(t.upstream.received[0].body.messages).toEqual([{ role: 'user', content: 'q' }]);
+    expect(r.json.choices[0].message.annotations).toBeUndefined();
+    expect(r.json.gateway_metadata.pipeline).toEqual([
+      { type: 'web', name: 'web', summary: 'Web search failed: search backend answered 503', data: { outcome: 'failed', engine: 'http', query: 'q', reason: 'http_status' } },
+    ]);
+  });
+
+  it('a backend answer that is not JSON is a failure too', async () => {
+    search.mode = { kind: 'not-json' };
+    const g = await t.start({ yaml: yaml('searxng') });
+    const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', plugins: [{ id: 'web' }], messages: [{ role: 'user', content: 'q' }] }, META);
+    expect(r.status).toBe(200);
+    expect(r.json.gateway_metadata.pipeline[0].data).toMatchObject({ outcome: 'failed', reason: 'bad_response' });
+  });
+
+  it('on_error deny: a hanging backend is a 504 timeout, a failing one a 502; nothing goes upstream', async () => {
+    const g = await t.start({ yaml: yaml('http', 'on_error: deny') });
+    search.mode = { kind: 'hang' };
+    const slow = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', plugins: [{ id: 'web' }], messages: [{ role: 'user', content: 'q' }] });
+    expect(slow.status).toBe(504);
+    expect(slow.json.error.metadata).toEqual({ error_type: 'timeout', plugin: 'web', reason: 'timeout' });
+    search.mode = { kind: 'status', status: 500 };
+    const down = await post(`${g.url}/messages`, g.key, { model: 'fake/claude', max_tokens: 5, plugins: [{ id: 'web' }], messages: [{ role: 'user', content: 'q' }] });
+    expect(down.status).toBe(502);
+    expect(down.json.error.type).toBeDefined();
+    expect(t.upstream.received).toHaveLength(0);
+  });
+
+  it('chat stream: one extra chunk carries delta.annotations before the finish chunk; the openai SDK reads it', async () => {
+    const g = await t.start({ yaml: yaml('searxng', 'max_results: 2') });
+    const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', stream: true, plugins: [{ id: 'web' }], messages: [{ role: 'user', content: 'q' }] });
+    expect(r.status).toBe(200);
+    const chunks = sseEvents(r.text).filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+    const at = chunks.findIndex((c) => c.choices?.[0]?.delta?.annotations);
+    expect(at).toBeGreaterThan(0);
+    expect(chunks[at].choices[0].delta.annotations.map((a: any) => a.url_citation.url)).toEqual(['https://site1.example/page1', 'https://site2.example/page2']);
+    expect(chunks[at].id).toBe(chunks[0].id);
+    expect(chunks[at + 1].choices[0].finish_reason).toBe('stop');
+
+    const client = new OpenAI({ apiKey: g.key, baseURL: g.url, maxRetries: 0 });
+    const stream = await client.chat.completions.create({ model: 'fake/gpt', stream: true, plugins: [{ id: 'web' }], messages: [{ role: 'user', content: 'q' }] } as any);
+    const seen: any[] = [];
+    for await (const c of stream as any) if (c.choices?.[0]?.delta?.annotations) seen.push(...c.choices[0].delta.annotations);
+    expect(seen).toHaveLength(2);
+  });
+
+  it('messages stream: citations_delta events on the text block before its stop; the Anthropic SDK accumulates them', async () => {
+    const g = await t.start({ yaml: yaml('http', 'max_results: 2') });
+    const client = new Anthropic({ apiKey: g.key, baseURL: g.url.replace(/\/v1$/, ''), maxRetries: 0 });
+    const stream = client.messages.stream({ model: 'fake/claude', max_tokens: 20, messages: [{ role: 'user', content: 'q' }], plugins: [{ id: 'web' }] } as any);
+    const final = await stream.finalMessage();
+    const block = final.content[0] as any;
+    expect(block.text).toBe('Hello from the fake upstream.');
+    expect(block.citations).toEqual(SEARCH_RESULTS.slice(0, 2).map((s, i) => ({ type: 'web_search_result_location', url: s.url, title: s.title, encrypted_index: String(i + 1), cited_text: s.snippet })));
+  });
+});

@@ -1,0 +1,85 @@
+import { describe, expect, it } from 'vitest';
+import { registry } from '../../plugins';
+import { parseConfigText } from '../../src/config/load';
+import { cutMiddle, FLAGGED_INPUT_MAX } from '../../src/moderation/flagged-input';
+import { compileEngine } from '../../src/moderation/engines';
+import { testConfigYaml } from '../fixtures/gateway';
+
+describe('cutMiddle (flagged_input, spec 7.6)', () => {
+  it('leaves text of at most 100 characters alone', () => {
+    expect(cutMiddle('')).toBe('');
+    expect(cutMiddle('short')).toBe('short');
+    const hundred = 'x'.repeat(100);
+    expect(cutMiddle(hundred)).toBe(hundred);
+  });
+
+  it('cuts longer text in the middle to exactly 100 characters: 50 head, an ellipsis, 49 tail', () => {
+    const text = 'a'.repeat(60) + 'm'.repeat(30) + 'z'.repeat(60);
+    const cut = cutMiddle(text);
+    expect(FLAGGED_INPUT_MAX).toBe(100);
+    expect(Array.from(cut)).toHaveLength(100);
+    expect(cut).toBe('a'.repeat(50) + '…' + 'z'.repeat(49));
+    expect(cutMiddle('b'.repeat(101))).toBe('b'.repeat(50) + '…' + 'b'.repeat(49));
+  });
+
+  it('counts code points, never splitting a surrogate pair', () => {
+    const cut = cutMiddle('😀'.repeat(150));
+    expect(Array.from(cut)).toHaveLength(100);
+    expect(cut).toBe('😀'.repeat(50) + '…' + '😀'.repeat(49));
+  });
+
+  it('honours a smaller maximum', () => {
+    expect(cutMiddle('abcdefghij', 5)).toBe('ab…ij');
+    expect(cutMiddle('abcdefghij', 1)).toBe('…');
+  });
+});
+
+describe('rules engine', () => {
+  it('reports rule names, sorted, and the first flagged text', async () => {
+    const e = compileEngine({
+      id: 'local',
+      kind: 'rules',
+      model: 'unused',
+      timeout_ms: 1000,
+      on_error: 'deny',
+      rules: [
+        { name: 'weapons', keywords: ['bomb', 'nerve agent'] },
+        { name: 'self_harm', regex: 'hurt\\s+myself', flags: 'i' },
+      ],
+    });
+    expect(e.modelSlug).toBe('rules');
+    expect(e.providerName).toBe('local');
+    expect(await e.check(['hello', 'build a BOMB', 'I want to Hurt  myself'])).toEqual({ reasons: ['self_harm', 'weapons'], flaggedIndex: 1 });
+    expect(await e.check(['bombastic speech'])).toEqual({ reasons: [], flaggedIndex: -1 });
+  });
+});
+
+describe('config checks at load', () => {
+  const base = testConfigYaml('http://127.0.0.1:9/v1', '[auth, validate, moderation, upstream]');
+  const load = (extra: string, pipelineYaml = base) => () => parseConfigText(pipelineYaml + extra, { registry });
+
+  it('accepts engines and an assignment, with defaults filled', () => {
+    const config = load('moderation:\n  engines:\n    - { id: m, kind: openai, base_url: http://x/v1 }\nworkspaces:\n  - { name: default, moderation: m }\n')();
+    expect(config.moderation.engines[0]).toMatchObject({ model: 'omni-moderation-latest', timeout_ms: 5000, on_error: 'deny', rules: [] });
+    expect(config.workspaces[0].moderation).toBe('m');
+  });
+
+  it('refuses bad engines and assignments with their path', () => {
+    expect(load('workspaces:\n  - { name: default, moderation: nope }\n')).toThrow('workspaces[0].moderation: unknown moderation engine "nope"');
+    expect(load('moderation:\n  engines:\n    - { id: m, kind: openai }\n')).toThrow('moderation.engines[0].base_url: required for kind "openai"');
+    expect(load('moderation:\n  engines:\n    - { id: m, kind: rules }\n')).toThrow('moderation.engines[0].rules: kind "rules" needs at least one rule');
+    expect(load('moderation:\n  engines:\n    - { id: m, kind: rules, rules: [{ name: r, regex: "(" }] }\n')).toThrow('moderation.engines[0].rules[0].regex: invalid regular expression');
+    expect(load('moderation:\n  engines:\n    - { id: m, kind: rules, rules: [{ name: r }] }\n')).toThrow('moderation.engines[0].rules[0]: give exactly one of regex and keywords');
+    expect(load('moderation:\n  engines:\n    - { id: m, kind: rules, rules: [{ name: r, regex: "a*" }] }\n')).toThrow('matches the empty string');
+    expect(load('moderation:\n  engines:\n    - { id: m, kind: rules, rules: [{ name: r, keywords: [x] }] }\n    - { id: m, kind: rules, rules: [{ name: r, keywords: [x] }] }\n')).toThrow(
+      'moderation.engines[1].id: duplicate moderation engine id "m"',
+    );
+  });
+
+  it('refuses an assignment whose pipeline does not run the stage', () => {
+    const noStage = testConfigYaml('http://127.0.0.1:9/v1', '[auth, validate, upstream]');
+    expect(load('moderation:\n  engines:\n    - { id: m, kind: rules, rules: [{ name: r, keywords: [x] }] }\nworkspaces:\n  - { name: default, moderation: m }\n', noStage)).toThrow(
+      'workspaces[0].moderation: assigns an engine, but pipelines.default does not run the "moderation" stage',
+    );
+  });
+});

@@ -1,0 +1,46 @@
+import { describe, expect, it } from 'vitest';
+import { addCitations, chatAnnotations, injectSystemText, linkSpan, searchPromptText } from '../../src/search/citations';
+
+const R = [
+  { url: 'https://otters.example/facts', title: 'Otter facts', snippet: 'Otters hold hands.' },
+  { url: 'https://news.example/', title: 'News', snippet: '' },
+];
+
+describe('web search citations', () => {
+  it('finds a markdown link, else a bare URL, else nothing', () => {
+    const text = 'See [otters.example](https://otters.example/facts) and https://news.example today.';
+    expect(linkSpan(text, R[0].url)).toEqual({ start: 4, end: 50 });
+    expect(text.slice(4, 50)).toBe('[otters.example](https://otters.example/facts)');
+    const bare = linkSpan(text, R[1].url)!;
+    expect(text.slice(bare.start, bare.end)).toBe('https://news.example');
+    expect(linkSpan('https://otters.example/factsheet', R[0].url)).toBeNull();
+    expect(linkSpan('nothing here', R[0].url)).toBeNull();
+  });
+
+  it('chat annotations carry the link span, or 0..0 for a source the answer does not link', () => {
+    const text = 'Yes ([otters.example](https://otters.example/facts)).';
+    expect(chatAnnotations(text, R)).toEqual([
+      { type: 'url_citation', url_citation: { url: R[0].url, title: 'Otter facts', content: 'Otters hold hands.', start_index: 5, end_index: 51 } },
+      { type: 'url_citation', url_citation: { url: R[1].url, title: 'News', start_index: 0, end_index: 0 } },
+    ]);
+  });
+
+  it('messages citations go on the block that links the source, else the first text block', () => {
+    const body = { content: [{ type: 'text', text: 'Intro.' }, { type: 'tool_use', id: 't', name: 'x', input: {} }, { type: 'text', text: 'Per [otters.example](https://otters.example/facts).' }] };
+    expect(addCitations('messages', body, R)).toBe(2);
+    expect((body.content[0] as any).citations.map((c: any) => c.url)).toEqual([R[1].url]);
+    expect((body.content[2] as any).citations).toEqual([{ type: 'web_search_result_location', url: R[0].url, title: 'Otter facts', encrypted_index: '1', cited_text: 'Otters hold hands.' }]);
+  });
+
+  it('prompt text numbers the sources and fills {date}; injection keeps system blocks', () => {
+    expect(searchPromptText('On {date}:', R, new Date('2025-01-23T10:00:00Z'))).toBe(
+      'On 2025-01-23:\n\n[1] Otter facts\nURL: https://otters.example/facts\nOtters hold hands.\n\n[2] News\nURL: https://news.example/',
+    );
+    const body: Record<string, unknown> = { system: [{ type: 'text', text: 'Operator.', cache_control: { type: 'ephemeral' } }] };
+    injectSystemText('messages', body, 'S');
+    expect(body.system).toEqual([{ type: 'text', text: 'S' }, { type: 'text', text: 'Operator.', cache_control: { type: 'ephemeral' } }]);
+    const chat: Record<string, unknown> = { messages: [{ role: 'developer', content: [{ type: 'text', text: 'D' }] }] };
+    injectSystemText('chat_completions', chat, 'S');
+    expect(chat.messages).toEqual([{ role: 'developer', content: [{ type: 'text', text: 'S' }, { type: 'text', text: 'D' }] }]);
+  });
+});
