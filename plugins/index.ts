@@ -4,6 +4,7 @@ import { autoRouter } from './auto-router';
 import { budgetCheck } from './budget-check';
 import { contextCompression } from './context-compression';
 import { fileParser } from './file-parser';
+import { fusion } from './fusion';
 import { guardrail } from './guardrail';
 import { maxTokensCap } from './max-tokens-cap';
 import { moderation } from './moderation';
@@ -16,6 +17,6 @@ import { web } from './web';
 import { webFetch } from './web-fetch';
 
 /** Every stage a pipeline may name. A test checks each folder under plugins/ is listed here. */
-export const STAGES: readonly StageDefinition[] = [auth, validate, rateLimit, budgetCheck, upstream, responseHealing, guardrail, autoRouter, paretoRouter, contextCompression, webFetch, maxTokensCap, moderation, web, fileParser];
+export const STAGES: readonly StageDefinition[] = [auth, validate, rateLimit, budgetCheck, upstream, responseHealing, guardrail, autoRouter, paretoRouter, contextCompression, webFetch, maxTokensCap, moderation, web, fileParser, fusion];
 
 export const registry: StageRegistry = new Map(STAGES.map((s) => [s.id, s]));

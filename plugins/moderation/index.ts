@@ -2,6 +2,7 @@ import { GatewayError } from '../../src/errors/gateway-error';
 import { requestTexts } from '../../src/guardrails/texts';
 import { compileEngine, type ModerationEngine, type ModerationVerdict } from '../../src/moderation/engines';
 import { cutMiddle } from '../../src/moderation/flagged-input';
+import { moderateAnswer, moderatedStream } from '../../src/moderation/output';
 import type { GatewayState, StageDefinition } from '../../src/pipeline/types';
 import type { Services } from '../../src/services';
 import schema from './schema.json';
@@ -11,7 +12,9 @@ import schema from './schema.json';
  * "Moderation") judges every text the model will read, before routing. Flagged input is a 403
  * `permission_denied` with `error.metadata {reasons, flagged_input, provider_name, model_slug}` (spec 7.6);
  * each check leaves a record in `gateway_metadata.pipeline` and an event on the trace. Workspaces without
- * an engine, and keys outside declared workspaces, pass untouched. Moderation is operator policy: a
+ * an engine, and keys outside declared workspaces, pass untouched. With the engine's `moderate_output` the
+ * answer is judged too (src/moderation/output.ts): a stream is held back and checked as it flows and ends
+ * with an in-band error when flagged; a non-streaming answer that is flagged becomes a 403. Moderation is operator policy: a
  * request's `plugins: [{id: "moderation", enabled: false}]` does not turn it off.
  */
 export const moderation: StageDefinition<Record<string, never>, Services> = {
@@ -22,12 +25,17 @@ export const moderation: StageDefinition<Record<string, never>, Services> = {
     return async (ctx, next) => {
       const state = ctx.state.gateway;
       const key = state.key;
+      let engine: ModerationEngine | undefined;
       if (engines.size > 0 && key && state.body && (state.endpoint === 'messages' || state.endpoint === 'chat_completions')) {
         const id = (await services.spend.workspaceConfig(key, services.config))?.moderation;
-        const engine = id === undefined ? undefined : engines.get(id);
+        engine = id === undefined ? undefined : engines.get(id);
         if (engine) await moderate(engine, state, services);
       }
       await next();
+      const response = state.response;
+      if (!engine?.output || !response || response.status !== 200) return;
+      if (response.kind === 'sse') response.events = moderatedStream({ engine, state, logger: services.logger, events: response.events });
+      else await moderateAnswer({ engine, state, logger: services.logger, body: response.body });
     };
   },
 };

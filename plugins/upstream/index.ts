@@ -8,7 +8,8 @@ export interface UpstreamConfig {
 
 /**
  * `upstream`: sends the request to the model's provider endpoints (routing in src/routing) and sets
- * `state.response`; stages after it see the answer (and may wrap a stream) after `await next()`.
+ * `state.response`; stages after it see the answer (and may wrap a stream) after `await next()`. When a stage
+ * before it already set `state.response` (fusion), it only passes the answer on.
  */
 export const upstream: StageDefinition<UpstreamConfig, Services> = {
   id: 'upstream',
@@ -20,7 +21,8 @@ export const upstream: StageDefinition<UpstreamConfig, Services> = {
         const v = ctx.get(name);
         if (v) forward[name] = v;
       }
-      ctx.state.gateway.response = await services.dispatch(ctx.state.gateway, forward);
+      // A stage before this one (fusion) may already have produced the answer: never call a provider twice.
+      if (!ctx.state.gateway.response) ctx.state.gateway.response = await services.dispatch(ctx.state.gateway, forward);
       await next();
     };
   },

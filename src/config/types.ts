@@ -103,6 +103,10 @@ export interface ModerationEngineConfig {
   /** openai: a category counts when its score reaches this (else the provider's own booleans decide). */
   threshold?: number;
   rules: ModerationRuleConfig[];
+  /** Also judge the answer (streams as they flow, README "Moderation" → "Output"); the schema defaults it to false. */
+  moderate_output?: boolean;
+  /** Streams: the engine is asked again after this many new answer characters (and at the end); schema default 500. */
+  output_check_chars?: number;
 }
 
 export interface ModerationConfig {

@@ -18,13 +18,16 @@ export interface ModerationEngine {
   providerName: string;
   /** `model_slug` of a block: the moderation model, or `rules`. */
   modelSlug: string;
+  /** `moderate_output`: the answer is judged too, streams every `checkChars` new characters; null when off. */
+  output: { checkChars: number } | null;
   /** Judges the texts; throws (engine failure) when it cannot. */
   check(texts: readonly string[], signal?: AbortSignal): Promise<ModerationVerdict>;
 }
 
 /** Compiles an engine (call after `moderationConfigProblem` said the config is fine). */
 export function compileEngine(e: ModerationEngineConfig): ModerationEngine {
-  const base = { id: e.id, kind: e.kind, onError: e.on_error, providerName: e.id };
+  const output = e.moderate_output ? { checkChars: e.output_check_chars ?? 500 } : null;
+  const base = { id: e.id, kind: e.kind, onError: e.on_error, providerName: e.id, output };
   if (e.kind === 'rules') return { ...base, modelSlug: 'rules', check: rulesCheck(e) };
   return { ...base, modelSlug: e.model, check: openaiCheck(e) };
 }

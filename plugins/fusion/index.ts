@@ -1,0 +1,268 @@
+import { ConfigError } from '../../src/config/load';
+import { GatewayError, toGatewayError } from '../../src/errors/gateway-error';
+import { answerText } from '../../src/healing/answer';
+import { requestPlugin, type RequestPlugin } from '../../src/pipeline/request-plugins';
+import type { GatewayResponse, GatewayState, NormalizedUsage, PipelineRecord, SseEvent, StageDefinition } from '../../src/pipeline/types';
+import { childState } from '../../src/routing/child-state';
+import { generationId } from '../../src/routing/generation-id';
+import type { Services } from '../../src/services';
+import { addCost, addUsage, candidateBody, DEFAULT_JUDGE_PROMPT, judgeBody, setTotalUsage } from './judge';
+import schema from './schema.json';
+
+export interface FusionConfig {
+  models: string[];
+  judge: string;
+  timeout_ms: number;
+  min_answers: number;
+  judge_prompt?: string;
+  enabled_by_default: boolean;
+  forward_headers: string[];
+}
+
+type Dialect = 'chat_completions' | 'messages';
+
+/** One candidate call's result. */
+type Candidate =
+  | { ok: true; model: string; provider: string; upstreamModel: string; isByok: boolean; text: string; usage: NormalizedUsage | null; cost: number | null; ms: number }
+  | { ok: false; model: string; errorType: string; status?: number; ms: number; usage: NormalizedUsage | null; cost: number | null };
+
+/**
+ * `fusion`: asks several models the same question in parallel (non-streaming, each within `timeout_ms`),
+ * then has a judge model write one answer from theirs, in the client's dialect (streamed when the client
+ * asked `stream: true`). It does `upstream`'s work: it sets `state.response`, and `upstream` (after it)
+ * sees a response is there and does not call a provider again. Usage and cost are the sums of every
+ * candidate call and the judge's; the ledger row carries the judge's route and generation id.
+ * Pipeline order: `[…, budget-check, fusion, upstream, response-healing]`.
+ */
+export const fusion: StageDefinition<FusionConfig, Services> = {
+  id: 'fusion',
+  configSchema: schema,
+  create(config, services) {
+    checkConfig(config, services);
+    const template = config.judge_prompt ?? DEFAULT_JUDGE_PROMPT;
+    const judges = new Set([config.judge, ...config.models]);
+    return async (ctx, next) => {
+      const state = ctx.state.gateway;
+      const asked = requestPlugin(state.body, 'fusion');
+      const dialect = state.endpoint;
+      if (asked?.enabled === false || (!asked && !config.enabled_by_default) || (dialect !== 'chat_completions' && dialect !== 'messages')) return next();
+      const field = `plugins[${pluginIndex(state.body)}]`;
+      const models = requestModels(asked, config, field);
+      const judge = requestJudge(asked, judges, config.judge, field);
+      const forward: Record<string, string> = {};
+      for (const name of config.forward_headers) {
+        const v = ctx.get(name);
+        if (v) forward[name] = v;
+      }
+      state.response = await fuse({ state, dialect, models, judge, forward, config, template, services });
+      await next();
+    };
+  },
+};
+
+interface Fuse {
+  state: GatewayState;
+  dialect: Dialect;
+  models: string[];
+  judge: string;
+  forward: Record<string, string>;
+  config: FusionConfig;
+  template: string;
+  services: Services;
+}
+
+async function fuse({ state, dialect, models, judge, forward, config, template, services }: Fuse): Promise<GatewayResponse> {
+  const body = state.body!;
+  const results = await Promise.all(models.map((model) => askCandidate({ state, dialect, model, body: candidateBody(body, model), forward, timeoutMs: config.timeout_ms, services })));
+  const answered = results.filter((r): r is Extract<Candidate, { ok: true }> => r.ok);
+  const failed = results.filter((r): r is Extract<Candidate, { ok: false }> => !r.ok);
+  const candidateUsage = addUsage(results.map((r) => r.usage));
+  const candidateCost = addCost(results.map((r) => r.cost));
+  const record: PipelineRecord = {
+    type: 'fusion',
+    name: 'fusion',
+    summary: `${answered.length} of ${models.length} model(s) answered; ${judge} wrote the answer from them`,
+    data: {
+      models,
+      answered: answered.map((r) => ({ model: r.model, provider: r.provider, ms: r.ms })),
+      failed: failed.map((r) => ({ model: r.model, error_type: r.errorType, ...(r.status !== undefined ? { status: r.status } : {}), ms: r.ms })),
+      timeout_ms: config.timeout_ms,
+      judge: { model: judge },
+    },
+  };
+  state.span.setAttribute('gateway.fusion.models', models.join(','));
+  state.span.setAttribute('gateway.fusion.answered', answered.map((r) => r.model).join(','));
+  state.span.setAttribute('gateway.fusion.failed', failed.map((r) => r.model).join(','));
+  state.span.setAttribute('gateway.fusion.judge', judge);
+
+  if (answered.length < config.min_answers) {
+    record.summary = `${answered.length} of ${models.length} model(s) answered; at least ${config.min_answers} needed`;
+    state.pipeline.push(record);
+    billCandidates(state, answered, candidateUsage, candidateCost);
+    const allTimedOut = failed.length > 0 && failed.every((f) => f.errorType === 'timeout');
+    throw new GatewayError(allTimedOut ? 'timeout' : 'provider_unavailable', `Fusion: ${answered.length} of ${models.length} model(s) answered, at least ${config.min_answers} needed`, {
+      metadata: { models, failed: (record.data as { failed: unknown }).failed },
+    });
+  }
+  state.pipeline.push(record);
+
+  const stream = body.stream === true;
+  const judgeState = childState(state, {
+    body: judgeBody({ body, judge, answers: answered.map((r) => r.text), template, stream }),
+    metadataOptIn: state.metadataOptIn,
+    pipeline: state.pipeline, // the judge's routing metadata is the client's: it shows this record
+  });
+  const judgeStarted = performance.now();
+  let response: GatewayResponse;
+  try {
+    response = await services.dispatch(judgeState, forward);
+  } catch (err) {
+    const e = toGatewayError(err);
+    (record.data as Record<string, unknown>).judge = { model: judge, error_type: e.errorType, ms: elapsed(judgeStarted) };
+    record.summary = `${answered.length} of ${models.length} model(s) answered; the judge ${judge} failed (${e.errorType})`;
+    state.candidates = judgeState.candidates;
+    state.attempts = judgeState.attempts;
+    state.requestId = judgeState.requestId;
+    billCandidates(state, answered, candidateUsage, candidateCost);
+    throw e;
+  }
+  state.requestId = judgeState.requestId;
+  state.route = judgeState.route;
+  state.candidates = judgeState.candidates;
+  state.attempts = judgeState.attempts;
+  (record.data as Record<string, unknown>).judge = { model: judge, provider: judgeState.route?.provider ?? null, ms: elapsed(judgeStarted) };
+
+  if (response.kind === 'json') {
+    state.usage = addUsage([candidateUsage, judgeState.usage]);
+    state.costUsd = addCost([candidateCost, judgeState.costUsd]);
+    state.outcome = judgeState.outcome;
+    const answer = response.body as Record<string, unknown>;
+    if (state.usage && answer && typeof answer === 'object' && !('error' in answer)) setTotalUsage(dialect, answer, state.usage, state.costUsd);
+    return response;
+  }
+  // A stream's judge usage is known only when it ends; until then the candidates' calls are what is owed.
+  state.usage = candidateUsage;
+  state.costUsd = candidateCost;
+  return { ...response, events: withTotals(response.events, state, judgeState, { usage: candidateUsage, cost: candidateCost }) };
+}
+
+/** Relays the judge's stream, then bills the candidates' calls plus the judge's (the stream sets its usage at the end). */
+async function* withTotals(
+  events: AsyncIterable<SseEvent>,
+  state: GatewayState,
+  judgeState: GatewayState,
+  candidates: { usage: NormalizedUsage | null; cost: number | null },
+): AsyncGenerator<SseEvent> {
+  try {
+    yield* events;
+  } finally {
+    state.usage = addUsage([candidates.usage, judgeState.usage]);
+    state.costUsd = addCost([candidates.cost, judgeState.costUsd]);
+    state.outcome = judgeState.outcome;
+  }
+}
+
+/**
+ * When the request fails after some candidates answered (too few answers, or the judge failed), their calls
+ * were still made and are billed: the ledger row takes the first answering candidate's route, as `failed`.
+ */
+function billCandidates(state: GatewayState, answered: Extract<Candidate, { ok: true }>[], usage: NormalizedUsage | null, cost: number | null): void {
+  const first = answered[0];
+  if (!first) return;
+  state.requestId ??= generationId();
+  state.route = { model: first.model, provider: first.provider, upstreamModel: first.upstreamModel, isByok: first.isByok };
+  state.usage = usage;
+  state.costUsd = cost;
+  state.outcome = 'failed';
+}
+
+interface Ask {
+  state: GatewayState;
+  dialect: Dialect;
+  model: string;
+  body: Record<string, unknown>;
+  forward: Record<string, string>;
+  timeoutMs: number;
+  services: Services;
+}
+
+/** One candidate call, within the timeout; never throws (a failure is a result). */
+async function askCandidate({ state, dialect, model, body, forward, timeoutMs, services }: Ask): Promise<Candidate> {
+  const started = performance.now();
+  const abort = new AbortController();
+  const onParentAbort = () => abort.abort();
+  state.signal.addEventListener('abort', onParentAbort, { once: true });
+  let timedOut = false;
+  let timer: NodeJS.Timeout | undefined;
+  // Why a race as well as the abort: a provider call that ignores its signal must not hold the answer up.
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      timedOut = true;
+      abort.abort();
+      reject(new GatewayError('timeout', `No answer within ${timeoutMs} ms`));
+    }, timeoutMs);
+  });
+  const child = childState(state, { body, signal: abort.signal });
+  try {
+    const response = await Promise.race([services.dispatch(child, forward), deadline]);
+    if (response.kind !== 'json') throw new GatewayError('provider_unavailable', 'The candidate answered with a stream');
+    const answer = response.body as Record<string, unknown> | null;
+    const error = answer && typeof answer === 'object' ? (answer.error as { metadata?: { error_type?: string }; code?: number } | undefined) : undefined;
+    if (error) return { ok: false, model, errorType: error.metadata?.error_type ?? 'provider_unavailable', status: error.code, ms: elapsed(started), usage: child.usage, cost: child.costUsd };
+    const text = answerText(dialect, answer);
+    const route = child.route!;
+    if (text === null || text.trim() === '') return { ok: false, model, errorType: 'no_text_answer', ms: elapsed(started), usage: child.usage, cost: child.costUsd };
+    return { ok: true, model, provider: route.provider, upstreamModel: route.upstreamModel, isByok: route.isByok, text, usage: child.usage, cost: child.costUsd, ms: elapsed(started) };
+  } catch (err) {
+    const e = toGatewayError(err);
+    return { ok: false, model, errorType: timedOut ? 'timeout' : e.errorType, status: timedOut ? undefined : e.status, ms: elapsed(started), usage: null, cost: null };
+  } finally {
+    clearTimeout(timer);
+    state.signal.removeEventListener('abort', onParentAbort);
+  }
+}
+
+const elapsed = (since: number) => Math.round(performance.now() - since);
+
+function pluginIndex(body: Record<string, unknown> | null): number {
+  const list = body?.plugins;
+  return Array.isArray(list) ? list.findIndex((p) => (p as { id?: unknown })?.id === 'fusion') : -1;
+}
+
+/** The request's `models` narrow the operator's list (never widen it). */
+function requestModels(asked: RequestPlugin | undefined, config: FusionConfig, field: string): string[] {
+  const given = asked?.models;
+  if (given === undefined) return config.models;
+  const allowed = new Set(config.models);
+  if (!Array.isArray(given) || given.length === 0 || given.some((m) => typeof m !== 'string' || !allowed.has(m))) {
+    throw new GatewayError('invalid_request', `\`models\` must be a non-empty list of the fusion models the gateway allows (${config.models.join(', ')})`, { metadata: { field: `${field}.models` } });
+  }
+  const models = [...new Set(given as string[])];
+  if (models.length < config.min_answers) {
+    throw new GatewayError('invalid_request', `\`models\` must name at least ${config.min_answers} model(s) (the gateway's min_answers)`, { metadata: { field: `${field}.models` } });
+  }
+  return models;
+}
+
+/** The request's `judge` may be the operator's judge or one of its fusion models. */
+function requestJudge(asked: RequestPlugin | undefined, judges: Set<string>, fallback: string, field: string): string {
+  const given = asked?.judge;
+  if (given === undefined) return fallback;
+  if (typeof given !== 'string' || !judges.has(given)) {
+    throw new GatewayError('invalid_request', `\`judge\` must be one of ${[...judges].join(', ')}`, { metadata: { field: `${field}.judge` } });
+  }
+  return given;
+}
+
+/** What the schema cannot say: the models exist, `min_answers` is reachable, the template shows the answers. */
+function checkConfig(config: FusionConfig, services: Services): void {
+  if (!Array.isArray(config.models) || config.models.length < 2 || typeof config.judge !== 'string') {
+    throw new ConfigError('plugins.fusion: `models` (2 or more) and `judge` are required');
+  }
+  config.models.forEach((m, i) => {
+    if (!services.models.has(m)) throw new ConfigError(`plugins.fusion.models[${i}]: unknown model "${m}"`);
+  });
+  if (!services.models.has(config.judge)) throw new ConfigError(`plugins.fusion.judge: unknown model "${config.judge}"`);
+  if (config.min_answers > config.models.length) throw new ConfigError(`plugins.fusion.min_answers: more than the ${config.models.length} models`);
+  if (config.judge_prompt !== undefined && !config.judge_prompt.includes('{answers}')) throw new ConfigError('plugins.fusion.judge_prompt: must contain {answers}');
+}

@@ -1,0 +1,83 @@
+import { chatUsageBody } from '../../src/dialects/chat-completions';
+import { messagesUsageBody } from '../../src/dialects/messages';
+import type { NormalizedUsage } from '../../src/pipeline/types';
+
+type Obj = Record<string, unknown>;
+type Dialect = 'chat_completions' | 'messages';
+const isObj = (v: unknown): v is Obj => !!v && typeof v === 'object' && !Array.isArray(v);
+
+export const DEFAULT_JUDGE_PROMPT = [
+  'You are given a question and {count} candidate answers to it, written independently by different assistants.',
+  'Write the single best answer to the question: keep what the candidates get right, correct their mistakes,',
+  'and leave out claims that are not supported. Reply with the answer only; do not mention the candidates.',
+  '',
+  'Question:',
+  '{question}',
+  '',
+  '{answers}',
+].join('\n');
+
+/** Fields that steer routing across several models: a candidate or judge call names exactly one model. */
+const ROUTING_FIELDS = ['models', 'fallbacks'];
+
+/** The body each candidate model gets: the client's request, for one model, never streamed. */
+export function candidateBody(body: Obj, model: string): Obj {
+  const out: Obj = { ...body, model, stream: false };
+  for (const k of [...ROUTING_FIELDS, 'stream_options']) delete out[k];
+  return out;
+}
+
+/**
+ * The judge's request, in the client's dialect: the conversation up to the last user turn, then one user turn
+ * written from `template` with the question (that last user turn's text) and the numbered answers. When the
+ * conversation does not end with a user turn (a tool result, a prefill), the question is the conversation
+ * itself and the judge turn is appended.
+ */
+export function judgeBody(input: { body: Obj; judge: string; answers: string[]; template: string; stream: boolean }): Obj {
+  const { body, judge, answers, template, stream } = input;
+  const messages = Array.isArray(body.messages) ? [...(body.messages as unknown[])] : [];
+  const last = messages.at(-1);
+  const lastText = isObj(last) && last.role === 'user' ? textOf(last.content) : null;
+  if (lastText !== null) messages.pop();
+  const question = lastText ?? '(the conversation above)';
+  const numbered = answers.map((a, i) => `Answer ${i + 1}:\n${a}`).join('\n\n');
+  // split/join, not String.replace: a `$&` in user text must stay literal.
+  const content = template.split('{question}').join(question).split('{count}').join(String(answers.length)).split('{answers}').join(numbered);
+  messages.push({ role: 'user', content });
+  const out: Obj = { ...body, model: judge, messages, stream };
+  for (const k of ROUTING_FIELDS) delete out[k];
+  if (!stream) delete out.stream_options;
+  return out;
+}
+
+/** A message's text: a string, or its text blocks joined; null when it has none (only images, tool results). */
+function textOf(content: unknown): string | null {
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) return null;
+  const texts = content.filter((b): b is Obj & { text: string } => isObj(b) && b.type === 'text' && typeof b.text === 'string');
+  return texts.length > 0 ? texts.map((b) => b.text).join('\n') : null;
+}
+
+/** Sum of usages; null when none is known. */
+export function addUsage(list: (NormalizedUsage | null)[]): NormalizedUsage | null {
+  const known = list.filter((u): u is NormalizedUsage => u !== null);
+  if (known.length === 0) return null;
+  const sum = (f: keyof NormalizedUsage) => known.reduce((s, u) => s + u[f], 0);
+  return { inputTokens: sum('inputTokens'), outputTokens: sum('outputTokens'), cachedTokens: sum('cachedTokens'), cacheWriteTokens: sum('cacheWriteTokens'), reasoningTokens: sum('reasoningTokens') };
+}
+
+/** Sum of costs; null when none is known. */
+export function addCost(list: (number | null)[]): number | null {
+  const known = list.filter((c): c is number => typeof c === 'number');
+  return known.length === 0 ? null : known.reduce((s, c) => s + c, 0);
+}
+
+/**
+ * Puts the totals in a JSON answer's `usage` (what the client is billed), keeping the gateway's `is_byok`
+ * stamp: chat `prompt_tokens`/`completion_tokens`/…/`cost`, messages `input_tokens`/`output_tokens`/…/`cost`.
+ */
+export function setTotalUsage(dialect: Dialect, body: Obj, usage: NormalizedUsage, cost: number | null): void {
+  const before = isObj(body.usage) ? body.usage : {};
+  const shaped = dialect === 'chat_completions' ? chatUsageBody(usage) : messagesUsageBody(usage);
+  body.usage = { ...shaped, ...(cost !== null ? { cost } : {}), ...('is_byok' in before ? { is_byok: before.is_byok } : {}) };
+}

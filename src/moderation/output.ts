@@ -1,0 +1,214 @@
+import { DIALECTS } from '../dialects';
+import { GatewayError } from '../errors/gateway-error';
+import { answerText } from '../healing/answer';
+import type { GatewayState, SseEvent } from '../pipeline/types';
+import type { ModerationEngine, ModerationVerdict } from './engines';
+
+type Endpoint = 'chat_completions' | 'messages';
+interface Logger {
+  warn(obj: object, msg: string): void;
+}
+
+/** What one event of a stream (already in the client's dialect) adds to the answer. */
+export interface EventText {
+  /** Assistant text it carries (chat `choices[0].delta.content`, messages `text_delta`), or ''. */
+  text: string;
+  /** True for the events that close the answer: chat a `finish_reason` chunk, an error chunk or `[DONE]`;
+   * messages `message_delta`, `message_stop`, `error` or `[DONE]`. The last check runs before the first. */
+  ending: boolean;
+}
+
+/**
+ * The answer text and end marker of one client-dialect event.
+ *
+ * @example eventText('messages', {event: 'content_block_delta', data: '{"delta":{"type":"text_delta","text":"Hi"}}'}) // {text: 'Hi', ending: false}
+ */
+export function eventText(endpoint: Endpoint, ev: SseEvent): EventText {
+  if (ev.data === '[DONE]') return { text: '', ending: true };
+  if (endpoint === 'messages') {
+    if (ev.event === 'message_delta' || ev.event === 'message_stop' || ev.event === 'error') return { text: '', ending: true };
+    if (ev.event !== 'content_block_delta') return { text: '', ending: false };
+    const delta = parse(ev.data)?.delta as Record<string, unknown> | undefined;
+    return { text: delta?.type === 'text_delta' && typeof delta.text === 'string' ? delta.text : '', ending: false };
+  }
+  const chunk = parse(ev.data);
+  const choices = Array.isArray(chunk?.choices) ? (chunk!.choices as Record<string, unknown>[]) : [];
+  const delta = choices[0]?.delta as Record<string, unknown> | undefined;
+  const text = typeof delta?.content === 'string' ? delta.content : '';
+  const ending = chunk?.error !== undefined || choices.some((c) => typeof c?.finish_reason === 'string');
+  return { text, ending };
+}
+
+function parse(data: string): Record<string, unknown> | null {
+  try {
+    const v = JSON.parse(data);
+    return v && typeof v === 'object' ? v : null;
+  } catch {
+    return null;
+  }
+}
+
+/** One run of the engine over the answer so far: flagged, failed (and what on_error made of it), or clean. */
+interface OutputCheck {
+  verdict: ModerationVerdict;
+  error: string | null;
+  /** The answer must stop: flagged, or the engine failed and it denies on error. */
+  block: boolean;
+}
+
+async function judge(engine: ModerationEngine, text: string, signal: AbortSignal, logger: Logger): Promise<OutputCheck> {
+  try {
+    const verdict = await engine.check([text], signal);
+    return { verdict, error: null, block: verdict.flaggedIndex >= 0 };
+  } catch (err) {
+    const error = `moderation engine "${engine.id}" failed: ${(err as Error).message}`;
+    logger.warn({ moderation_engine: engine.id, on_error: engine.onError, reason: error, target: 'output' }, 'moderation engine failed');
+    return { verdict: { reasons: [], flaggedIndex: -1 }, error, block: engine.onError === 'deny' };
+  }
+}
+
+/** Why the answer is stopped: `content_policy_violation` when flagged, `permission_denied` when the engine failed closed. */
+function blockError(engine: ModerationEngine, check: OutputCheck): GatewayError {
+  const metadata = { reasons: check.verdict.reasons, provider_name: engine.providerName, model_slug: engine.modelSlug };
+  if (check.verdict.flaggedIndex >= 0) {
+    return new GatewayError('content_policy_violation', `Answer blocked by moderation (engine "${engine.id}"): flagged for ${check.verdict.reasons.join(', ')}`, { metadata });
+  }
+  return new GatewayError('permission_denied', `Answer blocked: ${check.error} and it is set to deny on error`, { metadata });
+}
+
+/** Adds the one `moderation` record (target `output`) of an answer to the pipeline and the span. */
+function record(engine: ModerationEngine, state: GatewayState, r: { last: OutputCheck | null; checks: number; chars: number; error: string | null }): void {
+  const flagged = !!r.last && r.last.verdict.flaggedIndex >= 0;
+  const blocked = !!r.last?.block;
+  const reasons = r.last?.verdict.reasons ?? [];
+  const summary = flagged
+    ? `answer blocked: ${reasons.join(', ')}`
+    : blocked
+      ? 'answer blocked: the check failed and the engine fails closed'
+      : r.error
+        ? 'answer allowed: the check failed and the engine fails open'
+        : 'answer not flagged';
+  const action = blocked ? 'block' : 'allow';
+  state.pipeline.push({
+    type: 'moderation',
+    name: engine.id,
+    summary,
+    data: { target: 'output', action, flagged, reasons, checks: r.checks, checked_chars: r.chars, provider_name: engine.providerName, model_slug: engine.modelSlug, ...(r.error ? { error: r.error } : {}) },
+  });
+  state.span.addEvent('moderation', {
+    'gateway.moderation.engine': engine.id,
+    'gateway.moderation.target': 'output',
+    'gateway.moderation.action': action,
+    'gateway.moderation.reasons': reasons,
+    ...(r.error ? { 'gateway.moderation.error': r.error } : {}),
+  });
+}
+
+/**
+ * A streamed answer, judged as it flows (README "Moderation" → "Output"). Events are held back while
+ * unjudged text is pending; once `checkChars` new characters have gathered (and before the event that
+ * ends the answer) the engine judges the whole answer so far and the held events are released. A flagged
+ * answer (or a failed check when the engine denies on error) ends with the dialect's own mid-stream error
+ * events (the ones `relay` in routing/dispatch.ts sends when a provider fails): nothing held or still to
+ * come from upstream reaches the client, the upstream stream is closed, and the request is billed as
+ * `failed` with the usage seen so far.
+ *
+ * @example response.events = moderatedStream({ engine, state, logger, events: response.events });
+ */
+export async function* moderatedStream(input: { engine: ModerationEngine; state: GatewayState; logger: Logger; events: AsyncIterable<SseEvent> }): AsyncGenerator<SseEvent> {
+  const { engine, state, logger } = input;
+  const endpoint = state.endpoint as Endpoint;
+  const checkChars = engine.output?.checkChars ?? 500;
+  const iterator = input.events[Symbol.asyncIterator]();
+  let text = '';
+  let unchecked = 0;
+  let held: SseEvent[] = [];
+  let endChecked = false;
+  let checks = 0;
+  let last: OutputCheck | null = null;
+  let error: string | null = null;
+  let finished = false;
+  const run = async (): Promise<OutputCheck> => {
+    checks += 1;
+    const check = await judge(engine, text, state.signal, logger);
+    last = check;
+    if (check.error) error = check.error;
+    unchecked = 0;
+    return check;
+  };
+  try {
+    for (;;) {
+      const r = await iterator.next();
+      if (r.done) break;
+      const ev = r.value;
+      const seen = eventText(endpoint, ev);
+      text += seen.text;
+      unchecked += seen.text.length;
+      const due = unchecked > 0 && ((seen.ending && !endChecked) || unchecked >= checkChars);
+      if (seen.ending) endChecked = true;
+      if (!due) {
+        if (unchecked > 0) held.push(ev);
+        else {
+          yield* held;
+          held = [];
+          yield ev;
+        }
+        continue;
+      }
+      const check = await run();
+      if (check.block) {
+        finished = true;
+        // Closing the relay first: its own bookkeeping sets the outcome, which this block then overrides.
+        await iterator.return?.().catch(() => undefined);
+        state.outcome = 'failed';
+        if (!state.signal.aborted) yield* failureEvents(state, blockError(engine, check));
+        return;
+      }
+      yield* held;
+      held = [];
+      yield ev;
+    }
+    const check = unchecked > 0 ? await run() : null;
+    if (check?.block) {
+      finished = true;
+      state.outcome = 'failed';
+      if (!state.signal.aborted) yield* failureEvents(state, blockError(engine, check));
+      return;
+    }
+    yield* held;
+    finished = true;
+  } finally {
+    if (!finished) await iterator.return?.().catch(() => undefined);
+    if (checks > 0) record(engine, state, { last, checks, chars: text.length, error });
+  }
+}
+
+/** The dialect's in-band error, exactly as a provider failing mid-stream produces it (spec 7.5.3). */
+function failureEvents(state: GatewayState, err: GatewayError): SseEvent[] {
+  const route = state.route;
+  const rewriter = DIALECTS[state.endpoint as Endpoint].streamRewriter({
+    generationId: state.requestId ?? '',
+    model: route?.model ?? '',
+    provider: route?.provider ?? '',
+    isByok: route?.isByok ?? false,
+    costOf: () => 0,
+    clientWantsUsage: false,
+  });
+  return rewriter.failure(err);
+}
+
+/**
+ * Judges a non-streaming answer's text (when it has one). Flagged, or failed with `on_error: deny`: throws
+ * the 403 (`content_policy_violation` / `permission_denied`) the error middleware answers with, and marks
+ * the request `failed` so the ledger still bills the generated answer.
+ */
+export async function moderateAnswer(input: { engine: ModerationEngine; state: GatewayState; logger: Logger; body: unknown }): Promise<void> {
+  const { engine, state, logger } = input;
+  const text = answerText(state.endpoint as Endpoint, input.body);
+  if (!text) return;
+  const check = await judge(engine, text, state.signal, logger);
+  record(engine, state, { last: check, checks: 1, chars: text.length, error: check.error });
+  if (!check.block) return;
+  state.outcome = 'failed';
+  throw blockError(engine, check);
+}

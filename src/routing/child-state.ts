@@ -1,0 +1,48 @@
+import type { GatewayState } from '../pipeline/types';
+
+/** What a child call may differ in from its parent. */
+export interface ChildOptions {
+  /** The body the child sends (in the parent's dialect). */
+  body: Record<string, unknown>;
+  /** Aborts the child alone (a per-call timeout); defaults to the parent's signal. */
+  signal?: AbortSignal;
+  /** Carry the parent's `X-Gateway-Metadata` opt-in (default false: a child's answer is not shown as is). */
+  metadataOptIn?: boolean;
+  /** Share this list as the child's `pipeline` (so its routing metadata shows the parent's records). */
+  pipeline?: GatewayState['pipeline'];
+}
+
+/**
+ * A fresh per-request state for one more upstream call made on behalf of `parent` (fusion's candidate and
+ * judge calls): same endpoint, dialect, key, span and trace, but its own routing record, usage and cost, no
+ * sticky session (a side call must not move the session's endpoint) and no finish hooks. The parent stays
+ * the one the ledger bills: the caller copies what it needs back.
+ *
+ * @example const child = childState(state, { body: { ...state.body, model: 'fake/gpt', stream: false } });
+ *          const answer = await services.dispatch(child, {});
+ */
+export function childState(parent: GatewayState, options: ChildOptions): GatewayState {
+  return {
+    endpoint: parent.endpoint,
+    style: parent.style,
+    body: options.body,
+    key: parent.key,
+    requestId: null,
+    startedAt: performance.now(),
+    session: null,
+    debugEchoes: [],
+    metadataOptIn: options.metadataOptIn ?? false,
+    signal: options.signal ?? parent.signal,
+    span: parent.span,
+    traceContext: parent.traceContext,
+    route: null,
+    pipeline: options.pipeline ?? [],
+    candidates: [],
+    attempts: [],
+    usage: null,
+    costUsd: null,
+    outcome: 'completed',
+    onFinish: [],
+    response: null,
+  };
+}

@@ -1,0 +1,187 @@
+import { describe, expect, it } from 'vitest';
+import { post, sseEvents, testConfigYaml } from '../fixtures/gateway';
+import { perTestGateways } from '../fixtures/per-test';
+
+const t = perTestGateways();
+
+/** Three fusion models (two OpenAI-style, one Anthropic-style) and a judge, all priced the same. */
+const FUSION_MODELS = `
+  - id: f/a
+    endpoints: [{ provider: fake-openai, upstream_model: up-a, pricing: { prompt: 1, completion: 2 } }]
+  - id: f/b
+    endpoints: [{ provider: fake-openai, upstream_model: up-b, pricing: { prompt: 1, completion: 2 } }]
+  - id: f/c
+    endpoints: [{ provider: fake-anthropic, upstream_model: up-c, pricing: { prompt: 1, completion: 2 } }]
+  - id: f/judge
+    endpoints: [{ provider: fake-openai, upstream_model: up-judge, pricing: { prompt: 1, completion: 2 } }]
+`;
+
+function yaml(extra = '', timeoutMs = 2000): string {
+  return (
+    testConfigYaml(t.upstream.url, '[auth, validate, fusion, upstream, response-healing]').replace('pipelines:', `${FUSION_MODELS}pipelines:`) +
+    `plugins:
+  fusion: { models: [f/a, f/b, f/c], judge: f/judge, timeout_ms: ${timeoutMs}${extra} }
+`
+  );
+}
+
+const META = { 'x-gateway-metadata': 'enabled' };
+const ASK = [{ role: 'user', content: 'What is the capital of France?' }];
+const sent = (model: string) => t.upstream.received.filter((r) => r.body.model === model);
+
+/** The judge's last user turn as the fake upstream got it (OpenAI style: a string). */
+function judgeTurn(): string {
+  const [judge] = sent('up-judge');
+  return judge.body.messages.at(-1).content;
+}
+
+describe('fusion', () => {
+  it('chat: one of three models failing, the judge gets the two answers; usage and cost are the sums', async () => {
+    const g = await t.start({ yaml: yaml() });
+    // The cost of one call at these prices, from a plain request (fusion is off unless named).
+    const plain = await post(`${g.url}/chat/completions`, g.key, { model: 'f/a', messages: ASK });
+    expect(plain.status).toBe(200);
+    const one = (await g.ledgerRow(plain.json.id))!;
+    t.upstream.received.length = 0;
+
+    t.upstream.always.set('up-c', { kind: 'status', status: 500 });
+    const r = await post(`${g.url}/chat/completions`, g.key, { model: 'f/a', plugins: [{ id: 'fusion' }], messages: ASK }, META);
+    expect(r.status).toBe(200);
+    expect(r.json.choices[0].message.content).toBe('Hello from the fake upstream.');
+    expect(r.json.model).toBe('f/judge');
+    expect(sent('up-a')).toHaveLength(1);
+    expect(sent('up-b')).toHaveLength(1);
+    expect(sent('up-judge')).toHaveLength(1);
+    expect(sent('up-a')[0].body.stream).toBe(false);
+    const turn = judgeTurn();
+    expect(turn).toContain('What is the capital of France?');
+    expect(turn).toContain('Answer 1:\nHello from the fake upstream.');
+    expect(turn).toContain('Answer 2:\nHello from the fake upstream.');
+    expect(turn).not.toContain('Answer 3');
+    // the question is not asked twice: the judge's conversation ends with the one judge turn
+    expect(sent('up-judge')[0].body.messages).toHaveLength(1);
+
+    // two candidates + the judge, 10 prompt and 5 completion tokens each
+    expect(r.json.usage).toMatchObject({ prompt_tokens: 30, completion_tokens: 15, total_tokens: 45 });
+    expect(r.json.usage.cost).toBeCloseTo(3 * one.costUsd, 12);
+    const row = (await g.ledgerRow(r.json.id))!;
+    expect(row).toMatchObject({ model: 'f/judge', upstreamModel: 'up-judge', promptTokens: 30, completionTokens: 15, status: 'completed' });
+    expect(row.costUsd).toBeCloseTo(3 * one.costUsd, 12);
+
+    const record = r.json.gateway_metadata.pipeline.find((p: any) => p.type === 'fusion');
+    expect(record.data.models).toEqual(['f/a', 'f/b', 'f/c']);
+    expect(record.data.answered.map((a: any) => a.model)).toEqual(['f/a', 'f/b']);
+    expect(record.data.failed).toEqual([expect.objectContaining({ model: 'f/c', error_type: expect.any(String) })]);
+    expect(record.data.judge).toMatchObject({ model: 'f/judge', provider: 'fake-openai', ms: expect.any(Number) });
+  });
+
+  it('messages dialect: the fused answer and its summed usage are in the messages shape', async () => {
+    const g = await t.start({ yaml: yaml() });
+    t.upstream.always.set('up-b', { kind: 'status', status: 500 });
+    const r = await post(`${g.url}/messages`, g.key, { model: 'f/a', max_tokens: 50, plugins: [{ id: 'fusion' }], messages: ASK });
+    expect(r.status).toBe(200);
+    expect(r.json.type).toBe('message');
+    expect(r.json.content[0]).toEqual({ type: 'text', text: 'Hello from the fake upstream.' });
+    expect(sent('up-c')[0].path).toBe('/v1/messages');
+    expect(judgeTurn()).toContain('Answer 2:');
+    expect(judgeTurn()).not.toContain('Answer 3');
+    // 10 input tokens each (4 of them cached) for a, c and the judge
+    expect(r.json.usage).toMatchObject({ input_tokens: 18, cache_read_input_tokens: 12, output_tokens: 15 });
+    const row = (await g.ledgerRow(r.json.id))!;
+    expect(row).toMatchObject({ model: 'f/judge', promptTokens: 30, completionTokens: 15 });
+    expect(row.costUsd).toBeGreaterThan(0);
+  });
+
+  it('stream: true streams the judge answer and bills all calls when the stream ends', async () => {
+    const g = await t.start({ yaml: yaml() });
+    t.upstream.always.set('up-c', { kind: 'status', status: 500 });
+    const r = await post(`${g.url}/chat/completions`, g.key, { model: 'f/a', stream: true, plugins: [{ id: 'fusion' }], messages: ASK });
+    expect(r.status).toBe(200);
+    expect(r.headers.get('content-type')).toContain('text/event-stream');
+    const events = sseEvents(r.text);
+    expect(events.at(-1)!.data).toBe('[DONE]');
+    const chunks = events.slice(0, -1).map((e) => JSON.parse(e.data));
+    expect(chunks.map((c) => c.choices[0]?.delta?.content ?? '').join('')).toBe('Hello from the fake upstream.');
+    expect(sent('up-judge')[0].body.stream).toBe(true);
+    expect(sent('up-a')[0].body.stream).toBe(false);
+    const row = (await g.ledgerRow(chunks[0].id))!;
+    expect(row).toMatchObject({ model: 'f/judge', promptTokens: 30, completionTokens: 15, status: 'completed' });
+  });
+
+  it('messages stream: the judge answer arrives as messages events', async () => {
+    const g = await t.start({ yaml: yaml() });
+    const r = await post(`${g.url}/messages`, g.key, { model: 'f/a', max_tokens: 50, stream: true, plugins: [{ id: 'fusion' }], messages: ASK });
+    expect(r.status).toBe(200);
+    const events = sseEvents(r.text);
+    expect(events[0].event).toBe('message_start');
+    expect(events.at(-2)!.event).toBe('message_stop'); // then the `[DONE]` sentinel of messages streams
+    expect(events.at(-1)!.data).toBe('[DONE]');
+    const text = events.filter((e) => e.event === 'content_block_delta').map((e) => JSON.parse(e.data).delta.text).join('');
+    expect(text).toBe('Hello from the fake upstream.');
+    const id = JSON.parse(events[0].data).message.id;
+    expect(await g.ledgerRow(id)).toMatchObject({ promptTokens: 40, completionTokens: 20 }); // three candidates + judge
+  });
+
+  it('all models failing: a clear 502 naming the failures, and no judge call', async () => {
+    const g = await t.start({ yaml: yaml() });
+    for (const m of ['up-a', 'up-b', 'up-c']) t.upstream.always.set(m, { kind: 'status', status: 500 });
+    const r = await post(`${g.url}/chat/completions`, g.key, { model: 'f/a', plugins: [{ id: 'fusion' }], messages: ASK });
+    expect(r.status).toBe(502);
+    expect(r.json.error.message).toBe('Fusion: 0 of 3 model(s) answered, at least 1 needed');
+    expect(r.json.error.metadata.error_type).toBe('provider_unavailable');
+    expect(r.json.error.metadata.failed.map((f: any) => f.model)).toEqual(['f/a', 'f/b', 'f/c']);
+    expect(sent('up-judge')).toHaveLength(0);
+  });
+
+  it('a model slower than timeout_ms is aborted and counted as failed (timeout); all too slow is a 504', async () => {
+    const g = await t.start({ yaml: yaml('', 300) });
+    t.upstream.always.set('up-b', { kind: 'hang' });
+    const started = Date.now();
+    const r = await post(`${g.url}/chat/completions`, g.key, { model: 'f/a', plugins: [{ id: 'fusion' }], messages: ASK }, META);
+    expect(r.status).toBe(200);
+    expect(Date.now() - started).toBeLessThan(1500);
+    const record = r.json.gateway_metadata.pipeline.find((p: any) => p.type === 'fusion');
+    expect(record.data.failed).toEqual([expect.objectContaining({ model: 'f/b', error_type: 'timeout' })]);
+    expect(judgeTurn()).toContain('Answer 2:');
+
+    for (const m of ['up-a', 'up-c']) t.upstream.always.set(m, { kind: 'hang' });
+    const all = await post(`${g.url}/chat/completions`, g.key, { model: 'f/a', plugins: [{ id: 'fusion' }], messages: ASK });
+    expect(all.status).toBe(504);
+    expect(all.json.error.metadata.error_type).toBe('timeout');
+  });
+
+  it('min_answers: fewer answers than required fails, and the answers that were made are billed', async () => {
+    const g = await t.start({ yaml: yaml(', min_answers: 3') });
+    t.upstream.always.set('up-c', { kind: 'status', status: 500 });
+    const r = await post(`${g.url}/chat/completions`, g.key, { model: 'f/a', plugins: [{ id: 'fusion' }], messages: ASK });
+    expect(r.status).toBe(502);
+    expect(r.json.error.message).toBe('Fusion: 2 of 3 model(s) answered, at least 3 needed');
+    expect(sent('up-judge')).toHaveLength(0);
+    // the messages envelope carries the generation id: the row bills the two calls that answered
+    const m = await post(`${g.url}/messages`, g.key, { model: 'f/a', max_tokens: 50, plugins: [{ id: 'fusion' }], messages: ASK });
+    expect(m.status).toBe(502);
+    expect(m.json.request_id).toMatch(/^gen-/);
+    expect(await g.ledgerRow(m.json.request_id)).toMatchObject({ model: 'f/a', promptTokens: 20, completionTokens: 10, status: 'failed' });
+  });
+
+  it('request options narrow the operator lists; outside them is a 400 naming the field', async () => {
+    const g = await t.start({ yaml: yaml() });
+    const ok = await post(`${g.url}/chat/completions`, g.key, { model: 'f/a', plugins: [{ id: 'fusion', models: ['f/a', 'f/c'], judge: 'f/b' }], messages: ASK });
+    expect(ok.status).toBe(200);
+    expect(sent('up-b')).toHaveLength(1); // as the judge only
+    expect(sent('up-b')[0].body.messages.at(-1).content).toContain('Answer 2:');
+    expect((await g.ledgerRow(ok.json.id))!.model).toBe('f/b');
+
+    const bad = await post(`${g.url}/chat/completions`, g.key, { model: 'f/a', plugins: [{ id: 'fusion', models: ['f/a', 'fake/gpt'] }], messages: ASK });
+    expect(bad.status).toBe(400);
+    expect(bad.json.error.metadata).toMatchObject({ error_type: 'invalid_request', field: 'plugins[0].models' });
+    const badJudge = await post(`${g.url}/chat/completions`, g.key, { model: 'f/a', plugins: [{ id: 'fusion', judge: 'fake/gpt' }], messages: ASK });
+    expect(badJudge.json.error.metadata).toMatchObject({ field: 'plugins[0].judge' });
+  });
+
+  it('a config naming an unknown model, or none, fails the start with its path', async () => {
+    await expect(t.start({ yaml: yaml().replace('judge: f/judge', 'judge: f/nope') })).rejects.toThrow('plugins.fusion.judge: unknown model "f/nope"');
+    const none = testConfigYaml(t.upstream.url, '[auth, validate, fusion, upstream]');
+    await expect(t.start({ yaml: none })).rejects.toThrow('plugins.fusion: `models` (2 or more) and `judge` are required');
+  });
+});
