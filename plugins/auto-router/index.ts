@@ -1,5 +1,5 @@
 import { GatewayError } from '../../src/errors/gateway-error';
-import { requestPlugin } from '../../src/pipeline/request-plugins';
+import { inferenceBody, requestPlugin } from '../../src/pipeline/request-plugins';
 import type { StageDefinition } from '../../src/pipeline/types';
 import { modelPool, pluginField, requestedMaxTokens, type PoolConfig } from '../../src/routing/model-pool';
 import type { Services } from '../../src/services';
@@ -23,8 +23,8 @@ export const autoRouter: StageDefinition<AutoRouterConfig, Services> = {
   create(config, services) {
     return async (ctx, next) => {
       const state = ctx.state.gateway;
-      const body = state.body;
-      if (!body || (state.endpoint !== 'messages' && state.endpoint !== 'chat_completions')) return next();
+      const body = inferenceBody(state);
+      if (!body) return next();
       const entry = requestPlugin(body, 'auto-router');
       if (entry?.enabled === false || (!entry && body.model !== config.model_id)) return next();
       const field = pluginField(body, 'auto-router');

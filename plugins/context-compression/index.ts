@@ -1,4 +1,4 @@
-import { requestPlugin } from '../../src/pipeline/request-plugins';
+import { inferenceBody, requestPlugin } from '../../src/pipeline/request-plugins';
 import type { StageDefinition } from '../../src/pipeline/types';
 import { requestedModels } from '../../src/routing/candidates';
 import { requestedMaxTokens } from '../../src/routing/model-pool';
@@ -24,8 +24,8 @@ export const contextCompression: StageDefinition<ContextCompressionConfig, Servi
   create(config, services) {
     return async (ctx, next) => {
       const state = ctx.state.gateway;
-      const body = state.body;
-      if (!body || (state.endpoint !== 'messages' && state.endpoint !== 'chat_completions')) return next();
+      const body = inferenceBody(state);
+      if (!body) return next();
       const entry = requestPlugin(body, 'context-compression');
       if (entry?.enabled === false) return next();
       const sized = requestedModels(body)

@@ -1,7 +1,7 @@
 import { GatewayError } from '../../src/errors/gateway-error';
 import { pdfText, PdfUnreadable } from '../../src/files/pdf-text';
 import { FetchRefused, safeFetch, type Resolver } from '../../src/net/safe-fetch';
-import { requestPlugin } from '../../src/pipeline/request-plugins';
+import { inferenceBody, requestPlugin } from '../../src/pipeline/request-plugins';
 import type { GatewayState, PipelineRecord, StageDefinition } from '../../src/pipeline/types';
 import { requestedModels } from '../../src/routing/candidates';
 import type { Services } from '../../src/services';
@@ -51,8 +51,8 @@ export function fileParserDefinition(overrides: FileParserFetcherOverrides = {})
     create(config, services) {
       return async (ctx, next) => {
         const state = ctx.state.gateway;
-        const body = state.body;
-        if (!body || (state.endpoint !== 'messages' && state.endpoint !== 'chat_completions')) return next();
+        const body = inferenceBody(state);
+        if (!body) return next();
         const asked = requestPlugin(body, 'file-parser');
         if (asked?.enabled === false) return next();
         // A request naming the plugin asks for parsing even for a PDF-capable model.

@@ -1,6 +1,6 @@
 import type { ModelConfig } from '../../src/config/types';
 import { GatewayError } from '../../src/errors/gateway-error';
-import { requestPlugin } from '../../src/pipeline/request-plugins';
+import { inferenceBody, requestPlugin } from '../../src/pipeline/request-plugins';
 import type { StageDefinition } from '../../src/pipeline/types';
 import { modelPool, modelPrice, pluginField, requestedMaxTokens, type PoolConfig } from '../../src/routing/model-pool';
 import type { Services } from '../../src/services';
@@ -34,8 +34,8 @@ export const paretoRouter: StageDefinition<ParetoRouterConfig, Services> = {
   create(config, services) {
     return async (ctx, next) => {
       const state = ctx.state.gateway;
-      const body = state.body;
-      if (!body || (state.endpoint !== 'messages' && state.endpoint !== 'chat_completions')) return next();
+      const body = inferenceBody(state);
+      if (!body) return next();
       const entry = requestPlugin(body, 'pareto-router');
       if (!entry || entry.enabled === false) return next();
       const field = pluginField(body, 'pareto-router');

@@ -40,3 +40,8 @@ export function checkRequestPlugins(state: GatewayState, config: GatewayConfig):
     }
   });
 }
+
+/** The body of an inference request (`/messages`, `/chat/completions`), or null on any other endpoint. */
+export function inferenceBody(state: GatewayState): Record<string, unknown> | null {
+  return state.body && (state.endpoint === 'messages' || state.endpoint === 'chat_completions') ? state.body : null;
+}
