@@ -83,7 +83,13 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const byok = new ByokKeys({ store, logger });
   const spend = new SpendControl({ store, state, ledger, logger, byok, clock: options.clock });
   const sticky = new StickyRoutes(state, routing.sticky_ttl_ms, logger);
-  const rateLimits = new RateLimiter(state, store, ledger, (id, config) => spend.account(id, config));
+  const rateLimits = new RateLimiter(
+    state,
+    store,
+    ledger,
+    (id, config) => spend.account(id, config),
+    (config, model, gw) => spend.servedByOwnKeys(config, config.models.filter((m) => m.id === model), gw),
+  );
   const presets = new Presets(store);
   const build = (config: GatewayConfig) =>
     buildRuntime({ config, registry, store, ledger, keys, health, sticky, tracer, logger, hashUser, state, spend, rateLimits, byok, presets });

@@ -70,7 +70,7 @@ export class SpendControl {
     const [account, workspace, byokOnly] = await Promise.all([
       this.account(key.accountId, config),
       this.workspaceConfig(key, config),
-      p.paid ? this.byokOnly(config, p.models, state) : false,
+      p.paid ? this.servedByOwnKeys(config, p.models, state) : false,
     ]);
     const billing = config.accounts.find((a) => a.name === account?.name)?.billing ?? 'prepaid';
     const prepaid = billing === 'prepaid';
@@ -131,7 +131,7 @@ export class SpendControl {
    * Whether every endpoint of the requested models has a workspace provider key: whichever endpoint answers,
    * the request is served with the caller's own key. Routing resolves the same keys for the request.
    */
-  private async byokOnly(config: GatewayConfig, models: ModelConfig[], state: GatewayState): Promise<boolean> {
+  async servedByOwnKeys(config: GatewayConfig, models: ModelConfig[], state: GatewayState): Promise<boolean> {
     if (!this.deps.byok) return false;
     const own = await this.deps.byok.forRequest(state, config.byok);
     return own.size > 0 && models.every((m) => m.endpoints.every((e) => own.has(e.provider)));

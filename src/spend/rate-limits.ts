@@ -40,6 +40,8 @@ export class RateLimiter {
     private readonly ledger: LedgerWriter,
     /** The account of a key (cached), read only for free models, whose daily tier depends on it. */
     private readonly accountOf: (accountId: string, config: GatewayConfig) => Promise<Account | null>,
+    /** Whether every endpoint of the model would be called with the workspace's own keys (BYOK). */
+    private readonly ownKeysOnly: (config: GatewayConfig, model: string, gw: GatewayState) => Promise<boolean> = async () => false,
   ) {}
 
   async check(config: GatewayConfig, gw: GatewayState, now: number): Promise<void> {
@@ -52,8 +54,10 @@ export class RateLimiter {
 
   private async tryCheck(config: GatewayConfig, gw: GatewayState, now: number): Promise<void> {
     const model = gw.body ? requestedModels(gw.body)[0] : undefined;
-    const account = model !== undefined && isFreeModel(model) ? await this.accountOf(gw.key!.accountId, config) : null;
-    const lines = this.linesFor(config, gw, model, account, now);
+    // Spec 8.3.2: requests served with the caller's own provider keys are not gated by the free-model limits.
+    const free = model !== undefined && isFreeModel(model) && !(await this.ownKeysOnly(config, model, gw));
+    const account = free ? await this.accountOf(gw.key!.accountId, config) : null;
+    const lines = this.linesFor(config, gw, model, free, account, now);
     if (lines.length === 0) return;
     let result: RateResult = await this.state.hit(lines, now);
     if (!result.ok && result.reason === 'missing') {
@@ -79,7 +83,7 @@ export class RateLimiter {
     });
   }
 
-  private linesFor(config: GatewayConfig, gw: GatewayState, model: string | undefined, account: Account | null, now: number): Described[] {
+  private linesFor(config: GatewayConfig, gw: GatewayState, model: string | undefined, free: boolean, account: Account | null, now: number): Described[] {
     const key = gw.key!;
     const lines: Described[] = [];
     const fixed = (windowS: number) => {
@@ -100,7 +104,7 @@ export class RateLimiter {
       const who = r.per === 'key' ? `key:${key.id}` : 'all';
       lines.push({ key: `rl:model:${model}:${who}:${w.start}`, limit: r.requests, resetAt: w.resetAt, scope: 'model', what: `model ${model} per ${r.window_s} s${r.per === 'key' ? ' for this key' : ''}` });
     }
-    if (isFreeModel(model)) {
+    if (free) {
       const f = config.free_models;
       const w = fixed(60);
       lines.push({ key: `rl:free-min:${key.accountId}:${w.start}`, limit: f.per_minute, resetAt: w.resetAt, scope: 'free_model_per_minute', what: 'free models per minute' });

@@ -323,7 +323,7 @@ export class PostgresStore implements Store {
 
   async countFreeModelRequests(accountId: string, sinceMs: number): Promise<number> {
     const row = await this.one(
-      "SELECT COUNT(*) AS n FROM ledger WHERE account_id = $1 AND created_at >= $2 AND right(model, 5) = ':free'",
+      "SELECT COUNT(*) AS n FROM ledger WHERE account_id = $1 AND created_at >= $2 AND NOT is_byok AND right(model, 5) = ':free'",
       [accountId, sinceMs],
     );
     return Number(row?.n ?? 0);

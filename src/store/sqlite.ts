@@ -41,7 +41,7 @@ import type {
 type Row = Record<string, unknown>;
 
 /** `:free` variants: the model id's last 5 characters (works the same in both engines). */
-const FREE_COUNT = "SELECT COUNT(*) FROM ledger WHERE account_id = ? AND created_at >= ? AND substr(model, length(model) - 4) = ':free'";
+const FREE_COUNT = "SELECT COUNT(*) FROM ledger WHERE account_id = ? AND created_at >= ? AND is_byok = 0 AND substr(model, length(model) - 4) = ':free'";
 
 export interface SqliteStoreOptions {
   /** Database file; its folder is created when missing. `:memory:` for a throwaway store. */

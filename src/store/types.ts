@@ -246,7 +246,7 @@ export interface Store {
   usageForKey(keyId: string, now?: Date): Promise<UsageTotals>;
   /** Paid and BYOK spend (USD) of a scope in ledger rows created at or after `sinceMs` (0: all time). */
   spendTotals(scope: SpendScope, sinceMs: number): Promise<{ paid: number; byok: number }>;
-  /** Requests of one account to free model variants (model id ending in `:free`) since `sinceMs`. */
+  /** Requests of one account to free model variants (model id ending in `:free`) since `sinceMs`, not counting BYOK ones (spec 8.3.2). */
   countFreeModelRequests(accountId: string, sinceMs: number): Promise<number>;
 
   /**

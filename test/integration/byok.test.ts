@@ -259,3 +259,25 @@ describe('secrecy and misconfiguration', () => {
     expect(g.logs.filter((l) => l.includes('byok.encryption_key is not set'))).toHaveLength(1);
   });
 });
+
+describe('BYOK and the free-model limits (spec 8.3.2)', () => {
+  const FREE = `
+  - id: fake/free:free
+    endpoints: [{ provider: fake-openai, upstream_model: gpt-free, pricing: { prompt: 0, completion: 0 } }]
+pipelines:`;
+
+  it('requests served with the workspace key are not gated by the free-model daily or per-minute limit', async () => {
+    const base = testConfigYaml(t.upstream.url, PIPELINE).replace('pipelines:', FREE);
+    const g = await t.start({ yaml: `${base}byok: { encryption_key: ${ENCRYPTION_KEY.toString('base64')} }\nfree_models: { per_minute: 1, daily_requests: 1 }\n` });
+    await storeOwnKey(g, 'fake-openai', OWN_OPENAI);
+    const free = (key: string) => post(`${g.url}/chat/completions`, key, chat({ model: 'fake/free:free' }));
+    for (let i = 0; i < 3; i++) expect((await free(g.key)).status).toBe(200);
+    expect(t.upstream.received.at(-1)!.headers.authorization).toBe(`Bearer ${OWN_OPENAI}`);
+    // The same account from a workspace without its own key: gated, and the own-key requests did not count.
+    const other = await otherWorkspaceKey(g);
+    expect((await free(other.secret)).status).toBe(200);
+    expect((await free(other.secret)).status).toBe(429);
+    const info = (await (await fetch(`${g.url}/key`, { headers: { authorization: `Bearer ${other.secret}` } })).json()) as any;
+    expect(info.data.free_model_daily_requests).toEqual({ limit: 1, remaining: 0, used: 1 });
+  });
+});
