@@ -40,12 +40,12 @@ export const responseHealing: StageDefinition<ResponseHealingConfig> = {
       if (text === null) return;
 
       if (Buffer.byteLength(text, 'utf8') > config.max_bytes) {
-        record(state, body, { summary: `answer longer than max_bytes (${config.max_bytes}); not examined`, data: { status: 'skipped', format: requested.format, reason: 'max_bytes' } });
+        record(state, { summary: `answer longer than max_bytes (${config.max_bytes}); not examined`, data: { status: 'skipped', format: requested.format, reason: 'max_bytes' } });
         return;
       }
       const healed = healJson(text, { expect: expected(requested) });
       if (healed.status === 'unrepairable') {
-        record(state, body, {
+        record(state, {
           summary: `answer is not valid JSON and could not be repaired (${healed.reason}); left as it was`,
           data: { status: 'unrepairable', format: requested.format, repairs: healed.repairs, reason: healed.reason },
         });
@@ -53,7 +53,7 @@ export const responseHealing: StageDefinition<ResponseHealingConfig> = {
       }
       if (healed.status === 'repaired') setAnswerText(state.endpoint, body, healed.text);
       const verdict = verdictOf(requested, healed, config.validate_schema, check);
-      record(state, body, { summary: summaryOf(healed, verdict), data: { status: healed.status, format: requested.format, repairs: healed.repairs, ...verdictData(verdict) } });
+      record(state, { summary: summaryOf(healed, verdict), data: { status: healed.status, format: requested.format, repairs: healed.repairs, ...verdictData(verdict) } });
     };
   },
 };
@@ -99,20 +99,11 @@ function summaryOf(healed: Exclude<HealResult, { status: 'unrepairable' }>, v: V
   return `${what}; ${schemaPart}`;
 }
 
-function record(state: GatewayState, body: Record<string, unknown>, r: { summary: string; data: Record<string, unknown> }): void {
+function record(state: GatewayState, r: { summary: string; data: Record<string, unknown> }): void {
   const entry: PipelineRecord = { type: 'response-healing', name: 'response-healing', summary: r.summary, data: r.data };
   state.pipeline.push(entry);
   const data = r.data;
   state.span.setAttribute('gateway.healing.status', String(data.status));
   if (Array.isArray(data.repairs)) state.span.setAttribute('gateway.healing.repairs', (data.repairs as string[]).join(','));
   if (typeof data.schema_valid === 'boolean') state.span.setAttribute('gateway.healing.schema_valid', data.schema_valid);
-  // Why: `gateway_metadata` was built by `upstream` before this post-stage ran, and only carries `pipeline`
-  // when something had been recorded by then; point it at the live list so this record shows.
-  const meta = body.gateway_metadata as Record<string, unknown> | undefined;
-  if (meta && typeof meta === 'object' && meta.pipeline !== state.pipeline) body.gateway_metadata = { pipeline: state.pipeline, ...withoutPipeline(meta) };
-}
-
-function withoutPipeline(meta: Record<string, unknown>): Record<string, unknown> {
-  const { pipeline: _old, ...rest } = meta;
-  return rest;
 }

@@ -59,7 +59,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       if (response.headers) ctx.set(response.headers);
       ctx.status = response.status;
       if (response.kind === 'json') {
-        ctx.body = response.body;
+        ctx.body = withPipelineRecords(state, response.body);
       } else {
         ctx.respond = false; // the stream is written here, event by event, not by Koa
         await writeSse(ctx, response.status, response.events, runtime.services.logger);
@@ -89,6 +89,18 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       }
     }
   };
+}
+
+/**
+ * A JSON answer's `gateway_metadata` is built when the provider answers, before post-stages (e.g.
+ * response-healing) run; records they pushed onto `state.pipeline` are added here, once, for every stage.
+ */
+function withPipelineRecords(state: GatewayState, body: unknown): unknown {
+  if (!state.metadataOptIn || state.pipeline.length === 0 || !body || typeof body !== 'object') return body;
+  const meta = (body as Record<string, unknown>).gateway_metadata;
+  if (!meta || typeof meta !== 'object') return body;
+  const { pipeline: _built, ...rest } = meta as Record<string, unknown>;
+  return { ...(body as Record<string, unknown>), gateway_metadata: { pipeline: state.pipeline, ...rest } };
 }
 
 /**
