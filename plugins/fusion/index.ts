@@ -6,7 +6,8 @@ import type { GatewayResponse, GatewayState, NormalizedUsage, PipelineRecord, Ss
 import { childState } from '../../src/routing/child-state';
 import { generationId } from '../../src/routing/generation-id';
 import type { Services } from '../../src/services';
-import { addCost, addUsage, candidateBody, DEFAULT_JUDGE_PROMPT, judgeBody, setTotalUsage } from './judge';
+import { addCost, addUsage, setTotalUsage } from '../../src/spend/usage-sum';
+import { candidateBody, DEFAULT_JUDGE_PROMPT, judgeBody } from './judge';
 import schema from './schema.json';
 
 export interface FusionConfig {

@@ -1,7 +1,3 @@
-import { chatUsageBody } from '../../src/dialects/chat-completions';
-import { messagesUsageBody } from '../../src/dialects/messages';
-import type { NormalizedUsage } from '../../src/pipeline/types';
-
 type Obj = Record<string, unknown>;
 type Dialect = 'chat_completions' | 'messages';
 const isObj = (v: unknown): v is Obj => !!v && typeof v === 'object' && !Array.isArray(v);
@@ -56,28 +52,4 @@ function textOf(content: unknown): string | null {
   if (!Array.isArray(content)) return null;
   const texts = content.filter((b): b is Obj & { text: string } => isObj(b) && b.type === 'text' && typeof b.text === 'string');
   return texts.length > 0 ? texts.map((b) => b.text).join('\n') : null;
-}
-
-/** Sum of usages; null when none is known. */
-export function addUsage(list: (NormalizedUsage | null)[]): NormalizedUsage | null {
-  const known = list.filter((u): u is NormalizedUsage => u !== null);
-  if (known.length === 0) return null;
-  const sum = (f: keyof NormalizedUsage) => known.reduce((s, u) => s + u[f], 0);
-  return { inputTokens: sum('inputTokens'), outputTokens: sum('outputTokens'), cachedTokens: sum('cachedTokens'), cacheWriteTokens: sum('cacheWriteTokens'), reasoningTokens: sum('reasoningTokens') };
-}
-
-/** Sum of costs; null when none is known. */
-export function addCost(list: (number | null)[]): number | null {
-  const known = list.filter((c): c is number => typeof c === 'number');
-  return known.length === 0 ? null : known.reduce((s, c) => s + c, 0);
-}
-
-/**
- * Puts the totals in a JSON answer's `usage` (what the client is billed), keeping the gateway's `is_byok`
- * stamp: chat `prompt_tokens`/`completion_tokens`/…/`cost`, messages `input_tokens`/`output_tokens`/…/`cost`.
- */
-export function setTotalUsage(dialect: Dialect, body: Obj, usage: NormalizedUsage, cost: number | null): void {
-  const before = isObj(body.usage) ? body.usage : {};
-  const shaped = dialect === 'chat_completions' ? chatUsageBody(usage) : messagesUsageBody(usage);
-  body.usage = { ...shaped, ...(cost !== null ? { cost } : {}), ...('is_byok' in before ? { is_byok: before.is_byok } : {}) };
 }

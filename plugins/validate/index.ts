@@ -1,7 +1,7 @@
 import { GatewayError } from '../../src/errors/gateway-error';
 import type { StageDefinition } from '../../src/pipeline/types';
 import type { Services } from '../../src/services';
-import { checkRequestPlugins } from '../../src/pipeline/request-plugins';
+import { checkRequestPlugins, checkServerTools } from '../../src/pipeline/request-plugins';
 import { requestValidators } from '../../src/validation/request-validators';
 import schema from './schema.json';
 
@@ -23,6 +23,7 @@ export const validate: StageDefinition<Record<string, never>, Services> = {
         const problem = validators[state.endpoint](state.body);
         if (problem) throw new GatewayError('invalid_request', problem.message, { metadata: { field: problem.field } });
         checkRequestPlugins(state, services.config);
+        checkServerTools(state, services.config);
       }
       await next();
     };

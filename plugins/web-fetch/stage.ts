@@ -1,9 +1,12 @@
 import { GatewayError } from '../../src/errors/gateway-error';
 import { requestPlugin } from '../../src/pipeline/request-plugins';
-import type { GatewayState, PipelineRecord, StageDefinition } from '../../src/pipeline/types';
-import { documentText, FetchRefused, safeFetch, type Resolver } from '../../src/net/safe-fetch';
+import type { GatewayState, StageDefinition } from '../../src/pipeline/types';
+import type { Resolver } from '../../src/net/safe-fetch';
 import type { Services } from '../../src/services';
+import { blockText, fetchOne, record, type Failed, type Fetched } from './fetch-page';
 import schema from './schema.json';
+import { serverToolOf, stopConditionsOf } from './server-tool';
+import { runToolLoop } from './tool-loop';
 
 /** Operator config (`plugins.web-fetch` in gateway.yaml), defaults filled by the schema. */
 export interface WebFetchConfig {
@@ -15,6 +18,12 @@ export interface WebFetchConfig {
   allowed_content_types: string[];
   from_messages: boolean;
   on_error: 'allow' | 'deny';
+  /** The `gateway:web_fetch` server tool: fetches per request when it gives no stop conditions. */
+  max_tool_calls: number;
+  /** The `gateway:web_fetch` server tool: model turns per request, whatever the request asks. */
+  max_steps: number;
+  /** Client headers passed on to the provider by the tool loop's upstream calls (as `upstream` does). */
+  forward_headers: string[];
 }
 
 /**
@@ -26,8 +35,6 @@ export interface WebFetchFetcherOverrides {
   resolve?: Resolver;
 }
 
-type Fetched = { url: string; text: string; truncated: boolean; record: PipelineRecord };
-type Failed = { url: string; error: FetchRefused; record: PipelineRecord };
 
 /**
  * Builds the `web-fetch` stage definition. `plugins/web-fetch/index.ts` exports the one built without
@@ -39,68 +46,51 @@ export function webFetchDefinition(overrides: WebFetchFetcherOverrides = {}): St
   return {
     id: 'web-fetch',
     configSchema: schema,
-    create(config) {
+    create(config, services) {
       return async (ctx, next) => {
         const state = ctx.state.gateway;
         if (state.endpoint !== 'messages' && state.endpoint !== 'chat_completions') return next();
         const asked = requestPlugin(state.body, 'web-fetch');
-        if (asked?.enabled === false) return next();
-        const urls = urlsOf(state, asked?.urls, config);
-        if (urls.length === 0) return next();
-
-        const chosen = urls.slice(0, config.max_urls);
-        const results = await Promise.all(chosen.map((url) => fetchOne(url, config, overrides, state.signal)));
-        const fetched = results.filter((r): r is Fetched => 'text' in r);
-        for (const r of results) state.pipeline.push(r.record);
-        for (const url of urls.slice(config.max_urls)) {
-          state.pipeline.push(record(url, 'skipped', `Skipped ${url}: more than max_urls (${config.max_urls}) URLs`));
+        if (asked?.enabled !== false) await fetchNamedUrls(state, asked, config, overrides);
+        // The server tool is the client's explicit ask (a tools[] entry): it runs even when `plugins` says otherwise.
+        const tool = serverToolOf(state.body!);
+        if (tool) {
+          const stopWhen = stopConditionsOf(state.body!);
+          const forward: Record<string, string> = {};
+          for (const name of config.forward_headers) {
+            const v = ctx.get(name);
+            if (v) forward[name] = v;
+          }
+          state.response = await runToolLoop({ state, services, config, overrides, tool, stopWhen, forward });
         }
-        state.span.setAttribute('gateway.web_fetch.urls', chosen.length);
-        state.span.setAttribute('gateway.web_fetch.fetched', fetched.length);
-
-        const failed = results.find((r): r is Failed => 'error' in r);
-        if (failed && config.on_error === 'deny') {
-          const type = failed.error.code === 'timeout' ? 'timeout' : 'invalid_request';
-          throw new GatewayError(type, `web-fetch could not fetch ${failed.url}: ${failed.error.message}`, {
-            metadata: { plugin: 'web-fetch', url: failed.url, reason: failed.error.code },
-          });
-        }
-        if (fetched.length > 0) injectInto(state, fetched.map(blockText));
         await next();
       };
     },
   };
 }
 
-function record(url: string, outcome: string, summary: string, data: Record<string, unknown> = {}): PipelineRecord {
-  return { type: 'web-fetch', name: 'web-fetch', summary, data: { url, outcome, ...data } };
-}
-
-async function fetchOne(url: string, config: WebFetchConfig, overrides: WebFetchFetcherOverrides, signal: AbortSignal): Promise<Fetched | Failed> {
-  try {
-    const doc = await safeFetch(url, {
-      maxBytes: config.max_bytes,
-      timeoutMs: config.timeout_ms,
-      maxRedirects: config.max_redirects,
-      allowedContentTypes: config.allowed_content_types,
-      signal,
-      resolve: overrides.resolve,
-      testOnlyLoopbackPorts: overrides.testOnlyLoopbackPorts,
-    });
-    const full = documentText(doc);
-    const truncated = full.length > config.max_chars;
-    const text = truncated ? full.slice(0, config.max_chars) : full;
-    const data = { final_url: doc.finalUrl, redirects: doc.redirects.length, content_type: doc.mediaType, bytes: doc.body.length, chars: text.length, truncated };
-    return { url, text, truncated, record: record(url, 'fetched', `Fetched ${url}`, data) };
-  } catch (err) {
-    const error = err instanceof FetchRefused ? err : new FetchRefused('network', (err as Error).message, url);
-    const outcome = error.code === 'blocked_address' || error.code === 'bad_scheme' || error.code === 'bad_url' ? 'refused' : 'failed';
-    return { url, error, record: record(url, outcome, `${outcome === 'refused' ? 'Refused' : 'Failed'} ${url}: ${error.message}`, { reason: error.code }) };
+/** The URLs the request names (and, by config, those in the last user message), fetched into the prompt. */
+async function fetchNamedUrls(state: GatewayState, asked: Record<string, unknown> | undefined, config: WebFetchConfig, overrides: WebFetchFetcherOverrides): Promise<void> {
+  const urls = urlsOf(state, asked?.urls, config);
+  if (urls.length === 0) return;
+  const chosen = urls.slice(0, config.max_urls);
+  const results = await Promise.all(chosen.map((url) => fetchOne(url, config, overrides, state.signal)));
+  const fetched = results.filter((r): r is Fetched => 'text' in r);
+  for (const r of results) state.pipeline.push(r.record);
+  for (const url of urls.slice(config.max_urls)) {
+    state.pipeline.push(record(url, 'skipped', `Skipped ${url}: more than max_urls (${config.max_urls}) URLs`));
   }
-}
+  state.span.setAttribute('gateway.web_fetch.urls', chosen.length);
+  state.span.setAttribute('gateway.web_fetch.fetched', fetched.length);
 
-function blockText(f: Fetched): string {
-  return `Content of ${f.url}:\n${f.text}${f.truncated ? '\n[truncated]' : ''}`;
+  const failed = results.find((r): r is Failed => 'error' in r);
+  if (failed && config.on_error === 'deny') {
+    const type = failed.error.code === 'timeout' ? 'timeout' : 'invalid_request';
+    throw new GatewayError(type, `web-fetch could not fetch ${failed.url}: ${failed.error.message}`, {
+      metadata: { plugin: 'web-fetch', url: failed.url, reason: failed.error.code },
+    });
+  }
+  if (fetched.length > 0) injectInto(state, fetched.map(blockText));
 }
 
 /** The request's `urls` (strings, deduplicated) plus, when the operator allows it, URLs in the last user message. */

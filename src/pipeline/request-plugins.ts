@@ -41,6 +41,27 @@ export function checkRequestPlugins(state: GatewayState, config: GatewayConfig):
   });
 }
 
+/** Gateway server tools (`tools[]` entries `{type: "gateway:…"}`) and the stage that runs each. */
+const SERVER_TOOLS: Readonly<Record<string, string>> = { 'gateway:web_fetch': 'web-fetch' };
+
+/**
+ * A `gateway:` server tool must be one this gateway has and its stage must run on this endpoint: otherwise
+ * the entry would reach a provider that cannot run it. A 400 that names the tool.
+ */
+export function checkServerTools(state: GatewayState, config: GatewayConfig): void {
+  const tools = state.body?.tools;
+  if (!Array.isArray(tools)) return;
+  const enabled = new Set(pipelineOf(config, state.endpoint));
+  tools.forEach((t, i) => {
+    const type = (t as { type?: unknown })?.type;
+    if (typeof type !== 'string' || !type.startsWith('gateway:')) return;
+    const stage = SERVER_TOOLS[type];
+    const field = { metadata: { field: `tools[${i}].type` } };
+    if (!stage) throw new GatewayError('invalid_request', `\`${type}\` is not a server tool of this gateway (${Object.keys(SERVER_TOOLS).join(', ')})`, field);
+    if (!enabled.has(stage)) throw new GatewayError('invalid_request', `Server tool \`${type}\` is not enabled on this gateway (the operator's pipeline does not run ${stage})`, field);
+  });
+}
+
 /** The body of an inference request (`/messages`, `/chat/completions`), or null on any other endpoint. */
 export function inferenceBody(state: GatewayState): Record<string, unknown> | null {
   return state.body && (state.endpoint === 'messages' || state.endpoint === 'chat_completions') ? state.body : null;

@@ -1,0 +1,39 @@
+import { documentText, FetchRefused, safeFetch } from '../../src/net/safe-fetch';
+import type { PipelineRecord } from '../../src/pipeline/types';
+import type { WebFetchConfig, WebFetchFetcherOverrides } from './stage';
+
+/** One URL fetched, as prompt text, with its pipeline record. */
+export type Fetched = { url: string; text: string; truncated: boolean; record: PipelineRecord };
+/** One URL that could not be fetched (refused by the address policy or failed), with its pipeline record. */
+export type Failed = { url: string; error: FetchRefused; record: PipelineRecord };
+
+export function record(url: string, outcome: string, summary: string, data: Record<string, unknown> = {}): PipelineRecord {
+  return { type: 'web-fetch', name: 'web-fetch', summary, data: { url, outcome, ...data } };
+}
+
+export async function fetchOne(url: string, config: WebFetchConfig, overrides: WebFetchFetcherOverrides, signal: AbortSignal): Promise<Fetched | Failed> {
+  try {
+    const doc = await safeFetch(url, {
+      maxBytes: config.max_bytes,
+      timeoutMs: config.timeout_ms,
+      maxRedirects: config.max_redirects,
+      allowedContentTypes: config.allowed_content_types,
+      signal,
+      resolve: overrides.resolve,
+      testOnlyLoopbackPorts: overrides.testOnlyLoopbackPorts,
+    });
+    const full = documentText(doc);
+    const truncated = full.length > config.max_chars;
+    const text = truncated ? full.slice(0, config.max_chars) : full;
+    const data = { final_url: doc.finalUrl, redirects: doc.redirects.length, content_type: doc.mediaType, bytes: doc.body.length, chars: text.length, truncated };
+    return { url, text, truncated, record: record(url, 'fetched', `Fetched ${url}`, data) };
+  } catch (err) {
+    const error = err instanceof FetchRefused ? err : new FetchRefused('network', (err as Error).message, url);
+    const outcome = error.code === 'blocked_address' || error.code === 'bad_scheme' || error.code === 'bad_url' ? 'refused' : 'failed';
+    return { url, error, record: record(url, outcome, `${outcome === 'refused' ? 'Refused' : 'Failed'} ${url}: ${error.message}`, { reason: error.code }) };
+  }
+}
+
+export function blockText(f: Fetched): string {
+  return `Content of ${f.url}:\n${f.text}${f.truncated ? '\n[truncated]' : ''}`;
+}

@@ -1,0 +1,232 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { registry } from '../../plugins';
+import { webFetchDefinition } from '../../plugins/web-fetch/stage';
+import { post, sseEvents, testConfigYaml } from '../fixtures/gateway';
+import { perTestGateways } from '../fixtures/per-test';
+
+const t = perTestGateways();
+let pages: http.Server;
+let pagesUrl = '';
+let pageHits = 0;
+
+beforeAll(async () => {
+  pages = http.createServer((req, res) => {
+    pageHits++;
+    if (req.url === '/article') res.writeHead(200, { 'content-type': 'text/html' }).end('<html><body><p>Otters hold hands.</p></body></html>');
+    else if (req.url === '/second') res.writeHead(200, { 'content-type': 'text/plain' }).end('Second page.');
+    else res.writeHead(404).end();
+  });
+  await new Promise<void>((r) => pages.listen(0, '127.0.0.1', r));
+  pagesUrl = `http://127.0.0.1:${(pages.address() as AddressInfo).port}`;
+});
+afterAll(async () => {
+  pages.closeAllConnections();
+  await new Promise((r) => pages.close(r));
+});
+
+function testRegistry() {
+  const port = Number(new URL(pagesUrl).port);
+  return new Map(registry).set('web-fetch', webFetchDefinition({ testOnlyLoopbackPorts: [port] }));
+}
+
+const yaml = (pluginConfig = '{}', pipeline = '[auth, validate, web-fetch, upstream]') =>
+  `${testConfigYaml(t.upstream.url, pipeline)}plugins:\n  web-fetch: ${pluginConfig}\n`;
+const META = { 'x-gateway-metadata': 'enabled' };
+
+/** A chat answer (as the fake provider sends it) that calls functions. */
+function chatCalls(calls: { name: string; args: unknown }[], usage = { prompt_tokens: 7, completion_tokens: 3, total_tokens: 10 }) {
+  return {
+    kind: 'status' as const,
+    status: 200,
+    body: {
+      id: 'chatcmpl-tool', object: 'chat.completion', created: 1700000000, model: 'gpt-upstream',
+      choices: [{ index: 0, finish_reason: 'tool_calls', message: { role: 'assistant', content: null, tool_calls: calls.map((c, i) => ({ id: `call_${i}`, type: 'function', function: { name: c.name, arguments: JSON.stringify(c.args) } })) } }],
+      usage,
+    },
+  };
+}
+
+/** A messages answer (as the fake provider sends it) that uses tools. */
+function messagesCalls(calls: { name: string; input: unknown }[]) {
+  return {
+    kind: 'status' as const,
+    status: 200,
+    body: {
+      id: 'msg_tool', type: 'message', role: 'assistant', model: 'claude-upstream', stop_reason: 'tool_use', stop_sequence: null,
+      content: [{ type: 'text', text: 'Let me read it.' }, ...calls.map((c, i) => ({ type: 'tool_use', id: `toolu_${i}`, name: c.name, input: c.input }))],
+      usage: { input_tokens: 8, output_tokens: 4 },
+    },
+  };
+}
+
+const SERVER_TOOL = { type: 'gateway:web_fetch' };
+
+describe('gateway:web_fetch server tool (URLs the model asks for)', () => {
+  it('chat: the model calls web_fetch, the gateway fetches and asks again; the client gets the final answer with summed usage', async () => {
+    const g = await t.start({ yaml: yaml(), registry: testRegistry() });
+    const url = `${pagesUrl}/article`;
+    t.upstream.scripts.set('gpt-upstream', [chatCalls([{ name: 'web_fetch', args: { url } }])]);
+    const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', tools: [SERVER_TOOL], messages: [{ role: 'user', content: 'What do otters do?' }] }, META);
+    expect(r.status).toBe(200);
+    expect(r.json.choices[0].message.content).toBe('Hello from the fake upstream.');
+    // Two model turns: 7+10 prompt, 3+5 completion tokens.
+    expect(r.json.usage).toMatchObject({ prompt_tokens: 17, completion_tokens: 8, total_tokens: 25, server_tool_use_details: { tool_calls_requested: 1, tool_calls_executed: 1 } });
+
+    const [first, second] = t.upstream.received.map((x) => x.body);
+    expect(t.upstream.received).toHaveLength(2);
+    expect(first.tools).toEqual([{ type: 'function', function: { name: 'web_fetch', description: expect.any(String), parameters: expect.objectContaining({ required: ['url'] }) } }]);
+    expect(JSON.stringify(first)).not.toContain('gateway:web_fetch');
+    expect(second.messages.slice(1)).toEqual([
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_0', type: 'function', function: { name: 'web_fetch', arguments: JSON.stringify({ url }) } }] },
+      { role: 'tool', tool_call_id: 'call_0', content: `Content of ${url}:\nOtters hold hands.` },
+    ]);
+    const loop = r.json.gateway_metadata.pipeline.find((p: any) => p.data.tool_loop);
+    expect(loop.data.tool_loop).toEqual({ turns: 2, tool_calls_requested: 1, tool_calls_executed: 1, stopped_by: 'answer' });
+    expect(r.json.gateway_metadata.pipeline[0]).toMatchObject({ type: 'web-fetch', data: { url, outcome: 'fetched', via: 'tool_call' } });
+    // One ledger row for the request, billed for both turns.
+    expect(await g.ledgerRow(r.json.id)).toMatchObject({ promptTokens: 17, completionTokens: 8, status: 'completed' });
+  });
+
+  it('messages: tool_result blocks go back to the model; usage.server_tool_use counts the fetches', async () => {
+    const g = await t.start({ yaml: yaml(), registry: testRegistry() });
+    const url = `${pagesUrl}/second`;
+    t.upstream.scripts.set('claude-upstream', [messagesCalls([{ name: 'web_fetch', input: { url } }])]);
+    const r = await post(`${g.url}/messages`, g.key, { model: 'fake/claude', max_tokens: 50, tools: [SERVER_TOOL], messages: [{ role: 'user', content: 'Read it.' }] });
+    expect(r.status).toBe(200);
+    expect(r.json.content).toEqual([{ type: 'text', text: 'Hello from the fake upstream.' }]);
+    expect(r.json.usage).toMatchObject({ input_tokens: 14, output_tokens: 9, server_tool_use: { web_fetch_requests: 1 } });
+    const [first, second] = t.upstream.received.map((x) => x.body);
+    expect(first.tools).toEqual([{ name: 'web_fetch', description: expect.any(String), input_schema: expect.objectContaining({ required: ['url'] }) }]);
+    expect(second.messages.slice(1)).toEqual([
+      { role: 'assistant', content: [{ type: 'text', text: 'Let me read it.' }, { type: 'tool_use', id: 'toolu_0', name: 'web_fetch', input: { url } }] },
+      { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_0', content: `Content of ${url}:\nSecond page.` }] },
+    ]);
+  });
+
+  it('a URL the model asks for is still SSRF-checked: the metadata address is refused and the model is told so', async () => {
+    const g = await t.start({ yaml: yaml(), registry: testRegistry() });
+    t.upstream.scripts.set('claude-upstream', [messagesCalls([{ name: 'web_fetch', input: { url: 'http://169.254.169.254/latest/meta-data/' } }])]);
+    const r = await post(`${g.url}/messages`, g.key, { model: 'fake/claude', max_tokens: 50, tools: [SERVER_TOOL], messages: [{ role: 'user', content: 'Read it.' }] }, META);
+    expect(r.status).toBe(200);
+    const result = t.upstream.received[1].body.messages.at(-1).content[0];
+    expect(result).toMatchObject({ type: 'tool_result', tool_use_id: 'toolu_0', is_error: true });
+    expect(result.content).toMatch(/^Could not fetch http:\/\/169\.254\.169\.254\/latest\/meta-data\/: /);
+    expect(r.json.gateway_metadata.pipeline[0]).toMatchObject({ data: { outcome: 'refused', reason: 'blocked_address', via: 'tool_call' } });
+  });
+
+  it('max_uses caps the fetches; the turn after the cap runs with tool calls disabled', async () => {
+    const g = await t.start({ yaml: yaml(), registry: testRegistry() });
+    const before = pageHits;
+    t.upstream.scripts.set('gpt-upstream', [chatCalls([{ name: 'web_fetch', args: { url: `${pagesUrl}/article` } }, { name: 'web_fetch', args: { url: `${pagesUrl}/second` } }])]);
+    const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', tools: [{ ...SERVER_TOOL, max_uses: 1 }], messages: [{ role: 'user', content: 'Both?' }] }, META);
+    expect(r.status).toBe(200);
+    expect(pageHits - before).toBe(1);
+    const second = t.upstream.received[1].body;
+    expect(second.tool_choice).toBe('none');
+    expect(second.messages.at(-1)).toEqual({ role: 'tool', tool_call_id: 'call_1', content: `Not fetched ${pagesUrl}/second: the web_fetch limit for this request is reached` });
+    expect(r.json.usage.server_tool_use_details).toEqual({ tool_calls_requested: 2, tool_calls_executed: 1 });
+    expect(r.json.gateway_metadata.pipeline.at(-1).data.tool_loop.stopped_by).toBe('tool_call_limit');
+  });
+
+  it('stop_server_tools_when step_count_is: pending calls run, then one final turn without tools', async () => {
+    const g = await t.start({ yaml: yaml(), registry: testRegistry() });
+    const url = `${pagesUrl}/article`;
+    // The model would keep calling: both scripted turns ask for a fetch.
+    t.upstream.scripts.set('claude-upstream', [messagesCalls([{ name: 'web_fetch', input: { url } }]), messagesCalls([{ name: 'web_fetch', input: { url } }])]);
+    const r = await post(`${g.url}/messages`, g.key, {
+      model: 'fake/claude', max_tokens: 50, tools: [SERVER_TOOL], stop_server_tools_when: [{ type: 'step_count_is', step_count: 1 }],
+      messages: [{ role: 'user', content: 'Read it.' }],
+    });
+    expect(r.status).toBe(200);
+    expect(t.upstream.received).toHaveLength(2);
+    expect(t.upstream.received[1].body.tool_choice).toEqual({ type: 'none' });
+    expect(t.upstream.received[1].body.messages.at(-1).content[0]).toMatchObject({ type: 'tool_result', content: `Content of ${url}:\nOtters hold hands.` });
+    // The final turn's answer is what the client gets, even if it (wrongly) still calls the tool.
+    expect(r.json.content.at(-1)).toMatchObject({ type: 'tool_use', name: 'web_fetch' });
+  });
+
+  it('an answer that also calls a client tool goes to the client without the web_fetch call, and nothing is fetched', async () => {
+    const g = await t.start({ yaml: yaml(), registry: testRegistry() });
+    const before = pageHits;
+    t.upstream.scripts.set('gpt-upstream', [chatCalls([{ name: 'web_fetch', args: { url: `${pagesUrl}/article` } }, { name: 'get_weather', args: { city: 'Paris' } }])]);
+    const weather = { type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } };
+    const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', tools: [SERVER_TOOL, weather], messages: [{ role: 'user', content: 'Weather?' }] });
+    expect(r.status).toBe(200);
+    expect(r.json.choices[0].message.tool_calls.map((c: any) => c.function.name)).toEqual(['get_weather']);
+    expect(t.upstream.received).toHaveLength(1);
+    expect(pageHits).toBe(before);
+  });
+
+  it('streaming clients get the final answer as a stream the official SDK reads', async () => {
+    const g = await t.start({ yaml: yaml(), registry: testRegistry() });
+    t.upstream.scripts.set('gpt-upstream', [chatCalls([{ name: 'web_fetch', args: { url: `${pagesUrl}/article` } }])]);
+    const client = new OpenAI({ baseURL: g.url, apiKey: g.key });
+    const stream = await client.chat.completions.create({
+      model: 'fake/gpt', stream: true, stream_options: { include_usage: true },
+      tools: [SERVER_TOOL as never], messages: [{ role: 'user', content: 'Otters?' }],
+    });
+    let text = '';
+    let usage: any;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.delta?.content ?? '';
+      if (chunk.usage) usage = chunk.usage;
+    }
+    expect(text).toBe('Hello from the fake upstream.');
+    expect(usage).toMatchObject({ prompt_tokens: 17, completion_tokens: 8, server_tool_use_details: { tool_calls_executed: 1 } });
+    // Every turn went upstream without streaming.
+    expect(t.upstream.received.map((x) => x.body.stream)).toEqual([false, false]);
+  });
+
+  it('messages streaming: the event sequence of a message, ending with [DONE]', async () => {
+    const g = await t.start({ yaml: yaml(), registry: testRegistry() });
+    t.upstream.scripts.set('claude-upstream', [messagesCalls([{ name: 'web_fetch', input: { url: `${pagesUrl}/second` } }])]);
+    const r = await post(`${g.url}/messages`, g.key, { model: 'fake/claude', max_tokens: 50, stream: true, tools: [SERVER_TOOL], messages: [{ role: 'user', content: 'Read it.' }] });
+    expect(r.status).toBe(200);
+    const events = sseEvents(r.text);
+    expect(events.map((e) => e.event ?? e.data)).toEqual(['message_start', 'content_block_start', 'content_block_delta', 'content_block_stop', 'message_delta', 'message_stop', '[DONE]']);
+    expect(JSON.parse(events[2].data).delta).toEqual({ type: 'text_delta', text: 'Hello from the fake upstream.' });
+    expect(JSON.parse(events[4].data).usage).toMatchObject({ input_tokens: 14, output_tokens: 9, server_tool_use: { web_fetch_requests: 1 } });
+  });
+
+  it('a server tool the operator does not run, or one the gateway does not have, is a 400 naming it', async () => {
+    const g = await t.start({ yaml: yaml('{}', '[auth, validate, upstream]'), registry: testRegistry() });
+    const off = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', tools: [SERVER_TOOL], messages: [{ role: 'user', content: 'x' }] });
+    expect(off.status).toBe(400);
+    expect(off.json.error).toMatchObject({ code: 400, metadata: { error_type: 'invalid_request', field: 'tools[0].type' } });
+    expect(off.json.error.message).toContain('not enabled');
+    const unknown = await post(`${g.url}/messages`, g.key, { model: 'fake/claude', max_tokens: 5, tools: [{ type: 'gateway:teleport' }], messages: [{ role: 'user', content: 'x' }] });
+    expect(unknown.status).toBe(400);
+    expect(unknown.json).toMatchObject({ type: 'error', error: { type: 'invalid_request_error' } });
+    expect(t.upstream.received).toHaveLength(0);
+  });
+
+  it('bad tool fields and stop conditions are 400s before any upstream call', async () => {
+    const g = await t.start({ yaml: yaml(), registry: testRegistry() });
+    const ask = (extra: Record<string, unknown>) => post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', messages: [{ role: 'user', content: 'x' }], ...extra });
+    const cases = [
+      { tools: [{ ...SERVER_TOOL, max_uses: 0 }], field: 'tools[0].max_uses' },
+      { tools: [{ ...SERVER_TOOL, allowed_domains: 'example.com' }], field: 'tools[0].allowed_domains' },
+      { tools: [SERVER_TOOL], stop_server_tools_when: [{ type: 'when_pigs_fly' }], field: 'stop_server_tools_when[0]' },
+      { tools: [SERVER_TOOL, { type: 'function', function: { name: 'web_fetch' } }], field: 'tools' },
+    ];
+    for (const { field, ...extra } of cases) {
+      const r = await ask(extra);
+      expect(r.status, field).toBe(400);
+      expect(r.json.error.metadata.field).toBe(field);
+    }
+    expect(t.upstream.received).toHaveLength(0);
+  });
+
+  it('allowed_domains: a URL outside them is not fetched', async () => {
+    const g = await t.start({ yaml: yaml(), registry: testRegistry() });
+    const before = pageHits;
+    t.upstream.scripts.set('gpt-upstream', [chatCalls([{ name: 'web_fetch', args: { url: `${pagesUrl}/article` } }])]);
+    const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', tools: [{ ...SERVER_TOOL, allowed_domains: ['example.com'] }], messages: [{ role: 'user', content: 'x' }] });
+    expect(r.status).toBe(200);
+    expect(pageHits).toBe(before);
+    expect(t.upstream.received[1].body.messages.at(-1).content).toBe(`Not fetched ${pagesUrl}/article: the domain is not allowed for this request`);
+  });
+});
