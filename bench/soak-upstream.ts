@@ -41,7 +41,10 @@ const WORDS = 'the quick brown fox jumps over the lazy dog and keeps running far
 
 function chatEvents(): string[] {
   const base = { id: 'chatcmpl-soak', object: 'chat.completion.chunk', created: 1700000000, model: 'soak' };
-  const out = WORDS.slice(0, 20).map((w, i) => `data: ${JSON.stringify({ ...base, choices: [{ index: 0, delta: i ? { content: ` ${w}` } : { role: 'assistant', content: w }, finish_reason: i === 19 ? 'stop' : null }] })}\n\n`);
+  const out = Array.from({ length: 20 }, (_, i) => {
+    const w = WORDS[i % WORDS.length];
+    return `data: ${JSON.stringify({ ...base, choices: [{ index: 0, delta: i ? { content: ` ${w}` } : { role: 'assistant', content: w }, finish_reason: i === 19 ? 'stop' : null }] })}\n\n`;
+  });
   out.push(`data: ${JSON.stringify({ ...base, choices: [], usage: { prompt_tokens: 12, completion_tokens: 20, total_tokens: 32 } })}\n\n`, 'data: [DONE]\n\n');
   return out;
 }

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBenchUpstream } from '../../bench/fake-upstream';
+import { startSoakUpstream } from '../../bench/soak-upstream';
 import { load } from '../../bench/load';
 import { probe } from '../../bench/probe';
 import { pinTo, rssMiB } from '../../bench/processes';
@@ -86,5 +87,30 @@ describe('bench driver pieces', () => {
     expect(md).toMatch(/^\| scenario \| target \| req\/s/);
     expect(md).toContain('| chat | gateway | 10 | 0.5 |');
     expect(md).toContain('- gatewayPeakMiB: 90');
+  });
+});
+
+describe('soak upstream (npm run bench:soak)', () => {
+  let soak: Awaited<ReturnType<typeof startSoakUpstream>>;
+  beforeAll(async () => {
+    soak = await startSoakUpstream(0);
+  });
+  afterAll(() => new Promise<void>((r) => soak.server.close(() => r())));
+  const send = (path: string, model: string) =>
+    fetch(`http://127.0.0.1:${soak.port}/v1${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model, stream: true }) });
+
+  it('streams a full chat and messages answer for `ok`', async () => {
+    const chat = await events(await (await send('/chat/completions', 'ok')).text());
+    expect(chat.at(-1)!.data).toBe('[DONE]');
+    expect(chat).toHaveLength(22); // 20 chunks, usage, [DONE]
+    expect(JSON.parse(chat[19].data).choices[0].finish_reason).toBe('stop');
+    const messages = await events(await (await send('/messages', 'ok')).text());
+    expect(messages.map((e) => e.event).at(-1)).toBe('message_stop');
+  });
+
+  it('fails `fail` with 500 and cuts `die` after five events', async () => {
+    expect((await send('/chat/completions', 'fail')).status).toBe(500);
+    // The socket is destroyed mid-answer: the client fails reading the headers or the body, never completes.
+    await expect(send('/chat/completions', 'die').then((r) => r.text())).rejects.toThrow();
   });
 });
