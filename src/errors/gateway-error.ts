@@ -1,3 +1,5 @@
+import { isUnavailable } from './unavailable';
+
 /**
  * The one error type of the gateway. `errorType` is the stable vocabulary of spec 7.4; the HTTP status
  * follows from it. Each API style serializes it with its own envelope (see envelope.ts).
@@ -66,5 +68,7 @@ export class GatewayError extends Error {
 /** Any thrown value as a GatewayError; unknown exceptions become a typed 500 `server`. */
 export function toGatewayError(err: unknown): GatewayError {
   if (err instanceof GatewayError) return err;
+  // A store or state that cannot be reached fails the request closed, as a retryable 503 (README "Outages").
+  if (isUnavailable(err)) return new GatewayError('server', 'A backing service is unavailable', { status: 503, headers: { 'Retry-After': '1' }, cause: err });
   return new GatewayError('server', 'Internal server error', { cause: err });
 }

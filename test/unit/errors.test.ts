@@ -269,3 +269,30 @@ describe('toGatewayError', () => {
     expect(JSON.stringify(messagesEnvelope(err, null))).not.toContain('secret-token');
   });
 });
+
+describe('backing service unavailable → 503 with Retry-After', () => {
+  const withCode = (message: string, code?: string) => Object.assign(new Error(message), code ? { code } : {});
+  it.each([
+    ['a refused socket', withCode('connect ECONNREFUSED 127.0.0.1:5432', 'ECONNREFUSED')],
+    ['a reset socket', withCode('read ECONNRESET', 'ECONNRESET')],
+    ['pg: admin shutdown', withCode('terminating connection due to administrator command', '57P01')],
+    ['pg: connection exception class 08', withCode('connection failure', '08006')],
+    ['pg: too many connections', withCode('sorry, too many clients already', '53300')],
+    ['pg: dropped connection', withCode('Connection terminated unexpectedly')],
+    ['pg: connect timeout', withCode('timeout exceeded when trying to connect')],
+    ['ioredis: closed connection', withCode('Connection is closed.')],
+  ])('%s', (_name, err) => {
+    const e = toGatewayError(err);
+    expect(e.errorType).toBe('server');
+    expect(e.status).toBe(503);
+    expect(e.headers).toEqual({ 'Retry-After': '1' });
+  });
+
+  it.each([
+    ['a bug', new TypeError("Cannot read properties of undefined (reading 'x')")],
+    ['pg: a constraint violation', withCode('duplicate key value violates unique constraint', '23505')],
+    ['pg: a syntax error', withCode('syntax error at or near "SELEC"', '42601')],
+  ])('%s stays a 500', (_name, err) => {
+    expect(toGatewayError(err).status).toBe(500);
+  });
+});

@@ -1,0 +1,133 @@
+import { randomBytes } from 'node:crypto';
+import Redis from 'ioredis';
+import { Client } from 'pg';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { openStore } from '../../src/store';
+import type { Store } from '../../src/store/types';
+import { startFakeUpstream, type FakeUpstream } from '../fixtures/fake-upstream';
+import { post, startTestGateway, type TestGateway } from '../fixtures/gateway';
+import { startTcpProxy, type TcpProxy } from '../fixtures/tcp-proxy';
+
+/**
+ * Issue 8: PostgreSQL or Redis becoming unreachable mid-run. Each is reached through a TCP proxy the test
+ * cuts and restores (the shared servers other tests use are never touched). While one is down, requests
+ * that need it fail closed with a typed 503 and Retry-After, never a 500 or a hang, and nothing reaches the
+ * provider; when it is back, requests succeed again without a restart, and no ledger row is lost.
+ */
+const PG_URL = process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const REDIS_URL = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379/0';
+const schema = `gw_outage_${randomBytes(6).toString('hex')}`;
+const prefix = `gwoutage:${randomBytes(4).toString('hex')}:`;
+const CHAT = { model: 'fake/gpt', max_tokens: 20, messages: [{ role: 'user', content: 'hi' }] };
+
+let upstream: FakeUpstream;
+let pgProxy: TcpProxy;
+let redisProxy: TcpProxy;
+let direct: Store;
+let g: TestGateway;
+
+function yaml(): string {
+  const pg = new URL(PG_URL);
+  pg.port = String(pgProxy.port);
+  pg.hostname = '127.0.0.1';
+  const redis = new URL(REDIS_URL);
+  redis.port = String(redisProxy.port);
+  redis.hostname = '127.0.0.1';
+  return `
+server: { port: 0, watch_config: false }
+storage: { driver: postgres, url: '${pg}', schema: ${schema}, pool_max: 4 }
+state: { driver: redis, url: '${redis}', prefix: '${prefix}', command_timeout_ms: 300 }
+logging: { level: warn }
+ledger: { flush_ms: 10 }
+accounts:
+  - { name: default, billing: invoice }
+rate_limits: { key: { requests: 100000, window_s: 60 } }
+providers:
+  - { id: fake-openai, kind: openai, base_url: ${upstream.url}, api_key: sk-upstream }
+models:
+  - id: fake/gpt
+    endpoints: [{ provider: fake-openai, upstream_model: gpt-upstream, pricing: { prompt: 1, completion: 2 } }]
+pipelines:
+  default: [auth, validate, rate-limit, budget-check, upstream]
+`;
+}
+
+/** Retries `fn` until it returns true (a service coming back takes a reconnect backoff), at most `ms`. */
+async function eventually(fn: () => Promise<boolean>, ms = 15_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await fn())) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+beforeAll(async () => {
+  upstream = await startFakeUpstream();
+  pgProxy = await startTcpProxy(Number(new URL(PG_URL).port || 5432));
+  redisProxy = await startTcpProxy(Number(new URL(REDIS_URL).port || 6379));
+  g = await startTestGateway({ yaml: yaml() });
+  direct = await openStore({ driver: 'postgres', url: PG_URL, schema, pool_max: 2 } as never);
+}, 60_000);
+
+afterEach(() => {
+  pgProxy.restore();
+  redisProxy.restore();
+  upstream.received.length = 0;
+});
+
+afterAll(async () => {
+  await g?.close();
+  await direct?.close();
+  await pgProxy?.close();
+  await redisProxy?.close();
+  await upstream?.close();
+  const pg = new Client({ connectionString: PG_URL });
+  await pg.connect();
+  await pg.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+  await pg.end();
+  const redis = new Redis(REDIS_URL);
+  const keys = await redis.keys(`${prefix}*`);
+  if (keys.length > 0) await redis.del(...keys);
+  redis.disconnect();
+});
+
+describe('a backing service goes away mid-run', () => {
+  it('Redis: typed 503 with Retry-After in both envelopes, nothing sent upstream; recovers when Redis is back', async () => {
+    expect((await post(`${g.url}/chat/completions`, g.key, CHAT)).status).toBe(200);
+    redisProxy.cut();
+    const r = await post(`${g.url}/chat/completions`, g.key, CHAT);
+    expect(r.status).toBe(503);
+    expect(r.headers.get('retry-after')).toBe('1');
+    expect(r.json.error).toMatchObject({ code: 503, metadata: { error_type: 'server' } });
+    const m = await post(`${g.url}/messages`, g.key, { ...CHAT, model: 'fake/gpt' });
+    expect(m.status).toBe(503);
+    expect(m.json).toMatchObject({ type: 'error', error: { type: 'api_error' } });
+    expect(upstream.received).toHaveLength(1); // only the first request
+    redisProxy.restore();
+    await eventually(async () => (await post(`${g.url}/chat/completions`, g.key, CHAT)).status === 200);
+  });
+
+  it('PostgreSQL: a key not yet cached gets a typed 503, never a 500; requests and ledger rows resume when it is back', async () => {
+    const fresh = await g.createKey();
+    const before = await post(`${g.url}/chat/completions`, g.key, CHAT);
+    expect(before.status).toBe(200);
+    pgProxy.cut();
+    const r = await post(`${g.url}/chat/completions`, fresh.secret, CHAT);
+    expect(r.status).toBe(503);
+    expect(r.headers.get('retry-after')).toBe('1');
+    expect(r.json.error.metadata.error_type).toBe('server');
+    // A cached key may still be admitted or refused, but never with a 500, and never without a row later.
+    const during = await post(`${g.url}/chat/completions`, g.key, CHAT);
+    expect([200, 503]).toContain(during.status);
+    pgProxy.restore();
+    await eventually(async () => (await post(`${g.url}/chat/completions`, fresh.secret, CHAT)).status === 200);
+    await g.gateway.ledger.flush();
+    expect(await direct.getLedger(before.json.id)).toMatchObject({ status: 'completed' });
+    if (during.status === 200) {
+      await eventually(async () => {
+        await g.gateway.ledger.flush();
+        return (await direct.getLedger(during.json.id)) !== null;
+      });
+    }
+  });
+});
