@@ -6,5 +6,7 @@ export default defineConfig({
     testTimeout: 20000,
     hookTimeout: 30000,
     pool: 'forks',
+    // After the run: no secret of any test gateway appears in any gateway log line (test/log-audit.ts).
+    globalSetup: ['test/log-audit.ts'],
   },
 });

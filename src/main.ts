@@ -236,16 +236,23 @@ async function serve(file: string): Promise<number> {
   // Signal handlers go in before the listening line is printed: a supervisor may act on that line at once.
   const reload = configReloader({ file, registry, gateway, logger });
   process.on('SIGHUP', () => reload('SIGHUP'));
+  // The first SIGTERM/SIGINT turns readiness to 503 at once (before anything else) and starts the drain; a
+  // second one cuts what is still in flight without waiting for the drain timeout.
   const stopped = new Promise<void>((resolve) => {
-    process.once('SIGTERM', resolve);
-    process.once('SIGINT', resolve);
+    const stop = () => {
+      if (gateway.drain.started) return gateway.drain.cutNow();
+      gateway.drain.begin();
+      resolve();
+    };
+    process.on('SIGTERM', stop);
+    process.on('SIGINT', stop);
   });
   const stopWatching = config.server.watch_config ? watchFile(file, () => reload('file changed')) : () => undefined;
   const { port } = await gateway.listen();
   logger.info({ port, host: config.server.host, base_path: config.server.base_path }, 'gateway listening');
   process.stdout.write(`Gateway listening on http://${config.server.host}:${port}${config.server.base_path}\n`);
   await stopped;
-  logger.info('shutting down');
+  logger.info({ in_flight: gateway.drain.inFlight, drain_timeout_ms: config.server.drain_timeout_ms }, 'shutting down: draining');
   stopWatching();
   await gateway.close();
   await store.close();

@@ -13,11 +13,14 @@ import type { KeyLookup, Services } from './services';
 import type { EndpointHealth } from './routing/health';
 import type { StickyRoutes } from './routing/sticky';
 import type { SpendControl } from './spend/control';
+import type { Drain } from './drain';
+import type { LedgerJournal } from './spend/journal';
 import type { LedgerWriter } from './spend/ledger';
 import type { RateLimiter } from './spend/rate-limits';
 import type { SharedState } from './state/types';
 import type { Presets } from './presets/lookup';
 import type { Store } from './store/types';
+import type { GatewayMetrics } from './telemetry/metrics';
 import { buildVideoCatalog } from './videos/catalog';
 import { videoCancelStage, videoCreateStage, videoGetStage } from './routes/videos';
 
@@ -26,6 +29,8 @@ export interface Runtime {
   config: GatewayConfig;
   services: Services;
   pipelines: Readonly<Record<EndpointId, (ctx: GatewayContext) => Promise<void>>>;
+  /** The gateway's shutdown drain (one per gateway, outlives reloads); endpoints refuse new requests while it runs. */
+  drain?: Drain;
 }
 
 export interface RuntimeInput {
@@ -45,6 +50,11 @@ export interface RuntimeInput {
   logger: Logger;
   hashUser(user: string): string;
   presets: Presets;
+  /** Pending ledger rows of requests in flight (README "Ledger durability"); null when `ledger.journal` is off. */
+  journal?: LedgerJournal | null;
+  drain?: Drain;
+  /** Outlives reloads like `health`; null when metrics are off. */
+  metrics: GatewayMetrics | null;
 }
 
 /** Builds providers, models and every endpoint's pipeline once, ahead of any request. */
@@ -65,6 +75,7 @@ export function buildRuntime(input: RuntimeInput): Runtime {
     videos: buildVideoCatalog(config, input.spend.clock),
     logger: input.logger,
     tracer,
+    metrics: input.metrics,
     dispatch: createDispatch({
       models,
       providers,
@@ -74,6 +85,8 @@ export function buildRuntime(input: RuntimeInput): Runtime {
       sticky: input.sticky,
       routing: config.routing,
       ownKeys: (state) => input.byok.forRequest(state, config.byok),
+      journal: input.journal,
+      metrics: input.metrics,
     }),
   };
   const build = (stageIds: readonly string[], tail?: Parameters<typeof buildPipeline>[0]['tail']) =>
@@ -81,6 +94,7 @@ export function buildRuntime(input: RuntimeInput): Runtime {
   return {
     config,
     services,
+    drain: input.drain,
     pipelines: {
       messages: build(config.pipelines.messages ?? config.pipelines.default),
       chat_completions: build(config.pipelines.chat_completions ?? config.pipelines.default),

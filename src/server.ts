@@ -13,8 +13,9 @@ import { GatewayError, toGatewayError } from './errors/gateway-error';
 import type { StageRegistry } from './pipeline/types';
 import { closeUpstreamPool } from './providers/http';
 import { Presets } from './presets/lookup';
-import { endpoint } from './routes/endpoint';
+import { endpoint, type EndpointSpec } from './routes/endpoint';
 import { buildRuntime, type Runtime } from './runtime';
+import { applyServerLimits, InFlightLimit } from './server-limits';
 import type { KeyLookup } from './services';
 import { EndpointHealth } from './routing/health';
 import { StickyRoutes } from './routing/sticky';
@@ -25,7 +26,11 @@ import { openState } from './state';
 import type { SharedState } from './state/types';
 import { ensureDeclared } from './store/declared';
 import type { Store } from './store/types';
+import { GatewayMetrics } from './telemetry/metrics';
+import { metricsRoute } from './routes/metrics';
 import { VideoPoller } from './videos/poller';
+import { Drain } from './drain';
+import { LedgerJournal } from './spend/journal';
 
 export interface GatewayOptions {
   config: GatewayConfig;
@@ -51,6 +56,12 @@ export interface Gateway {
   videos: VideoPoller;
   /** The runtime new requests get. */
   runtime(): Runtime;
+  /** Graceful shutdown (README "Shutdown and probes"): `drain.begin()` turns /readyz to 503 at once; close() drains. */
+  drain: Drain;
+  /** Pending ledger rows of requests in flight (README "Ledger durability"); null with `ledger.journal: false`. */
+  journal: LedgerJournal | null;
+  /** Requests the endpoints are serving now, streams until their last event (limited by `server.max_in_flight`). */
+  inFlight(): number;
   /**
    * Swaps in a new, already validated config: new pipelines, models and providers for new requests;
    * requests in flight finish on the runtime they started with. Throws (and keeps the old one) if the
@@ -91,10 +102,20 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     (config, model, gw) => spend.servedByOwnKeys(config, config.models.filter((m) => m.id === model), gw),
   );
   const presets = new Presets(store);
+  // Shutdown drain and ledger journal outlive reloads; the journal at once finalises what a dead process left.
+  const drain = new Drain();
+  const journal: LedgerJournal | null = options.config.ledger.journal
+    ? new LedgerJournal({ store, logger, holdTtlMs: (): number => current.config.spend.hold_ttl_ms })
+    : null;
+  // One registry per gateway; the gauges read health, holds and the current config at scrape time.
+  const metrics = options.config.server.metrics.enabled
+    ? new GatewayMetrics({ health, inFlightHolds: () => spend.inFlightHolds(), config: (): GatewayConfig => current.config })
+    : null;
   const build = (config: GatewayConfig) =>
-    buildRuntime({ config, registry, store, ledger, keys, health, sticky, tracer, logger, hashUser, state, spend, rateLimits, byok, presets });
+    buildRuntime({ config, registry, store, ledger, keys, health, sticky, tracer, logger, hashUser, state, spend, rateLimits, byok, presets, metrics, journal, drain });
   let current = build(options.config);
   const runtime = () => current;
+  journal?.start();
   // Started at once: jobs left unfinished by an earlier process are resumed from the store.
   const videos = new VideoPoller(() => current.services, spend.clock);
   videos.start();
@@ -114,23 +135,33 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     }
   });
 
+  // Counts requests across reloads; server.* limits take effect at start (README "Edge limits").
+  const inFlight = new InFlightLimit(options.config.server.max_in_flight);
+  const serve = (spec: EndpointSpec) => inFlight.around(spec.style, endpoint(spec, runtime));
   const router = new Router({ prefix: options.config.server.base_path || undefined });
-  router.post('/messages', endpoint({ id: 'messages', style: 'messages', readsBody: true }, runtime));
-  router.post('/chat/completions', endpoint({ id: 'chat_completions', style: 'standard', readsBody: true }, runtime));
-  router.get('/key', endpoint({ id: 'key', style: 'standard', readsBody: false }, runtime));
-  router.get('/models', endpoint({ id: 'models', style: 'standard', readsBody: false }, runtime));
-  router.post('/presets/:slug/messages', endpoint({ id: 'preset_write', style: 'standard', readsBody: true }, runtime));
-  router.get('/presets', endpoint({ id: 'preset_list', style: 'standard', readsBody: false }, runtime));
-  router.get('/presets/:slug', endpoint({ id: 'preset_get', style: 'standard', readsBody: false }, runtime));
-  router.get('/presets/:slug/versions', endpoint({ id: 'preset_versions', style: 'standard', readsBody: false }, runtime));
-  router.post('/videos', endpoint({ id: 'videos_create', style: 'standard', readsBody: true }, runtime));
-  router.get('/videos/:jobId', endpoint({ id: 'videos_get', style: 'standard', readsBody: false }, runtime));
-  router.post('/videos/:jobId/cancel', endpoint({ id: 'videos_cancel', style: 'standard', readsBody: false }, runtime));
+  router.post('/messages', serve({ id: 'messages', style: 'messages', readsBody: true }));
+  router.post('/chat/completions', serve({ id: 'chat_completions', style: 'standard', readsBody: true }));
+  router.get('/key', serve({ id: 'key', style: 'standard', readsBody: false }));
+  router.get('/models', serve({ id: 'models', style: 'standard', readsBody: false }));
+  router.post('/presets/:slug/messages', serve({ id: 'preset_write', style: 'standard', readsBody: true }));
+  router.get('/presets', serve({ id: 'preset_list', style: 'standard', readsBody: false }));
+  router.get('/presets/:slug', serve({ id: 'preset_get', style: 'standard', readsBody: false }));
+  router.get('/presets/:slug/versions', serve({ id: 'preset_versions', style: 'standard', readsBody: false }));
+  router.post('/videos', serve({ id: 'videos_create', style: 'standard', readsBody: true }));
+  router.get('/videos/:jobId', serve({ id: 'videos_get', style: 'standard', readsBody: false }));
+  router.post('/videos/:jobId/cancel', serve({ id: 'videos_cancel', style: 'standard', readsBody: false }));
   app.use(router.routes());
   const liveness = new Router();
   liveness.get('/healthz', (ctx) => {
     ctx.body = { status: 'ok' };
   });
+  // Readiness: 503 from the moment a shutdown begins, so load balancers stop sending traffic.
+  liveness.get('/readyz', (ctx) => {
+    ctx.status = drain.started ? 503 : 200;
+    ctx.body = { status: drain.started ? 'draining' : 'ready' };
+    if (drain.started) ctx.set('Connection', 'close');
+  });
+  if (metrics) liveness.get('/metrics', metricsRoute(metrics, options.config.server.metrics, keys));
   app.use(liveness.routes());
 
   let server: Server | undefined;
@@ -143,6 +174,9 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     spend,
     videos,
     runtime,
+    drain,
+    journal,
+    inFlight: () => inFlight.inFlight,
     reload(config) {
       const before = current.config;
       current = build(config);
@@ -155,6 +189,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     listen(port = options.config.server.port, host = options.config.server.host) {
       return new Promise((resolve, reject) => {
         const s = app.listen(port, host);
+        applyServerLimits(s, options.config.server, logger);
         s.once('error', reject);
         s.once('listening', () => {
           server = s;
@@ -164,17 +199,24 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       });
     },
     async close() {
+      // The port stays open while draining: probes read 503 and new requests get a typed 503 with
+      // `Connection: close`, instead of connection refused. Idle keep-alive connections are not closed now
+      // (a client may be sending on one at that instant, and would see a reset): their next answer closes them.
+      drain.begin();
+      const cut = await drain.settle(current.config.server.drain_timeout_ms);
+      if (cut > 0) logger.warn({ requests: cut }, 'drain timeout: requests still in flight were cut');
       if (server) {
         const s = server;
         await new Promise<void>((resolve) => {
           s.close(() => resolve());
-          s.closeIdleConnections();
+          s.closeAllConnections();
         });
       }
       // Before the ledger and the state close: a poll round under way may still bill a job.
       await videos.stop();
       // After the server has drained: every finished request's row is queued, now write them all.
       await ledger.close();
+      await journal?.close();
       await state.close();
     },
   };

@@ -6,6 +6,7 @@ import type { SpendControl } from './spend/control';
 import type { LedgerWriter } from './spend/ledger';
 import type { RateLimiter } from './spend/rate-limits';
 import type { SharedState } from './state/types';
+import type { GatewayMetrics } from './telemetry/metrics';
 import type { Presets } from './presets/lookup';
 import type { KeyRecord, Store } from './store/types';
 import type { VideoCatalog } from './videos/catalog';
@@ -38,4 +39,6 @@ export interface Services {
   videos: VideoCatalog;
   logger: Logger;
   tracer: Tracer;
+  /** Prometheus metrics (README "Metrics"), one per gateway; null when `server.metrics.enabled` is false. */
+  metrics: GatewayMetrics | null;
 }

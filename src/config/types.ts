@@ -7,14 +7,27 @@ export interface GatewayConfig {
     port: number;
     base_path: string;
     max_body_bytes: number;
+    /** Edge limits (README "Edge limits"): JSON nesting, slow clients, connections and requests at once. */
+    max_json_depth: number;
+    headers_timeout_ms: number;
+    body_timeout_ms: number;
+    /** 0 = no limit. */
+    max_connections: number;
+    /** 0 = no limit. */
+    max_in_flight: number;
     user_hash_salt?: string;
     watch_config: boolean;
+    /** Longest a shutdown waits for requests in flight before cutting them (README "Shutdown and probes"). */
+    drain_timeout_ms: number;
+    /** `GET /metrics` (README "Metrics"): Prometheus text, outside base_path. */
+    metrics: { enabled: boolean; auth: 'none' | 'token' | 'management_key'; token?: string };
   };
   storage: StorageConfig;
   state: StateConfig;
   telemetry: { exporter: 'none' | 'console' | 'otlp'; endpoint?: string; service_name: string; max_queue: number };
   logging: { level: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent' };
-  ledger: { flush_ms: number; max_batch: number };
+  /** `journal`: pending rows for requests in flight, so a killed process loses none (README "Ledger durability"). */
+  ledger: { flush_ms: number; max_batch: number; journal: boolean };
   routing: { retry_wait_max_ms: number; sticky_ttl_ms: number; circuit_breaker: { failure_threshold: number; cooldown_ms: number } };
   providers: ProviderConfig[];
   models: ModelConfig[];

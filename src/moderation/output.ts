@@ -1,4 +1,4 @@
-import { DIALECTS } from '../dialects';
+import { inBandError } from '../dialects/in-band-error';
 import { GatewayError } from '../errors/gateway-error';
 import { answerText } from '../healing/answer';
 import type { GatewayState, SseEvent } from '../pipeline/types';
@@ -161,7 +161,7 @@ export async function* moderatedStream(input: { engine: ModerationEngine; state:
         // Closing the relay first: its own bookkeeping sets the outcome, which this block then overrides.
         await iterator.return?.().catch(() => undefined);
         state.outcome = 'failed';
-        if (!state.signal.aborted) yield* failureEvents(state, blockError(engine, check));
+        if (!state.signal.aborted) yield* inBandError(state, blockError(engine, check));
         return;
       }
       yield* held;
@@ -172,7 +172,7 @@ export async function* moderatedStream(input: { engine: ModerationEngine; state:
     if (check?.block) {
       finished = true;
       state.outcome = 'failed';
-      if (!state.signal.aborted) yield* failureEvents(state, blockError(engine, check));
+      if (!state.signal.aborted) yield* inBandError(state, blockError(engine, check));
       return;
     }
     yield* held;
@@ -183,19 +183,6 @@ export async function* moderatedStream(input: { engine: ModerationEngine; state:
   }
 }
 
-/** The dialect's in-band error, exactly as a provider failing mid-stream produces it (spec 7.5.3). */
-function failureEvents(state: GatewayState, err: GatewayError): SseEvent[] {
-  const route = state.route;
-  const rewriter = DIALECTS[state.endpoint as Endpoint].streamRewriter({
-    generationId: state.requestId ?? '',
-    model: route?.model ?? '',
-    provider: route?.provider ?? '',
-    isByok: route?.isByok ?? false,
-    costOf: () => 0,
-    clientWantsUsage: false,
-  });
-  return rewriter.failure(err);
-}
 
 /**
  * Judges a non-streaming answer's text (when it has one). Flagged, or failed with `on_error: deny`: throws

@@ -88,6 +88,11 @@ export interface GatewayState {
   /** Every endpoint routing considered, in order (for routing metadata). */
   candidates: { provider: string; model: string; region: string }[];
   attempts: UpstreamAttempt[];
+  /**
+   * Milliseconds spent waiting on upstream calls (JSON: until the reply; stream: until its first event;
+   * plus retry waits the upstream asked for); -1 until the first call. Feeds `gateway_overhead_seconds`.
+   */
+  upstreamMs: number;
   /** Final usage and cost, set by the stage that produced the answer (for streams: when the stream ends). */
   usage: NormalizedUsage | null;
   costUsd: number | null;
@@ -99,6 +104,11 @@ export interface GatewayState {
    */
   onFinish: (() => void)[];
   response: GatewayResponse | null;
+  /**
+   * The request's journal entry (README "Ledger durability"): the generation id of its pending ledger row once
+   * written, deleted with its ledger row. Shared with child calls (fusion), so a request has at most one.
+   */
+  pendingLedger?: { id: string | null };
 }
 
 export type GatewayContext = ParameterizedContext<{ gateway: GatewayState }>;

@@ -2,6 +2,7 @@ import { errors as undiciErrors } from 'undici';
 import type { HttpVideoProviderConfig } from '../config/types';
 import { GatewayError } from '../errors/gateway-error';
 import { agentFor } from './http';
+import { credentialsIn, withoutCredentials } from './credentials';
 import { classifyUpstreamError } from './upstream-errors';
 import type { VideoPollResult, VideoProvider, VideoSubmitInput, VideoUpstreamStatus } from './video-types';
 
@@ -76,7 +77,7 @@ export function createHttpVideoProvider(config: HttpVideoProviderConfig): VideoP
   }
 
   const failIfNot2xx = (r: { status: number; text: string }) => {
-    if (r.status < 200 || r.status >= 300) throw classifyUpstreamError(r.status, r.text, config.id);
+    if (r.status < 200 || r.status >= 300) throw classifyUpstreamError(r.status, withoutCredentials(r.text, credentialsIn(headers)), config.id);
   };
   const badAnswer = (what: string) =>
     new GatewayError('provider_unavailable', `Provider ${config.id} returned ${what}`, { metadata: { provider_name: config.id } });

@@ -1,5 +1,6 @@
 import { Agent, errors as undiciErrors, type Dispatcher } from 'undici';
 import { GatewayError } from '../errors/gateway-error';
+import { credentialsIn, withoutCredentials } from './credentials';
 import { classifyUpstreamError } from './upstream-errors';
 import { parseSse } from './sse';
 import type { UpstreamCall, UpstreamReply } from './types';
@@ -206,7 +207,7 @@ export async function postUpstream(input: PostInput): Promise<UpstreamExchange> 
     throw networkError(err, input.providerId);
   }
   if (exchange.status >= 200 && exchange.status < 300) return exchange;
-  const text = await exchange.text().catch(() => '');
+  const text = withoutCredentials(await exchange.text().catch(() => ''), credentialsIn(input.headers));
   throw classifyUpstreamError(exchange.status, text, input.providerId, exchange.headers['retry-after']);
 }
 
@@ -227,10 +228,12 @@ export async function sendJson(input: {
     timeouts: input.timeouts,
     providerId,
   });
-  if (call.stream) return { stream: true, events: parseSse(exchange.bytes()), abort: (reason) => exchange.abort(reason) };
+  // An answer may carry the key back too (an in-band error event, or a 2xx body holding an error).
+  const credentials = credentialsIn(input.headers);
+  if (call.stream) return { stream: true, events: parseSse(exchange.bytes(), credentials), abort: (reason) => exchange.abort(reason) };
   let text: string;
   try {
-    text = await exchange.text();
+    text = withoutCredentials(await exchange.text(), credentials);
   } catch (err) {
     // The provider had already answered 2xx: spec 7.5.4 gives the caller a 200 holding only the error.
     const e = networkError(err, providerId);

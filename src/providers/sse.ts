@@ -1,12 +1,15 @@
 import type { SseEvent } from '../pipeline/types';
+import { withoutCredentials } from './credentials';
 
 /**
  * The one SSE module: parses an upstream byte stream into events and formats events for the client.
  * Handles `\n`, `\r\n` and `\r` line ends, multi-line `data:`, comments (`:`) and chunk boundaries anywhere.
+ * `redact`: credentials the call was sent with, replaced in each event's data (a provider may echo its key
+ * in an in-band error; the check runs on whole events, so a key split across chunks is caught too).
  *
  * @example for await (const ev of parseSse(response.body)) console.log(ev.event, ev.data);
  */
-export async function* parseSse(body: AsyncIterable<Uint8Array | string>): AsyncGenerator<SseEvent> {
+export async function* parseSse(body: AsyncIterable<Uint8Array | string>, redact: readonly string[] = []): AsyncGenerator<SseEvent> {
   const decoder = new TextDecoder();
   let buffer = '';
   let event: string | undefined;
@@ -14,7 +17,11 @@ export async function* parseSse(body: AsyncIterable<Uint8Array | string>): Async
   /** Applies one line; returns the finished event on a blank line. */
   const line = (text: string): SseEvent | undefined => {
     if (text === '') {
-      const done = data.length > 0 ? (event === undefined ? { data: data.join('\n') } : { event, data: data.join('\n') }) : undefined;
+      let done: SseEvent | undefined;
+      if (data.length > 0) {
+        const joined = redact.length > 0 ? withoutCredentials(data.join('\n'), redact) : data.join('\n');
+        done = event === undefined ? { data: joined } : { event, data: joined };
+      }
       event = undefined;
       data = [];
       return done;

@@ -13,11 +13,14 @@ import type { Logger } from 'pino';
 import { errorBody, statusFor, type ApiStyle } from '../errors/envelope';
 import { GatewayError, toGatewayError } from '../errors/gateway-error';
 import type { EndpointId, GatewayContext, GatewayState, SseEvent } from '../pipeline/types';
+import { inBandError } from '../dialects/in-band-error';
+import { shutdownCut } from '../drain';
 import { formatSse } from '../providers/sse';
 import type { Runtime } from '../runtime';
 import { routingMetadata } from '../routing/metadata';
 import { sessionOf } from '../routing/sticky';
 import { ledgerRowOf } from '../spend/ledger';
+import { readJson } from './body';
 
 export interface EndpointSpec {
   id: EndpointId;
@@ -42,12 +45,18 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       if (!ctx.res.writableFinished) abort.abort();
     };
     ctx.res.once('close', onClose);
+    // While the gateway drains (shutdown), a new request is refused in its endpoint's envelope.
+    const drain = runtime.drain;
+    const refusal = drain?.enter(abort) ?? null;
 
     let body: Record<string, unknown> | null = null;
     let span: Span | undefined;
     let state: GatewayState | undefined;
+    let error: GatewayError | undefined;
+    let firstWriteAt = 0;
     try {
-      body = spec.readsBody ? await readJson(ctx, runtime.config.server.max_body_bytes) : null;
+      if (refusal) throw refusal;
+      body = spec.readsBody ? await readJson(ctx, runtime.config.server) : null;
       const parent = parentContext(ctx, body);
       span = tracer.startSpan(spanName(spec.id, body), { attributes: spanAttributes(ctx, body) }, parent);
       state = newState({ spec, body, signal: abort.signal, span, ctx, startedAt: started });
@@ -62,13 +71,15 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
         ctx.body = withPipelineRecords(state, response.body);
       } else {
         ctx.respond = false; // the stream is written here, event by event, not by Koa
-        await writeSse(ctx, response.status, response.events, runtime.services.logger);
+        firstWriteAt = await writeSse(ctx, response.status, response.events, runtime.services.logger);
         if (state.signal.aborted && state.outcome === 'completed') state.outcome = 'cancelled';
         span.setAttribute('gateway.outcome', state.outcome);
       }
       finish(runtime, state, span, response.status);
     } catch (err) {
-      const e = toGatewayError(err);
+      // Cut at the drain timeout: the caller sees why (not the "client closed" the abort makes of it).
+      const e = shutdownCut(abort.signal) ?? toGatewayError(err);
+      error = e;
       if (e.errorType === 'server') runtime.services.logger.error({ err: e.cause ?? e, path: ctx.path }, 'unexpected error');
       const style = spec.style;
       ctx.status = statusFor(e, style);
@@ -88,7 +99,24 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
         }
       }
     }
+    drain?.leave(abort);
+    runtime.services.metrics?.request({
+      endpoint: spec.id,
+      status: ctx.status,
+      errorType: error ? error.errorType : endedAs(state),
+      error,
+      startedAt: started,
+      endedAt: performance.now(),
+      firstWriteAt,
+      upstreamMs: state?.upstreamMs ?? -1,
+    });
   };
+}
+
+/** The `error_type` metric label of an answer that is not an error: how a stream ended; `none` for JSON. */
+function endedAs(state: GatewayState | undefined): string {
+  if (state?.response?.kind !== 'sse' || state.outcome === 'completed') return 'none';
+  return state.outcome === 'cancelled' ? 'cancelled' : 'stream_failed';
 }
 
 /**
@@ -107,20 +135,22 @@ function withPipelineRecords(state: GatewayState, body: unknown): unknown {
  * Writes an SSE answer straight to the socket. Events that are ready in the same tick (a provider usually
  * sends many per TCP packet) go out as one write: one chunk of the chunked encoding and one syscall instead
  * of one per event. Backpressure from a slow client is respected. A stream's failures arrive as events (see
- * routing/dispatch.ts), so nothing here throws to the caller.
+ * routing/dispatch.ts), so nothing here throws to the caller. Returns when the first bytes went out (0: never).
  */
-async function writeSse(ctx: GatewayContext, status: number, events: AsyncIterable<SseEvent>, logger: Logger): Promise<void> {
+async function writeSse(ctx: GatewayContext, status: number, events: AsyncIterable<SseEvent>, logger: Logger): Promise<number> {
   const res = ctx.res;
   const state = ctx.state.gateway;
   res.writeHead(status, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
   let pending = '';
   let scheduled = false;
   let blocked = false;
+  let firstWriteAt = 0;
   const flush = () => {
     scheduled = false;
     if (pending === '' || res.destroyed) return;
     const out = pending;
     pending = '';
+    if (firstWriteAt === 0) firstWriteAt = performance.now();
     if (!res.write(out)) blocked = true;
   };
   try {
@@ -141,9 +171,16 @@ async function writeSse(ctx: GatewayContext, status: number, events: AsyncIterab
     state.outcome = 'failed';
     logger.error({ err, generation_id: state.requestId }, 'stream failed after headers were sent');
   } finally {
+    // Cut at the drain timeout (shutdown): the stream ends with its dialect's in-band error, billed as failed.
+    const cut = shutdownCut(state.signal);
+    if (cut && state.outcome !== 'completed' && !res.destroyed) {
+      state.outcome = 'failed';
+      pending += inBandError(state, cut).map(formatSse).join('');
+    }
     flush();
     if (!res.destroyed) res.end();
   }
+  return firstWriteAt;
 }
 
 function drained(res: NodeJS.WritableStream, signal: AbortSignal): Promise<void> {
@@ -163,7 +200,10 @@ function finish(runtime: Runtime, state: GatewayState, span: Span, status: numbe
   const { logger, ledger } = runtime.services;
   try {
     const row = ledgerRowOf(state, runtime.services.spend.clock());
-    if (row) ledger.add(row);
+    // The row replaces the request's journal entry in one transaction (README "Ledger durability").
+    const pendingId = state.pendingLedger?.id ?? null;
+    if (row) ledger.add(row, pendingId);
+    else if (pendingId) ledger.release(pendingId);
   } finally {
     for (const done of state.onFinish) {
       try {
@@ -221,52 +261,14 @@ function newState({ spec, body, signal, span, ctx, startedAt }: NewState): Gatew
     pipeline: [],
     candidates: [],
     attempts: [],
+    upstreamMs: -1,
     usage: null,
     costUsd: null,
     outcome: 'completed',
     onFinish: [],
     response: null,
+    pendingLedger: { id: null },
   };
-}
-
-/**
- * Reads the JSON body with the size limit applied while reading: a declared Content-Length over the limit
- * is refused before a byte is read, and an undeclared (chunked) body is cut off once it passes the limit.
- */
-async function readJson(ctx: GatewayContext, limit: number): Promise<Record<string, unknown>> {
-  const type = ctx.get('content-type');
-  if (type && !/^application\/(.+\+)?json\b/i.test(type)) {
-    throw new GatewayError('invalid_request', `Content-Type must be application/json (got ${type.split(';')[0]})`);
-  }
-  const tooLarge = () =>
-    new GatewayError('payload_too_large', `Request body exceeds the limit of ${limit} bytes`, { metadata: { limit_bytes: limit } });
-  const declared = Number(ctx.get('content-length') || NaN);
-  if (declared > limit) {
-    ctx.req.resume(); // drain without buffering so the connection can answer
-    throw tooLarge();
-  }
-  const chunks: Buffer[] = [];
-  let size = 0;
-  try {
-    for await (const chunk of ctx.req as AsyncIterable<Buffer>) {
-      size += chunk.length;
-      if (size > limit) {
-        ctx.req.resume();
-        throw tooLarge();
-      }
-      chunks.push(chunk);
-    }
-  } catch (err) {
-    if (err instanceof GatewayError) throw err;
-    throw new GatewayError('invalid_request', 'The request body could not be read', { cause: err });
-  }
-  const text = (chunks.length === 1 ? chunks[0] : Buffer.concat(chunks)).toString('utf8');
-  if (text.trim() === '') throw new GatewayError('invalid_request', 'Request body is empty; a JSON object is required');
-  try {
-    return JSON.parse(text) as Record<string, unknown>;
-  } catch (err) {
-    throw new GatewayError('invalid_request', `Request body is not valid JSON: ${(err as Error).message}`);
-  }
 }
 
 const HEX32 = /^[0-9a-f]{32}$/;

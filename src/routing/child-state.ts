@@ -39,10 +39,12 @@ export function childState(parent: GatewayState, options: ChildOptions): Gateway
     pipeline: options.pipeline ?? [],
     candidates: [],
     attempts: [],
+    upstreamMs: -1,
     usage: null,
     costUsd: null,
     outcome: 'completed',
     onFinish: [],
     response: null,
+    pendingLedger: parent.pendingLedger,
   };
 }

@@ -7,6 +7,8 @@ import { translateRequest, translateResponse, translateStream } from '../dialect
 import { GatewayError, toGatewayError } from '../errors/gateway-error';
 import type { GatewayResponse, GatewayState, SseEvent } from '../pipeline/types';
 import type { Dialect, Provider, UpstreamReply } from '../providers/types';
+import { billedByDelivery } from '../spend/delivered';
+import { pendingRowOf, type LedgerJournal } from '../spend/journal';
 import { costOf } from '../spend/pricing';
 import { blamesCaller, nextStep } from './attempt-policy';
 import type { Candidate } from './candidates';
@@ -15,6 +17,7 @@ import type { EndpointHealth } from './health';
 import { routingMetadata } from './metadata';
 import { endpointKey, planFor, sessionKey } from './plan';
 import type { StickyRoutes } from './sticky';
+import type { GatewayMetrics } from '../telemetry/metrics';
 
 /** `max_tokens` sent to a messages-style provider when a chat client set none and the model declares none. */
 const DEFAULT_MAX_TOKENS = 4096;
@@ -30,6 +33,10 @@ export interface DispatchDeps {
   routing: GatewayConfig['routing'];
   /** The request's workspace's own provider keys (BYOK); a candidate whose provider has one is called with it. */
   ownKeys(state: GatewayState): Promise<OwnKeys>;
+  /** The ledger journal (README "Ledger durability"); absent when `ledger.journal` is off. */
+  journal?: LedgerJournal | null;
+  /** Counts each upstream call's outcome (`gateway_upstream_attempts_total`); null when metrics are off. */
+  metrics?: GatewayMetrics | null;
 }
 
 /** Sends one request upstream: candidates in order, the next one only while nothing reached the caller. */
@@ -50,6 +57,15 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
     state.span.setAttribute('gateway.generation_id', state.requestId);
     const stream = body.stream === true;
     const own = await deps.ownKeys(state);
+    // Before anything is sent upstream: a durable pending row, one per request (a fusion child shares its parent's).
+    const pending = state.pendingLedger;
+    if (deps.journal && pending && pending.id === null && plan.length > 0) {
+      const row = pendingRowOf(state, plan[0], own.has(plan[0].provider.id), deps.journal.owner);
+      if (row) {
+        await deps.journal.record(row);
+        pending.id = row.generationId;
+      }
+    }
     let last: GatewayError | undefined;
     const skipped = new Set<Candidate>();
     for (let i = 0; i < plan.length; i++) {
@@ -68,10 +84,16 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
             { defaultMaxTokens: candidate.model.max_output_tokens ?? DEFAULT_MAX_TOKENS },
           );
           if (stream && debugEcho(body)) state.debugEchoes.push(redactedEcho(upstreamBody));
-          const reply = await candidate.provider.send({ dialect: candidate.dialect, body: upstreamBody, stream, signal: state.signal, forwardHeaders, apiKey });
+          const sent = performance.now();
+          const reply = await candidate.provider
+            .send({ dialect: candidate.dialect, body: upstreamBody, stream, signal: state.signal, forwardHeaders, apiKey })
+            .finally(() => waited(state, sent));
           const throughput = (outputTokens: number, durationMs: number) => deps.health.recordSuccess(endpointKey(candidate), { outputTokens, durationMs });
           const served: Served = { c: candidate, isByok: apiKey !== undefined };
-          const response = stream ? await streamResponse(state, served, reply, attempt, throughput) : jsonResponse(state, served, reply, attempt);
+          // A stream's attempt is counted when the stream ends (it may still fail after its first event).
+          const counted = (outcome: string) => deps.metrics?.attempt(candidate.provider.id, outcome);
+          const response = stream ? await streamResponse(state, served, reply, attempt, { throughput, counted }) : jsonResponse(state, served, reply, attempt);
+          if (!stream) counted('success');
           // Latency is time to the answer (a stream: its first event); throughput is fed in when a stream
           // ends, or here for a JSON answer whose usage is known.
           const elapsed = performance.now() - started;
@@ -81,6 +103,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
         } catch (err) {
           const e = toGatewayError(err);
           endAttempt(attempt, e);
+          deps.metrics?.attempt(candidate.provider.id, e.errorType);
           state.attempts.push({ provider: candidate.provider.id, model: candidate.model.id, upstreamModel: candidate.endpoint.upstream_model, outcome: 'error', errorType: e.errorType, status: e.status });
           last = e;
           if (state.signal.aborted) throw new GatewayError('timeout', 'The client closed the request');
@@ -89,7 +112,11 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           const step = nextStep(e, { retriedSame, lastCandidate: remaining.length === 0, retryWaitMaxMs: deps.routing.retry_wait_max_ms });
           if (step.kind === 'stop') throw e;
           if (step.kind === 'retry_same' && !retriedSame) {
-            if (step.waitMs > 0) await sleep(step.waitMs, undefined, { signal: state.signal }).catch(() => undefined);
+            if (step.waitMs > 0) {
+              const since = performance.now();
+              await sleep(step.waitMs, undefined, { signal: state.signal }).catch(() => undefined);
+              waited(state, since); // a wait the upstream asked for (Retry-After) is not the gateway's overhead
+            }
             continue;
           }
           if (step.kind === 'next_model') for (const c of remaining) if (c.model.id === candidate.model.id) skipped.add(c);
@@ -118,6 +145,11 @@ function errorAfterHeaders(state: GatewayState, err: GatewayError): GatewayRespo
     status: 200,
     body: { id: state.requestId, error: { code: err.status, message: err.message, metadata: { ...metadata, error_type: err.errorType } } },
   };
+}
+
+/** Adds the time since `since` to the request's upstream waiting time (which starts at -1: no call yet). */
+function waited(state: GatewayState, since: number): void {
+  state.upstreamMs = Math.max(state.upstreamMs, 0) + (performance.now() - since);
 }
 
 function debugEcho(body: Record<string, unknown>): boolean {
@@ -199,6 +231,12 @@ function jsonResponse(state: GatewayState, served: Served, reply: UpstreamReply,
   return { kind: 'json', status: 200, body };
 }
 
+/** What a stream reports when it ends: throughput for endpoint health, and the attempt's outcome for metrics. */
+interface StreamEnd {
+  throughput(outputTokens: number, durationMs: number): void;
+  counted(outcome: string): void;
+}
+
 /**
  * Waits for the first event before committing to this endpoint, so a provider that fails before any
  * output still lets the next candidate be tried (spec 7.5.2).
@@ -208,7 +246,7 @@ async function streamResponse(
   served: Served,
   reply: UpstreamReply,
   attempt: Span,
-  onStreamEnd: (outputTokens: number, durationMs: number) => void,
+  onStreamEnd: StreamEnd,
 ): Promise<GatewayResponse> {
   const { c } = served;
   if (!reply.stream) throw new GatewayError('provider_unavailable', `Provider ${c.provider.id} did not stream`);
@@ -216,12 +254,13 @@ async function streamResponse(
   // Same style: the provider's events go straight to the rewriter (no extra generator on the hot path).
   const events = c.dialect === dialect ? reply.events : translateStream(c.dialect, dialect, reply.events, c.provider.id);
   const iterator = events[Symbol.asyncIterator]();
-  const first = await firstEvent(iterator, c, reply.abort);
+  const waitFrom = performance.now();
+  const first = await firstEvent(iterator, c, reply.abort).finally(() => waited(state, waitFrom));
   choose(state, served);
   const info = finishInfo(state, served);
   // Messages style: the routing metadata rides in message_start (a new event name could upset SDKs).
   if (state.metadataOptIn && dialect === 'messages') info.metadata = routingMetadata(state);
-  const rewriter = DIALECTS[dialect].streamRewriter(info);
+  const rewriter = billedByDelivery(DIALECTS[dialect].streamRewriter(info), { dialect, info, body: state.body });
   const before = dialect === 'chat_completions' ? sideChunks(state, c) : [];
   return { kind: 'sse', status: 200, events: relay(state, iterator, first, rewriter, attempt, before, onStreamEnd) };
 }
@@ -270,7 +309,7 @@ async function* relay(
   rewriter: StreamRewriter,
   attempt: Span,
   before: SseEvent[],
-  onStreamEnd: (outputTokens: number, durationMs: number) => void,
+  onStreamEnd: StreamEnd,
 ): AsyncGenerator<SseEvent> {
   const streamStarted = performance.now();
   let failure: GatewayError | undefined;
@@ -292,6 +331,7 @@ async function* relay(
     state.outcome = state.signal.aborted || (!completed && !failure) ? 'cancelled' : failure || rewriter.failed() ? 'failed' : 'completed';
     if (!completed) await iterator.return?.().catch(() => undefined);
     endAttempt(attempt, failure);
-    if (completed && state.usage) onStreamEnd(state.usage.outputTokens, performance.now() - streamStarted);
+    onStreamEnd.counted(state.outcome === 'completed' ? 'success' : state.outcome === 'cancelled' ? 'cancelled' : (failure?.errorType ?? 'stream_failed'));
+    if (completed && state.usage) onStreamEnd.throughput(state.usage.outputTokens, performance.now() - streamStarted);
   }
 }

@@ -47,6 +47,8 @@ const COUNTER_GRACE_MS = 86_400_000;
 export class SpendControl {
   private readonly accounts = new LRUCache<string, Account>({ max: 10_000, ttl: 1000 });
   private readonly workspaceNames = new LRUCache<string, string>({ max: 10_000 });
+  /** Admissions of this process not settled yet (for the `gateway_in_flight_holds` gauge). */
+  private open = 0;
   readonly clock: () => number;
 
   constructor(private readonly deps: SpendDeps) {
@@ -106,6 +108,7 @@ export class SpendControl {
     }
     if (result.ok) {
       state.span.setAttribute('gateway.spend.estimate_usd', est.usd);
+      this.open++;
       return {
         holdId,
         groups: [...new Set(lines.map((l) => l.group))],
@@ -139,6 +142,7 @@ export class SpendControl {
 
   /** Releases the request's hold and counts its actual cost; never throws (a failure is logged). */
   settle(admission: Admission, state: GatewayState): void {
+    this.open--;
     const costNano = toNano(state.costUsd ?? 0);
     const now = this.clock();
     this.deps.state
@@ -151,6 +155,11 @@ export class SpendControl {
         inFlight: admission.inFlightGroup ? { group: admission.inFlightGroup, until: now + admission.settlementMs } : null,
       })
       .catch((err) => this.deps.logger.error({ err, generation_id: state.requestId }, 'settling a spend hold failed; it expires by TTL'));
+  }
+
+  /** Holds this process took for requests still running (admitted, not yet settled). */
+  inFlightHolds(): number {
+    return this.open;
   }
 
   /** The account of a key, cached for `spend.balance_cache_ms` (holds cover the balance's lag). */

@@ -46,6 +46,8 @@ export interface LedgerOptions {
  */
 export class LedgerWriter {
   private queue: LedgerRow[] = [];
+  /** Journal entries (pending rows) to delete in the same transaction as the queued rows. */
+  private releases: string[] = [];
   private timer: NodeJS.Timeout | undefined;
   private writing: Promise<void> = Promise.resolve();
   private failures = 0;
@@ -56,10 +58,18 @@ export class LedgerWriter {
     private readonly options: LedgerOptions,
   ) {}
 
-  add(row: LedgerRow): void {
+  /** Queues a request's row; `pendingId` is its journal entry (see journal.ts), deleted when the row is written. */
+  add(row: LedgerRow, pendingId?: string | null): void {
     this.queue.push(row);
+    if (pendingId) this.releases.push(pendingId);
     if (this.queue.length >= this.options.maxBatch) void this.flush();
     else this.schedule(this.options.flushMs);
+  }
+
+  /** Deletes a journal entry of a request that ends without a ledger row (no provider answered). */
+  release(pendingId: string): void {
+    this.releases.push(pendingId);
+    this.schedule(this.options.flushMs);
   }
 
   /** Rows handed over but not yet written. */
@@ -77,7 +87,7 @@ export class LedgerWriter {
 
   /** Flushes until the queue is empty or the store keeps failing (`attempts` times). */
   async close(attempts = 5): Promise<void> {
-    for (let i = 0; i < attempts && (this.queue.length > 0 || this.timer); i++) await this.flush();
+    for (let i = 0; i < attempts && (this.queue.length > 0 || this.releases.length > 0 || this.timer); i++) await this.flush();
     clearTimeout(this.timer);
     this.timer = undefined;
     if (this.queue.length > 0) this.logger.error({ rows: this.queue.length }, 'ledger rows could not be written at shutdown');
@@ -90,15 +100,18 @@ export class LedgerWriter {
   }
 
   private async writeQueued(): Promise<void> {
-    if (this.queue.length === 0) return;
+    if (this.queue.length === 0 && this.releases.length === 0) return;
     const batch = this.queue;
+    const releases = this.releases;
     this.queue = [];
+    this.releases = [];
     try {
-      await this.store.insertLedgerBatch(batch);
+      await this.store.insertLedgerBatch(batch, releases);
       this.failures = 0;
     } catch (err) {
       // Keep the rows (in order, ahead of newer ones) and try again later.
       this.queue = batch.concat(this.queue);
+      this.releases = releases.concat(this.releases);
       this.failures++;
       this.logger.error({ err, rows: batch.length, attempt: this.failures }, 'ledger write failed; will retry');
       this.schedule(Math.min(5_000, 100 * 2 ** this.failures));

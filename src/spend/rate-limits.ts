@@ -6,6 +6,7 @@ import type { RateLine, RateResult, SharedState } from '../state/types';
 import type { Account, Store } from '../store/types';
 import { checksUnavailable } from './control';
 import type { LedgerWriter } from './ledger';
+import { asRejection } from './rejections';
 import { windowEnd, windowStart } from './windows';
 
 /** A free model variant (spec 8.3.2): the id ends with `:free`. */
@@ -72,7 +73,7 @@ export class RateLimiter {
     if (result.reason === 'missing') throw new GatewayError('server', 'rate-limit counters could not be initialized');
     const line = lines[result.line];
     const retryAfter = Math.max(1, Math.ceil((line.resetAt - now) / 1000));
-    throw new GatewayError('rate_limit_exceeded', `Rate limit exceeded: ${line.what}; ${line.limit} requests allowed, try again in ${retryAfter} s`, {
+    const err = new GatewayError('rate_limit_exceeded', `Rate limit exceeded: ${line.what}; ${line.limit} requests allowed, try again in ${retryAfter} s`, {
       metadata: { scope: line.scope, limit: line.limit, resets_at: new Date(line.resetAt).toISOString() },
       headers: {
         'X-RateLimit-Limit': String(line.limit),
@@ -81,6 +82,7 @@ export class RateLimiter {
         'Retry-After': String(retryAfter),
       },
     });
+    throw asRejection(err, `rate_limit_${line.scope}`);
   }
 
   private linesFor(config: GatewayConfig, gw: GatewayState, model: string | undefined, free: boolean, account: Account | null, now: number): Described[] {

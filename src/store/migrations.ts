@@ -306,6 +306,46 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX video_jobs_expiry ON video_jobs (expires_at) WHERE status = 'completed';
     `,
   },
+  {
+    id: 5,
+    name: 'ledger_pending (journal of requests in flight)',
+    // Statements: ledger-pending.ts. One row per request sent upstream, deleted in the transaction that
+    // writes its ledger row; rows a dead process left behind become `interrupted` ledger rows.
+    sqlite: `
+      CREATE TABLE ledger_pending (
+        generation_id TEXT PRIMARY KEY,
+        key_id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        workspace_id TEXT NOT NULL,
+        account_id TEXT NOT NULL,
+        endpoint TEXT NOT NULL,
+        model TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        upstream_model TEXT NOT NULL,
+        is_byok INTEGER NOT NULL CHECK (is_byok IN (0, 1)),
+        owner TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+      );
+      CREATE INDEX ledger_pending_time ON ledger_pending (created_at);
+    `,
+    postgres: `
+      CREATE TABLE ledger_pending (
+        generation_id TEXT PRIMARY KEY,
+        key_id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        workspace_id TEXT NOT NULL,
+        account_id TEXT NOT NULL,
+        endpoint TEXT NOT NULL,
+        model TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        upstream_model TEXT NOT NULL,
+        is_byok BOOLEAN NOT NULL,
+        owner TEXT NOT NULL,
+        created_at BIGINT NOT NULL
+      );
+      CREATE INDEX ledger_pending_time ON ledger_pending (created_at);
+    `,
+  },
 ];
 
 /** Migrations not yet applied, in id order. */

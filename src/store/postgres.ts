@@ -14,6 +14,7 @@ import {
   usageParams,
   usageSelect,
 } from './migrations';
+import { PG_RELEASE, postgresPendingLedger } from './ledger-pending';
 import { findPresetPg, listPresetsPg, listPresetVersionsPg, savePresetVersionPg, type Query } from './presets-postgres';
 import { postgresVideoJobs } from './video-jobs';
 import type {
@@ -22,6 +23,7 @@ import type {
   KeyRecord,
   LedgerRow,
   NewKey,
+  PendingLedgerRow,
   NewPresetVersion,
   NewVideoJob,
   PresetVersionRecord,
@@ -65,6 +67,11 @@ function ledgerValues(row: LedgerRow): unknown[] {
   ];
 }
 
+/** A real row replaces an `interrupted` one (cost 0, written for a process thought dead), which is then debited in full. */
+const LEDGER_UPSERT = `ON CONFLICT (generation_id) DO UPDATE SET (${LEDGER_COLUMNS}) =
+  ROW(${LEDGER_COLUMNS.split(',').map((c) => `EXCLUDED.${c.trim()}`).join(', ')})
+  WHERE ledger.status = 'interrupted'`;
+
 /**
  * Why one statement: a data-modifying CTE runs as a single implicit transaction, so the ledger row and the
  * balance change commit together in one round trip. The UPDATE only sees a row when the INSERT happened, so a
@@ -75,7 +82,7 @@ const INSERT_LEDGER = `
   WITH inserted AS (
     INSERT INTO ledger (${LEDGER_COLUMNS})
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
-    ON CONFLICT (generation_id) DO NOTHING
+    ${LEDGER_UPSERT}
     RETURNING account_id, CASE WHEN is_byok THEN 0 ELSE cost_usd END AS cost_usd
   )
   UPDATE accounts SET balance_usd = accounts.balance_usd - inserted.cost_usd
@@ -90,9 +97,10 @@ const INSERT_LEDGER_BATCH = `
   ),
   inserted AS (
     INSERT INTO ledger (${LEDGER_COLUMNS}) SELECT * FROM input
-    ON CONFLICT (generation_id) DO NOTHING
+    ${LEDGER_UPSERT}
     RETURNING account_id, CASE WHEN is_byok THEN 0 ELSE cost_usd END AS cost_usd
   ),
+  released AS (DELETE FROM ledger_pending WHERE generation_id = ANY($19::text[]) RETURNING 1),
   debits AS (SELECT account_id, sum(cost_usd) AS cost FROM inserted GROUP BY account_id),
   updated AS (
     UPDATE accounts SET balance_usd = accounts.balance_usd - debits.cost FROM debits
@@ -131,6 +139,8 @@ export class PostgresStore implements Store {
     this.pool = new Pool({
       connectionString: options.url,
       max: options.max ?? 10,
+      // An unreachable server fails a request within seconds (a typed 503) instead of leaving it waiting.
+      connectionTimeoutMillis: 5_000,
       // Set per connection at startup, so every pooled client sees only this schema.
       ...(options.schema ? { options: `-c search_path=${options.schema}` } : {}),
     });
@@ -298,12 +308,36 @@ export class PostgresStore implements Store {
     return result.rowCount === 1;
   }
 
-  async insertLedgerBatch(rows: LedgerRow[]): Promise<number> {
-    if (rows.length === 0) return 0;
+  async insertLedgerBatch(rows: LedgerRow[], release: string[] = []): Promise<number> {
+    if (rows.length === 0) {
+      if (release.length > 0) await this.pool.query(PG_RELEASE, [release]);
+      return 0;
+    }
+    // An upsert may not touch one row twice in a statement: a generation id appears once per batch.
+    const seen = new Set<string>();
+    const unique = rows.filter((r) => !seen.has(r.generationId) && seen.add(r.generationId));
     const columns: unknown[][] = Array.from({ length: 18 }, () => []);
-    for (const row of rows) ledgerValues(row).forEach((v, i) => columns[i].push(v));
-    const row = await this.one(INSERT_LEDGER_BATCH, columns);
+    for (const row of unique) ledgerValues(row).forEach((v, i) => columns[i].push(v));
+    const row = await this.one(INSERT_LEDGER_BATCH, [...columns, release]);
     return Number(row?.n ?? 0);
+  }
+
+  private get pending(): ReturnType<typeof postgresPendingLedger> {
+    return (this.pendingStatements ??= postgresPendingLedger(this.pool));
+  }
+
+  private pendingStatements?: ReturnType<typeof postgresPendingLedger>;
+
+  insertPendingLedger(rows: PendingLedgerRow[]): Promise<void> {
+    return this.pending.insert(rows);
+  }
+
+  finalizePendingLedger(input: { beforeMs: number; exceptOwner: string }): Promise<number> {
+    return this.pending.finalize(input.beforeMs, input.exceptOwner);
+  }
+
+  listPendingLedger(): Promise<PendingLedgerRow[]> {
+    return this.pending.list();
   }
 
   async getLedger(generationId: string): Promise<LedgerRow | null> {

@@ -16,6 +16,7 @@ import {
   usageParams,
   usageSelect,
 } from './migrations';
+import { sqlitePendingLedger } from './ledger-pending';
 import { sqlitePresets } from './presets-sqlite';
 import { sqliteVideoJobs } from './video-jobs';
 import type {
@@ -24,6 +25,7 @@ import type {
   KeyRecord,
   LedgerRow,
   NewKey,
+  PendingLedgerRow,
   NewPresetVersion,
   NewVideoJob,
   PresetVersionRecord,
@@ -95,7 +97,14 @@ function prepareAll(db: Database.Database) {
        VALUES (@generation_id, @key_id, @user_id, @workspace_id, @account_id, @endpoint, @model, @provider,
          @upstream_model, @prompt_tokens, @completion_tokens, @cached_tokens, @cache_write_tokens, @reasoning_tokens,
          @cost_usd, @is_byok, @status, @created_at)
-       ON CONFLICT (generation_id) DO NOTHING`,
+       ON CONFLICT (generation_id) DO UPDATE SET key_id = excluded.key_id, user_id = excluded.user_id,
+         workspace_id = excluded.workspace_id, account_id = excluded.account_id, endpoint = excluded.endpoint,
+         model = excluded.model, provider = excluded.provider, upstream_model = excluded.upstream_model,
+         prompt_tokens = excluded.prompt_tokens, completion_tokens = excluded.completion_tokens,
+         cached_tokens = excluded.cached_tokens, cache_write_tokens = excluded.cache_write_tokens,
+         reasoning_tokens = excluded.reasoning_tokens, cost_usd = excluded.cost_usd, is_byok = excluded.is_byok,
+         status = excluded.status, created_at = excluded.created_at
+       WHERE ledger.status = 'interrupted'`,
     ),
     ledgerGet: db.prepare('SELECT * FROM ledger WHERE generation_id = ?'),
     usage: db.prepare(usageSelect('is_byok = 1', 'is_byok = 0')),
@@ -117,8 +126,11 @@ function prepareAll(db: Database.Database) {
     if (!row.isByok) s.accountDebit.run(params);
     return true;
   });
+  const pending = sqlitePendingLedger(db);
   // One debit per account per batch instead of one per row: half the statements on the hot write path.
-  const insertLedgerBatch = db.transaction((rows: LedgerRow[]): number => {
+  // An interrupted row replaced by the real one cost 0, so the real cost is debited in full.
+  const insertLedgerBatch = db.transaction((rows: LedgerRow[], release: string[]): number => {
+    for (const id of release) pending.release.run(id);
     const debits = new Map<string, number>();
     let inserted = 0;
     for (const row of rows) {
@@ -130,7 +142,7 @@ function prepareAll(db: Database.Database) {
     for (const [account_id, cost_usd] of debits) s.accountDebit.run({ account_id, cost_usd });
     return inserted;
   });
-  return { ...s, insertLedger, insertLedgerBatch };
+  return { ...s, insertLedger, insertLedgerBatch, pending };
 }
 
 type Statements = ReturnType<typeof prepareAll>;
@@ -269,8 +281,20 @@ export class SqliteStore implements Store {
     return this.s.insertLedger(row);
   }
 
-  async insertLedgerBatch(rows: LedgerRow[]): Promise<number> {
-    return rows.length ? this.s.insertLedgerBatch(rows) : 0;
+  async insertLedgerBatch(rows: LedgerRow[], release: string[] = []): Promise<number> {
+    return rows.length || release.length ? this.s.insertLedgerBatch(rows, release) : 0;
+  }
+
+  async insertPendingLedger(rows: PendingLedgerRow[]): Promise<void> {
+    if (rows.length > 0) this.s.pending.insert(rows);
+  }
+
+  async finalizePendingLedger(input: { beforeMs: number; exceptOwner: string }): Promise<number> {
+    return this.s.pending.finalize(input.beforeMs, input.exceptOwner);
+  }
+
+  async listPendingLedger(): Promise<PendingLedgerRow[]> {
+    return this.s.pending.list();
   }
 
   async getLedger(generationId: string): Promise<LedgerRow | null> {

@@ -74,7 +74,29 @@ export interface LedgerRow {
   reasoningTokens: number;
   costUsd: number;
   isByok: boolean; // served with the workspace's own provider key: counted, never debited from the balance
-  status: 'completed' | 'failed' | 'cancelled';
+  /** `interrupted`: the process serving it died; written at cost 0 from its pending row (README "Ledger durability"). */
+  status: 'completed' | 'failed' | 'cancelled' | 'interrupted';
+  createdAt: string;
+}
+
+/**
+ * A request sent upstream whose ledger row is not written yet (table `ledger_pending`): written durably before
+ * the provider is called, deleted in the transaction that writes the ledger row. The route is the first
+ * candidate's (the one that answers is not known yet).
+ */
+export interface PendingLedgerRow {
+  generationId: string;
+  keyId: string;
+  userId: string;
+  workspaceId: string;
+  accountId: string;
+  endpoint: LedgerRow['endpoint'];
+  model: string;
+  provider: string;
+  upstreamModel: string;
+  isByok: boolean;
+  /** The gateway process that wrote it (random per start): a process never finalises its own rows. */
+  owner: string;
   createdAt: string;
 }
 
@@ -239,8 +261,22 @@ export interface Store {
    * Idempotent by generation id: returns false (and changes nothing) when the id already exists.
    */
   insertLedger(row: LedgerRow): Promise<boolean>;
-  /** Many rows in one transaction (same rules as insertLedger); returns how many were new. */
-  insertLedgerBatch(rows: LedgerRow[]): Promise<number>;
+  /**
+   * Many rows in one transaction (same rules as insertLedger); returns how many were new. The pending rows
+   * named in `release` are deleted in the same transaction (a request's journal entry goes with its row).
+   * A row replaces an existing `interrupted` row of its generation id (which costs 0) and is debited then.
+   */
+  insertLedgerBatch(rows: LedgerRow[], release?: string[]): Promise<number>;
+  /** Writes pending rows (one transaction); a known generation id is ignored. */
+  insertPendingLedger(rows: PendingLedgerRow[]): Promise<void>;
+  /**
+   * Turns pending rows created before `beforeMs` by another owner into `interrupted` ledger rows (cost 0, no
+   * tokens; a generation id that already has a row keeps it) and deletes them, in one transaction. Returns
+   * how many pending rows were finalised.
+   */
+  finalizePendingLedger(input: { beforeMs: number; exceptOwner: string }): Promise<number>;
+  /** Pending rows, oldest first (tests and operators). */
+  listPendingLedger(): Promise<PendingLedgerRow[]>;
   getLedger(generationId: string): Promise<LedgerRow | null>;
   /** Spend of one key: all time and the current UTC day, week (from Monday) and month. */
   usageForKey(keyId: string, now?: Date): Promise<UsageTotals>;

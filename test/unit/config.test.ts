@@ -60,7 +60,14 @@ describe('parseConfigText: defaults', () => {
       port: 8080,
       base_path: '/api/v1',
       max_body_bytes: 10485760,
+      max_json_depth: 100,
+      headers_timeout_ms: 10000,
+      body_timeout_ms: 60000,
+      max_connections: 4096,
+      max_in_flight: 1024,
       watch_config: true,
+      metrics: { enabled: true, auth: 'none' },
+      drain_timeout_ms: 30000,
     });
     expect(c.storage).toEqual({ driver: 'sqlite', path: './data/gateway.db' });
     expect(c.state).toEqual({ driver: 'memory', prefix: 'gw:', command_timeout_ms: 1000 });

@@ -1,0 +1,112 @@
+import type { IncomingMessage } from 'node:http';
+import { GatewayError } from '../errors/gateway-error';
+import type { GatewayContext } from '../pipeline/types';
+import { hasLoneSurrogate, jsonDepthExceeds } from './json-checks';
+
+/** The `server:` limits a request body is read under (README "Edge limits"). */
+export interface BodyLimits {
+  max_body_bytes: number;
+  max_json_depth: number;
+  body_timeout_ms: number;
+}
+
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+/**
+ * Reads and parses a JSON request body under the edge limits. Every refusal is a typed 4xx thrown before
+ * any stage runs:
+ * - size: a declared Content-Length over the limit is refused before a byte is read, and an undeclared
+ *   (chunked) body is cut off once it passes the limit → 413 `payload_too_large`; the rest of the body is
+ *   drained, so the keep-alive connection stays usable;
+ * - time: a body not complete within `body_timeout_ms` of the handler starting to read it (a slow-loris
+ *   client) → 408 `timeout`, and the connection is closed;
+ * - content: not UTF-8, empty, nested deeper than `max_json_depth`, not JSON, or a string with a lone
+ *   surrogate → 400 `invalid_request`.
+ *
+ * @example const body = await readJson(ctx, runtime.config.server);
+ */
+export async function readJson(ctx: GatewayContext, limits: BodyLimits): Promise<Record<string, unknown>> {
+  const type = ctx.get('content-type');
+  if (type && !/^application\/(.+\+)?json\b/i.test(type)) {
+    throw new GatewayError('invalid_request', `Content-Type must be application/json (got ${type.split(';')[0]})`);
+  }
+  const limit = limits.max_body_bytes;
+  const declared = Number(ctx.get('content-length') || NaN);
+  if (declared > limit) {
+    ctx.req.resume(); // drain without buffering so the connection can answer
+    throw tooLarge(limit);
+  }
+  const raw = await readRaw(ctx.req, limit, limits.body_timeout_ms);
+  let text: string;
+  try {
+    text = utf8.decode(raw);
+  } catch {
+    throw new GatewayError('invalid_request', 'Request body is not valid UTF-8');
+  }
+  if (text.trim() === '') throw new GatewayError('invalid_request', 'Request body is empty; a JSON object is required');
+  if (jsonDepthExceeds(text, limits.max_json_depth)) {
+    throw new GatewayError('invalid_request', `Request body nests deeper than ${limits.max_json_depth} levels`, {
+      metadata: { max_depth: limits.max_json_depth },
+    });
+  }
+  let body: Record<string, unknown>;
+  try {
+    body = JSON.parse(text) as Record<string, unknown>;
+  } catch (err) {
+    throw new GatewayError('invalid_request', `Request body is not valid JSON: ${(err as Error).message}`);
+  }
+  if (hasLoneSurrogate(text, body)) {
+    throw new GatewayError('invalid_request', 'Request body has a string with an unpaired UTF-16 surrogate (a lone \\uD800–\\uDFFF escape)');
+  }
+  return body;
+}
+
+function tooLarge(limit: number): GatewayError {
+  return new GatewayError('payload_too_large', `Request body exceeds the limit of ${limit} bytes`, { metadata: { limit_bytes: limit } });
+}
+
+/**
+ * The body's bytes, or a typed error. Listeners rather than `for await`: on a timeout the request stream is
+ * left paused but not destroyed (destroying it would destroy the socket before the 408 can be written).
+ */
+function readRaw(req: IncomingMessage, limit: number, timeoutMs: number): Promise<Buffer> {
+  return new Promise<Buffer>((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const stop = (err: GatewayError | null) => {
+      clearTimeout(timer);
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.off('error', onError);
+      req.off('close', onClose);
+      if (!err) return resolve(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size));
+      if (err.errorType === 'payload_too_large') req.resume(); // drain the rest, keep the connection
+      else req.pause();
+      reject(err);
+    };
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > limit) return stop(tooLarge(limit));
+      chunks.push(chunk);
+    };
+    const onEnd = () => stop(null);
+    const onError = (err: Error) => stop(new GatewayError('invalid_request', 'The request body could not be read', { cause: err }));
+    const onClose = () => stop(new GatewayError('invalid_request', 'The client closed the connection before the body was complete'));
+    const timer = setTimeout(
+      () =>
+        // `Connection: close`: Node then ends the socket once the 408 is written instead of reading on.
+        stop(
+          new GatewayError('timeout', `The request body was not received within ${timeoutMs} ms`, {
+            status: 408,
+            headers: { connection: 'close' },
+            metadata: { timeout_ms: timeoutMs },
+          }),
+        ),
+      timeoutMs,
+    );
+    req.on('data', onData);
+    req.once('end', onEnd);
+    req.once('error', onError);
+    req.once('close', onClose);
+  });
+}

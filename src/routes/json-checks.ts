@@ -1,0 +1,85 @@
+/**
+ * Cheap checks on a request body's JSON text that JSON.parse does not make: nesting depth (before parsing,
+ * so a 100k-deep `[[[[…` never reaches code that recurses) and lone UTF-16 surrogates from `\uD800`-style
+ * escapes (JSON.parse accepts them; they break UTF-8 re-encoding upstream and in the ledger).
+ */
+
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const OPEN_ARRAY = 0x5b;
+const OPEN_OBJECT = 0x7b;
+const CLOSE_ARRAY = 0x5d;
+const CLOSE_OBJECT = 0x7d;
+
+/**
+ * True when brackets outside strings nest deeper than `max` (`{}` is depth 1, `{"a":[1]}` depth 2). One
+ * pass over the text: string contents are skipped with native `indexOf`, so a body that is mostly text
+ * (prompts, base64 images) costs little. Malformed JSON is not judged here; JSON.parse reports it after.
+ *
+ * @example jsonDepthExceeds('[[[1]]]', 2) // true
+ */
+export function jsonDepthExceeds(text: string, max: number): boolean {
+  let depth = 0;
+  const n = text.length;
+  for (let i = 0; i < n; i++) {
+    const c = text.charCodeAt(i);
+    if (c === QUOTE) {
+      const end = stringEnd(text, i);
+      if (end === -1) return false;
+      i = end;
+    } else if (c === OPEN_ARRAY || c === OPEN_OBJECT) {
+      if (++depth > max) return true;
+    } else if (c === CLOSE_ARRAY || c === CLOSE_OBJECT) {
+      depth--;
+    }
+  }
+  return false;
+}
+
+/** The index of the quote closing the string opened at `open`, or -1 if it is never closed. */
+function stringEnd(text: string, open: number): number {
+  let q = text.indexOf('"', open + 1);
+  while (q !== -1) {
+    // A quote is escaped when an odd number of backslashes precede it. Each backslash run is looked at
+    // once, before the one quote that ends it, so this stays linear in the text.
+    let k = q - 1;
+    while (k > open && text.charCodeAt(k) === BACKSLASH) k--;
+    if ((q - 1 - k) % 2 === 0) return q;
+    q = text.indexOf('"', q + 1);
+  }
+  return -1;
+}
+
+/** A `\u` escape of a surrogate (D800–DFFF), the only way a lone surrogate gets into UTF-8 JSON text. */
+const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/;
+
+interface WellFormed {
+  isWellFormed(): boolean;
+}
+
+/**
+ * True when a parsed JSON value holds a string (or key) with an unpaired surrogate. Valid UTF-8 cannot
+ * encode one, so the parsed value is only walked when the raw text has a surrogate escape at all: most
+ * bodies pay one `includes`. (`String.prototype.isWellFormed` is native in Node 20; the ES2023 lib
+ * typings lack it.)
+ *
+ * @example hasLoneSurrogate('"\\ud800"', JSON.parse('"\\ud800"')) // true
+ */
+export function hasLoneSurrogate(text: string, value: unknown): boolean {
+  if (!text.includes('\\u') || !SURROGATE_ESCAPE.test(text)) return false;
+  const stack: unknown[] = [value];
+  while (stack.length > 0) {
+    const v = stack.pop();
+    if (typeof v === 'string') {
+      if (!(v as unknown as WellFormed).isWellFormed()) return true;
+    } else if (Array.isArray(v)) {
+      for (const item of v) stack.push(item);
+    } else if (v !== null && typeof v === 'object') {
+      for (const [k, item] of Object.entries(v)) {
+        if (!(k as unknown as WellFormed).isWellFormed()) return true;
+        stack.push(item);
+      }
+    }
+  }
+  return false;
+}

@@ -1,0 +1,108 @@
+import type { Server } from 'node:http';
+import type { Socket } from 'node:net';
+import type { Middleware } from 'koa';
+import type { Logger } from 'pino';
+import type { GatewayConfig } from './config/types';
+import { errorBody, standardEnvelope, statusFor, type ApiStyle } from './errors/envelope';
+import { GatewayError } from './errors/gateway-error';
+
+type ServerConfig = GatewayConfig['server'];
+
+/**
+ * Socket-level edge limits (README "Edge limits"), applied to the HTTP server right after `listen()` is
+ * called and before it is listening (Node reads `connectionsCheckingInterval` on 'listening').
+ * - `headers_timeout_ms` → `server.headersTimeout`: a client that has not finished its headers by then
+ *   gets a 408 `timeout` (standard envelope) and the connection is closed.
+ * - `server.requestTimeout` = `headers_timeout_ms + body_timeout_ms`: a backstop for bodies nobody reads
+ *   (readJson times out first on the endpoints that read one). Node counts it only until the request has
+ *   been received, so it never cuts a long streamed answer.
+ * - `max_connections` → `server.maxConnections` (0 = no limit): Node closes connections beyond it at once,
+ *   before any HTTP is spoken; keep it well above `max_in_flight`, which answers a clean 503.
+ *
+ * @example const s = app.listen(port); applyServerLimits(s, config.server, logger);
+ */
+export function applyServerLimits(server: Server, limits: ServerConfig, logger: Logger): void {
+  server.headersTimeout = limits.headers_timeout_ms;
+  server.requestTimeout = limits.headers_timeout_ms + limits.body_timeout_ms;
+  // Node checks both timeouts on an interval (30 s by default, far coarser than a 10 s headers timeout).
+  // (A createServer option in the typings; Node reads the property when the server starts listening.)
+  (server as Server & { connectionsCheckingInterval: number }).connectionsCheckingInterval = Math.max(
+    25,
+    Math.min(1000, Math.floor(limits.headers_timeout_ms / 4)),
+  );
+  if (limits.max_connections > 0) server.maxConnections = limits.max_connections;
+  server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => answerClientError(err, socket, logger));
+}
+
+/**
+ * Node's own answer to a malformed or timed-out request is a bare status line; ours carries the standard
+ * envelope with an `error_type`. Written only when no answer to the request has started (as Node does).
+ */
+function answerClientError(err: NodeJS.ErrnoException, socket: Socket, logger: Logger): void {
+  // `_httpMessage` is the response in progress on this socket; Node's default handler checks it the same way.
+  const inProgress = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
+  if (err.code === 'ECONNRESET' || !socket.writable || inProgress?.headersSent) {
+    socket.destroy();
+    return;
+  }
+  const e =
+    err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+      ? new GatewayError('timeout', 'The request was not received in time', { status: 408 })
+      : err.code === 'HPE_HEADER_OVERFLOW'
+        ? new GatewayError('invalid_request', 'Request headers are too large')
+        : new GatewayError('invalid_request', 'Malformed HTTP request');
+  logger.info({ status: e.status, error_type: e.errorType, code: err.code }, 'client error');
+  const body = JSON.stringify(standardEnvelope(e));
+  socket.end(
+    `HTTP/1.1 ${e.status} ${e.status === 408 ? 'Request Timeout' : 'Bad Request'}\r\n` +
+      'Content-Type: application/json; charset=utf-8\r\n' +
+      `Content-Length: ${Buffer.byteLength(body)}\r\n` +
+      'Connection: close\r\n\r\n' +
+      body,
+  );
+  socket.destroySoon();
+}
+
+/**
+ * The count of requests being served by the endpoints, with a ceiling (`server.max_in_flight`, 0 = none).
+ * A request over the ceiling is answered at once, before its body is read: 503 `provider_overloaded` (529 on
+ * messages style, spec 7.2) with `Retry-After`. A request counts from arrival until its handler returns,
+ * which for a stream is after its last event is written or the stream is abandoned.
+ *
+ * @example const gate = new InFlightLimit(1024); router.post('/x', gate.around('standard', handler));
+ */
+export class InFlightLimit {
+  private count = 0;
+
+  constructor(
+    private readonly max: number,
+    private readonly retryAfterS = 1,
+  ) {}
+
+  /** Requests being served now. */
+  get inFlight(): number {
+    return this.count;
+  }
+
+  /** Wraps an endpoint handler: admits it (and counts it until it returns) or answers the overload error. */
+  around(style: ApiStyle, handler: Middleware): Middleware {
+    return async (ctx, next) => {
+      if (this.max > 0 && this.count >= this.max) {
+        const e = new GatewayError('provider_overloaded', `The gateway is at capacity (${this.max} requests in flight); retry shortly`, {
+          headers: { 'retry-after': String(this.retryAfterS) },
+          metadata: { reason: 'gateway_max_in_flight', max_in_flight: this.max },
+        });
+        ctx.status = statusFor(e, style);
+        ctx.set(e.headers!);
+        ctx.body = errorBody(e, style, null);
+        return;
+      }
+      this.count++;
+      try {
+        await handler(ctx, next);
+      } finally {
+        this.count--;
+      }
+    };
+  }
+}

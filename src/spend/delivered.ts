@@ -1,0 +1,91 @@
+import type { FinishInfo, StreamRewriter } from '../dialects/types';
+import type { NormalizedUsage, SseEvent } from '../pipeline/types';
+import { inputTokens } from './estimate';
+
+/** Characters per token assumed for relayed output text (cl100k on English prose averages about 4). */
+const CHARS_PER_TOKEN = 4;
+
+/** JSON keys whose string values are model output, per client dialect. */
+const OUTPUT_KEYS = {
+  chat_completions: ['"content":"', '"reasoning":"', '"reasoning_content":"', '"arguments":"', '"refusal":"'],
+  messages: ['"text":"', '"thinking":"', '"partial_json":"'],
+} as const;
+
+export type StreamDialect = keyof typeof OUTPUT_KEYS;
+
+/**
+ * Characters of model output one client-dialect event carries, found with string searches (no JSON parse: this
+ * runs for every event of every stream). Escapes count as written (`\n` is 2), close enough for an estimate.
+ *
+ * @example outputChars('chat_completions', { data: '{"choices":[{"delta":{"content":"Hello"}}]}' }) // 5
+ */
+export function outputChars(dialect: StreamDialect, ev: SseEvent): number {
+  if (dialect === 'messages' && ev.event !== 'content_block_delta') return 0;
+  const data = ev.data;
+  let chars = 0;
+  for (const key of OUTPUT_KEYS[dialect]) {
+    for (let at = data.indexOf(key); at >= 0; at = data.indexOf(key, at)) {
+      const start = at + key.length;
+      let end = data.indexOf('"', start);
+      // A quote preceded by an odd number of backslashes is escaped: part of the value.
+      while (end > 0 && escaped(data, end)) end = data.indexOf('"', end + 1);
+      if (end < 0) break;
+      chars += end - start;
+      at = end + 1;
+    }
+  }
+  return chars;
+}
+
+function escaped(data: string, quote: number): boolean {
+  let n = 0;
+  for (let i = quote - 1; i >= 0 && data.charCodeAt(i) === 92; i--) n++;
+  return n % 2 === 1;
+}
+
+/**
+ * Wraps a stream rewriter so that a stream cut short (client gone, provider died, gateway shutting down) is
+ * billed for what was delivered: the output tokens are at least those of the text relayed so far (at 4
+ * characters per token), and when the provider never reported usage at all, the input tokens are counted
+ * from the request body with the tokenizer of the spend estimates. A stream that ended normally with usage
+ * keeps the provider's figures.
+ *
+ * @example const rewriter = billedByDelivery(DIALECTS[d].streamRewriter(info), { dialect: d, info, body });
+ */
+export function billedByDelivery(inner: StreamRewriter, o: { dialect: StreamDialect; info: FinishInfo; body: Record<string, unknown> | null }): StreamRewriter {
+  let chars = 0;
+  let ended = false;
+  let estimated: NormalizedUsage | null | undefined;
+  const usage = (): NormalizedUsage | null => {
+    if (estimated !== undefined) return estimated;
+    const reported = inner.usage();
+    if (ended && reported) return reported;
+    const output = Math.ceil(chars / CHARS_PER_TOKEN);
+    if (reported) return reported.outputTokens >= output ? reported : { ...reported, outputTokens: output };
+    if (chars === 0) return null;
+    // Computed once: the tokenizer is not cheap, and usage() and cost() are both asked.
+    estimated = { inputTokens: o.body ? inputTokens(o.body) : 0, outputTokens: output, cachedTokens: 0, cacheWriteTokens: 0, reasoningTokens: 0 };
+    return estimated;
+  };
+  return {
+    rewrite(ev) {
+      const out = inner.rewrite(ev);
+      if (out) chars += outputChars(o.dialect, out);
+      return out;
+    },
+    failure: (err) => inner.failure(err),
+    end() {
+      const events = inner.end();
+      // An end without the provider's own ending (inner.end() then emits the failure) is a cut-short stream.
+      ended = !inner.failed();
+      return events;
+    },
+    usage,
+    cost() {
+      const u = usage();
+      if (u === inner.usage()) return inner.cost();
+      return u ? o.info.costOf(u) : null;
+    },
+    failed: () => inner.failed(),
+  };
+}

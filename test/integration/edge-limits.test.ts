@@ -1,0 +1,365 @@
+import { request, type IncomingHttpHeaders } from 'node:http';
+import { connect, type Socket } from 'node:net';
+import { describe, expect, it } from 'vitest';
+import { post, sseEvents, testConfigYaml } from '../fixtures/gateway';
+import { perTestGateways } from '../fixtures/per-test';
+
+const t = perTestGateways();
+
+/** The test config with other `server:` limits (and optionally a slow simulated provider). */
+function yaml(server: string, opts: { chunkDelayMs?: number } = {}): string {
+  let y = testConfigYaml(t.upstream.url).replace(
+    'server: { port: 0, max_body_bytes: 65536, watch_config: false }',
+    `server: { port: 0, watch_config: false, ${server} }`,
+  );
+  if (opts.chunkDelayMs) y = y.replace('{ id: local, kind: simulated }', `{ id: local, kind: simulated, chunk_delay_ms: ${opts.chunkDelayMs} }`);
+  return y;
+}
+
+const CHAT = { model: 'sim/chat', messages: [{ role: 'user', content: 'hi' }], max_tokens: 16 };
+const MESSAGES = { model: 'sim/chat', messages: [{ role: 'user', content: 'hi' }], max_tokens: 16 };
+
+interface Answer {
+  status: number;
+  headers: IncomingHttpHeaders;
+  json: any;
+}
+
+/** One request with a body of raw bytes written in `chunks` (chunked encoding when no content-length). */
+function send(url: string, opts: { headers: Record<string, string>; chunks: Buffer[] }): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { method: 'POST', headers: opts.headers }, (res) => {
+      const parts: Buffer[] = [];
+      res.on('data', (c: Buffer) => parts.push(c));
+      res.on('end', () => {
+        const text = Buffer.concat(parts).toString('utf8');
+        let json: any;
+        try {
+          json = JSON.parse(text);
+        } catch {
+          json = text;
+        }
+        resolve({ status: res.statusCode!, headers: res.headers, json });
+      });
+    });
+    req.on('error', reject);
+    for (const c of opts.chunks) req.write(c);
+    req.end();
+  });
+}
+
+/** A raw TCP exchange: writes `parts` with `gapMs` between them; resolves with all bytes read once the server closes. */
+function raw(port: number, parts: string[], gapMs: number): Promise<{ text: string; closedByServer: boolean }> {
+  return new Promise((resolve) => {
+    const sock: Socket = connect(port, '127.0.0.1');
+    let text = '';
+    let i = 0;
+    const timer = setInterval(() => {
+      if (i < parts.length && !sock.destroyed) sock.write(parts[i++]);
+    }, gapMs);
+    sock.on('data', (d) => (text += d.toString('utf8')));
+    sock.on('error', () => {});
+    sock.on('close', () => {
+      clearInterval(timer);
+      // All parts written means the client did not give up: the server closed the connection.
+      resolve({ text, closedByServer: true });
+    });
+    // A safety net well above the configured timeouts: a server that never closes fails the test.
+    setTimeout(() => {
+      clearInterval(timer);
+      if (!sock.destroyed) {
+        sock.destroy();
+        resolve({ text, closedByServer: false });
+      }
+    }, 8000);
+  });
+}
+
+function bodyOf(httpText: string): any {
+  return JSON.parse(httpText.slice(httpText.indexOf('\r\n\r\n') + 4));
+}
+
+async function until(cond: () => boolean, what: string): Promise<void> {
+  for (let i = 0; i < 500 && !cond(); i++) await new Promise((r) => setTimeout(r, 10));
+  if (!cond()) throw new Error(`timed out waiting for ${what}`);
+}
+
+const TEN_MB = 10 * 1024 * 1024;
+
+/**
+ * Sends requests one after another on one keep-alive TCP connection and parses the answers (each with a
+ * Content-Length): proves the connection stays usable after a refused body.
+ */
+function sameConnection(port: number, requests: Buffer[][]): Promise<{ status: number; json: any }[]> {
+  return new Promise((resolve, reject) => {
+    const sock = connect(port, '127.0.0.1');
+    let buf = Buffer.alloc(0);
+    const answers: { status: number; json: any }[] = [];
+    const writeNext = () => {
+      for (const part of requests[answers.length]) sock.write(part);
+    };
+    sock.on('connect', writeNext);
+    sock.on('data', (d: Buffer) => {
+      buf = Buffer.concat([buf, d]);
+      for (;;) {
+        const headEnd = buf.indexOf('\r\n\r\n');
+        if (headEnd === -1) return;
+        const head = buf.subarray(0, headEnd).toString('latin1');
+        const length = Number(/content-length: *(\d+)/i.exec(head)?.[1] ?? NaN);
+        if (!(length >= 0)) return reject(new Error(`no content-length in ${head}`));
+        if (buf.length < headEnd + 4 + length) return;
+        answers.push({ status: Number(head.split(' ')[1]), json: JSON.parse(buf.subarray(headEnd + 4, headEnd + 4 + length).toString('utf8')) });
+        buf = buf.subarray(headEnd + 4 + length);
+        if (answers.length === requests.length) {
+          sock.destroy();
+          return resolve(answers);
+        }
+        writeNext();
+      }
+    });
+    sock.on('error', reject);
+    sock.on('close', () => reject(new Error(`connection closed after ${answers.length} answers`)));
+  });
+}
+
+function httpRequest(path: string, headers: Record<string, string>, chunked: boolean, body: Buffer[]): Buffer[] {
+  const head = [`POST ${path} HTTP/1.1`, 'Host: x', ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`)];
+  const size = body.reduce((n, b) => n + b.length, 0);
+  head.push(chunked ? 'Transfer-Encoding: chunked' : `Content-Length: ${size}`);
+  const start = Buffer.from(`${head.join('\r\n')}\r\n\r\n`);
+  if (!chunked) return [start, ...body];
+  return [start, ...body.flatMap((b) => [Buffer.from(`${b.length.toString(16)}\r\n`), b, Buffer.from('\r\n')]), Buffer.from('0\r\n\r\n')];
+}
+
+describe('body size limit', () => {
+  for (const chunked of [false, true]) {
+    const how = chunked ? 'chunked, without Content-Length' : 'with Content-Length';
+    it(`refuses a 10 MB + 1 body ${how}: 413 in each endpoint's envelope, and the connection serves the next request`, async () => {
+      const gw = await t.start({ yaml: yaml(`max_body_bytes: ${TEN_MB}`) });
+      expect(gw.config.server.max_body_bytes).toBe(TEN_MB);
+      const port = Number(new URL(gw.url).port);
+      const auth = { authorization: `Bearer ${gw.key}`, 'content-type': 'application/json' };
+      const piece = Buffer.alloc(64 * 1024, 0x20);
+      const big = [...Array.from({ length: TEN_MB / piece.length }, () => piece), Buffer.from(' ')];
+      const [msgs, chat, ok] = await sameConnection(port, [
+        httpRequest('/api/v1/messages', auth, chunked, big),
+        httpRequest('/api/v1/chat/completions', auth, chunked, big),
+        httpRequest('/api/v1/chat/completions', auth, chunked, [Buffer.from(JSON.stringify(CHAT))]),
+      ]);
+      expect(msgs.status).toBe(413);
+      expect(msgs.json).toMatchObject({ type: 'error', error: { type: 'invalid_request_error', error_type: 'payload_too_large' }, request_id: null });
+      expect(chat.status).toBe(413);
+      expect(chat.json.error).toMatchObject({ code: 413, metadata: { error_type: 'payload_too_large', limit_bytes: TEN_MB } });
+      expect(ok.status).toBe(200);
+      expect(ok.json.choices[0].message.content).toEqual(expect.any(String));
+    });
+  }
+});
+
+describe('JSON depth, UTF-8 and surrogates', () => {
+  it('a 100k-deep body is a fast 400 invalid_request on both endpoints, with no upstream call', async () => {
+    const gw = await t.start({ yaml: yaml('max_body_bytes: 1048576') });
+    const deep = '['.repeat(100_000) + ']'.repeat(100_000);
+    const started = performance.now();
+    const chat = await post(`${gw.url}/chat/completions`, gw.key, `{"model":"fake/gpt","messages":${deep}}`);
+    expect(chat.status).toBe(400);
+    expect(chat.json.error.metadata).toMatchObject({ error_type: 'invalid_request', max_depth: 100 });
+    const msgs = await post(`${gw.url}/messages`, gw.key, `{"model":"fake/claude","metadata":${'{"a":'.repeat(50_000)}1${'}'.repeat(50_000)}}`);
+    expect(msgs.status).toBe(400);
+    expect(msgs.json).toMatchObject({ type: 'error', error: { type: 'invalid_request_error', error_type: 'invalid_request' } });
+    expect(performance.now() - started).toBeLessThan(2000);
+    expect(t.upstream.received).toHaveLength(0);
+  });
+
+  it('max_json_depth is configurable: a body at the limit passes, one level more does not', async () => {
+    const gw = await t.start({ yaml: yaml('max_json_depth: 4') });
+    // body {} → messages [] → message {} → content [] → block {} = 5 levels
+    const blocks = { ...CHAT, messages: [{ role: 'user', content: [{ type: 'text', text: 'hi' }] }] };
+    const tooDeep = await post(`${gw.url}/chat/completions`, gw.key, blocks);
+    expect(tooDeep.status).toBe(400);
+    expect(tooDeep.json.error.metadata).toMatchObject({ error_type: 'invalid_request', max_depth: 4 });
+    const ok = await post(`${gw.url}/chat/completions`, gw.key, CHAT);
+    expect(ok.status).toBe(200);
+  });
+
+  it('invalid UTF-8 bytes are a 400 invalid_request, also an encoded surrogate (ED A0 80)', async () => {
+    const gw = await t.start({});
+    const withBytes = (bytes: number[]) =>
+      Buffer.concat([Buffer.from('{"model":"sim/chat","messages":[{"role":"user","content":"a'), Buffer.from(bytes), Buffer.from('"}]}')]);
+    for (const bytes of [[0xff, 0xfe], [0xc3], [0xed, 0xa0, 0x80], [0xf8, 0x88, 0x80, 0x80, 0x80]]) {
+      const a = await send(`${gw.url}/chat/completions`, {
+        headers: { authorization: `Bearer ${gw.key}`, 'content-type': 'application/json' },
+        chunks: [withBytes(bytes)],
+      });
+      expect(a.status, String(bytes)).toBe(400);
+      expect(a.json.error.metadata.error_type).toBe('invalid_request');
+      expect(a.json.error.message).toMatch(/UTF-8/);
+    }
+    const m = await send(`${gw.url}/messages`, { headers: { 'x-api-key': gw.key, 'content-type': 'application/json' }, chunks: [withBytes([0xff])] });
+    expect(m.status).toBe(400);
+    expect(m.json).toMatchObject({ type: 'error', error: { type: 'invalid_request_error', error_type: 'invalid_request' } });
+    // Multi-byte UTF-8 that is valid passes.
+    const ok = await post(`${gw.url}/chat/completions`, gw.key, { ...CHAT, messages: [{ role: 'user', content: 'héllo 日本 😀' }] });
+    expect(ok.status).toBe(200);
+  });
+
+  it('a lone surrogate escape is a 400 invalid_request; a proper pair passes', async () => {
+    const gw = await t.start({});
+    const lone = await post(`${gw.url}/chat/completions`, gw.key, '{"model":"sim/chat","messages":[{"role":"user","content":"x\\ud800y"}]}');
+    expect(lone.status).toBe(400);
+    expect(lone.json.error.metadata.error_type).toBe('invalid_request');
+    expect(lone.json.error.message).toMatch(/surrogate/);
+    const loneKey = await post(`${gw.url}/messages`, gw.key, '{"model":"sim/chat","max_tokens":5,"metadata":{"\\udc00":"1"},"messages":[{"role":"user","content":"x"}]}');
+    expect(loneKey.status).toBe(400);
+    expect(loneKey.json.error).toMatchObject({ type: 'invalid_request_error', error_type: 'invalid_request' });
+    const pair = await post(`${gw.url}/chat/completions`, gw.key, '{"model":"sim/chat","messages":[{"role":"user","content":"x\\ud83d\\ude00y"}]}');
+    expect(pair.status).toBe(200);
+  });
+});
+
+describe('slow clients', () => {
+  it('headers trickled slower than headers_timeout_ms: a 408 timeout in the standard envelope, and the server closes the socket', async () => {
+    const gw = await t.start({ yaml: yaml('headers_timeout_ms: 300, body_timeout_ms: 300') });
+    const port = Number(new URL(gw.url).port);
+    const lines = ['POST /api/v1/chat/completions HTTP/1.1\r\n', 'Host: x\r\n', ...Array.from({ length: 40 }, (_, i) => `X-Slow-${i}: 1\r\n`)];
+    const r = await raw(port, lines, 100);
+    expect(r.closedByServer).toBe(true);
+    expect(r.text).toMatch(/^HTTP\/1\.1 408 /);
+    expect(bodyOf(r.text)).toMatchObject({ error: { code: 408, metadata: { error_type: 'timeout' } } });
+  });
+
+  it('a body trickled slower than body_timeout_ms: a 408 in the endpoint envelope, connection closed, nothing reaches the upstream', async () => {
+    const gw = await t.start({ yaml: yaml('headers_timeout_ms: 300, body_timeout_ms: 300') });
+    const port = Number(new URL(gw.url).port);
+    const json = JSON.stringify({ ...MESSAGES, model: 'fake/claude' });
+    const head = (path: string) =>
+      `POST /api/v1${path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nx-api-key: ${gw.key}\r\nContent-Length: ${json.length}\r\n\r\n`;
+    const msgs = await raw(port, [head('/messages'), ...json.split('')], 50);
+    expect(msgs.closedByServer).toBe(true);
+    expect(msgs.text).toMatch(/^HTTP\/1\.1 408 /);
+    expect(bodyOf(msgs.text)).toMatchObject({ type: 'error', error: { type: 'timeout_error', error_type: 'timeout' } });
+
+    const chat = await raw(port, [head('/chat/completions'), ...json.split('')], 50);
+    expect(chat.closedByServer).toBe(true);
+    expect(bodyOf(chat.text)).toMatchObject({ error: { code: 408, metadata: { error_type: 'timeout' } } });
+    expect(t.upstream.received).toHaveLength(0);
+    // The gateway still serves.
+    expect((await post(`${gw.url}/chat/completions`, gw.key, CHAT)).status).toBe(200);
+  });
+
+  it('the request timeouts never cut a streamed answer that lasts longer than them', async () => {
+    const gw = await t.start({ yaml: yaml('headers_timeout_ms: 100, body_timeout_ms: 100', { chunkDelayMs: 60 }) });
+    const started = performance.now();
+    const r = await post(`${gw.url}/chat/completions`, gw.key, { ...CHAT, max_tokens: 30, stream: true });
+    expect(r.status).toBe(200);
+    // Node checks its timeouts every 25 ms here; the stream ran several times past headers + body timeouts.
+    expect(performance.now() - started).toBeGreaterThan(600);
+    const events = sseEvents(r.text);
+    expect(events.at(-1)!.data).toBe('[DONE]');
+    expect(events.some((e) => e.data.includes('"finish_reason":"length"') || e.data.includes('"finish_reason":"stop"'))).toBe(true);
+  });
+});
+
+describe('max_in_flight and max_connections', () => {
+  it('over max_in_flight: 503 provider_overloaded (529 on /messages) with Retry-After; the count comes back down after every kind of ending', async () => {
+    const gw = await t.start({ yaml: yaml('max_in_flight: 2') });
+    const chatReq = (over: Record<string, unknown> = {}) => post(`${gw.url}/chat/completions`, gw.key, { ...CHAT, model: 'fake/gpt', ...over });
+
+    /** Fills both slots with requests the upstream holds; returns a release and their answers. */
+    const fill = async () => {
+      let release!: () => void;
+      const gate = new Promise<void>((r) => (release = r));
+      const before = t.upstream.received.length;
+      t.upstream.faults.push({ kind: 'hold', until: gate }, { kind: 'hold', until: gate });
+      const held = [chatReq(), chatReq({ stream: true })];
+      await until(() => t.upstream.received.length === before + 2, 'two held requests at the upstream');
+      return { release, held };
+    };
+    const expectOverloaded = async () => {
+      const chat = await chatReq();
+      expect(chat.status).toBe(503);
+      expect(chat.headers.get('retry-after')).toBe('1');
+      expect(chat.json.error).toMatchObject({ code: 503, metadata: { error_type: 'provider_overloaded', reason: 'gateway_max_in_flight', max_in_flight: 2 } });
+      const msgs = await post(`${gw.url}/messages`, gw.key, MESSAGES);
+      expect(msgs.status).toBe(529);
+      expect(msgs.headers.get('retry-after')).toBe('1');
+      expect(msgs.json).toMatchObject({ type: 'error', error: { type: 'overloaded_error', error_type: 'provider_overloaded' } });
+    };
+
+    // 1. Full: refused at once, without reaching the upstream; health checks still answer.
+    let round = await fill();
+    const seen = t.upstream.received.length;
+    await expectOverloaded();
+    expect(t.upstream.received.length).toBe(seen);
+    expect((await fetch(`${gw.url.replace('/api/v1', '')}/healthz`)).status).toBe(200);
+    round.release();
+    const [json, stream] = await Promise.all(round.held);
+    expect(json.status).toBe(200);
+    expect(stream.status).toBe(200);
+    expect(sseEvents(stream.text).at(-1)!.data).toBe('[DONE]');
+
+    await until(() => gw.gateway.inFlight() === 0, 'both slots free after normal endings');
+
+    // 2. A stream the client abandons mid-way and a stream whose upstream dies free their slots too.
+    const abort = new AbortController();
+    t.upstream.faults.push({ kind: 'stall' }, { kind: 'midstream' });
+    const stalled = await fetch(`${gw.url}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${gw.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ ...CHAT, model: 'fake/gpt', stream: true }),
+      signal: abort.signal,
+    });
+    await stalled.body!.getReader().read(); // output has started
+    expect(gw.gateway.inFlight()).toBe(1);
+    const died = await chatReq({ stream: true });
+    expect(died.status).toBe(200);
+    expect(sseEvents(died.text).some((e) => e.data.includes('"finish_reason":"error"'))).toBe(true);
+    expect(gw.gateway.inFlight()).toBe(1);
+    abort.abort();
+    await until(() => gw.gateway.inFlight() === 0, 'the abandoned stream to free its slot');
+
+    // 3. Exactly once: after all of that both slots are free, and a third request is refused again.
+    round = await fill();
+    expect(gw.gateway.inFlight()).toBe(2);
+    await expectOverloaded();
+    round.release();
+    expect((await Promise.all(round.held)).map((a) => a.status)).toEqual([200, 200]);
+    await until(() => gw.gateway.inFlight() === 0, 'both slots free');
+    expect((await chatReq()).status).toBe(200);
+    expect(gw.gateway.inFlight()).toBe(0);
+  });
+
+  it('max_connections: a connection beyond it is closed at once, the open ones keep working', async () => {
+    const gw = await t.start({ yaml: yaml('max_connections: 2') });
+    const port = Number(new URL(gw.url).port);
+    const open = (): Promise<Socket> =>
+      new Promise((resolve) => {
+        const s = connect(port, '127.0.0.1', () => resolve(s));
+        s.on('error', () => {});
+      });
+    const a = await open();
+    const b = await open();
+    try {
+      const c = await open();
+      const closed = await new Promise<string>((resolve) => {
+        let text = '';
+        c.on('data', (d) => (text += d));
+        c.on('close', () => resolve(text));
+        c.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
+      });
+      expect(closed).toBe('');
+      const answer = await new Promise<string>((resolve) => {
+        let text = '';
+        a.on('data', (d) => {
+          text += d;
+          if (text.includes('"ok"')) resolve(text);
+        });
+        a.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
+      });
+      expect(answer).toMatch(/^HTTP\/1\.1 200 /);
+    } finally {
+      a.destroy();
+      b.destroy();
+    }
+  });
+});

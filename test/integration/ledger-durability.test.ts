@@ -1,0 +1,123 @@
+import { rmSync } from 'node:fs';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { openStore } from '../../src/store';
+import { ensureBuilt, killAll, perTest, startServe, within } from '../fixtures/cli';
+import { startFakeUpstream, type FakeUpstream } from '../fixtures/fake-upstream';
+import { post, startTestGateway, testConfigYaml } from '../fixtures/gateway';
+import { cliKey, openStream, processGateway } from '../fixtures/streams';
+
+/**
+ * Every admitted request ends with exactly one ledger row (README "Ledger durability"): when the client goes
+ * away mid-stream, when the provider dies mid-stream, and when the gateway is killed with requests in flight.
+ */
+
+const SLOW = { model: 'fake/slow', messages: [{ role: 'user', content: 'hi' }] };
+let upstream: FakeUpstream;
+const dirs: string[] = [];
+
+beforeAll(async () => {
+  ensureBuilt();
+  upstream = await startFakeUpstream();
+}, 120_000);
+
+afterEach(async () => {
+  await killAll(perTest);
+  upstream.always.clear();
+  upstream.faults.length = 0;
+});
+
+afterAll(async () => {
+  await upstream?.close();
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+describe('streams cut short are billed for what was delivered', () => {
+  it('a client that disconnects mid-stream gets a cancelled row with the completion tokens relayed so far', async () => {
+    const gw = await startTestGateway({ yaml: testConfigYaml(upstream.url) });
+    try {
+      let release!: () => void;
+      upstream.always.set('gpt-upstream', { kind: 'pause', until: new Promise<void>((r) => (release = r)) });
+      const stream = await openStream(gw.url, gw.key, { model: 'fake/gpt', messages: [{ role: 'user', content: 'hi' }] });
+      stream.abort();
+      await expect.poll(async () => (await gw.ledgerRow(stream.id))?.status, { timeout: 5000 }).toBe('cancelled');
+      const row = (await gw.ledgerRow(stream.id))!;
+      // The upstream never sent its usage chunk: output estimated from "Hello from" (10 characters), input counted.
+      expect(row.completionTokens).toBeGreaterThan(0);
+      expect(row.promptTokens).toBeGreaterThan(0);
+      expect(row.costUsd).toBeGreaterThan(0);
+      expect(await gw.store.listPendingLedger()).toEqual([]);
+      release();
+    } finally {
+      await gw.close();
+    }
+  });
+
+  it('a provider that dies mid-stream leaves a failed row with the completion tokens relayed so far', async () => {
+    const gw = await startTestGateway({ yaml: testConfigYaml(upstream.url) });
+    try {
+      upstream.faults.push({ kind: 'midstream' });
+      const res = await post(`${gw.url}/chat/completions`, gw.key, { model: 'fake/gpt', stream: true, messages: [{ role: 'user', content: 'hi' }] });
+      expect(res.text).toContain('"finish_reason":"error"');
+      const id = /"id":"(gen-[^"]+)"/.exec(res.text)![1];
+      const row = (await gw.ledgerRow(id))!;
+      expect(row).toMatchObject({ status: 'failed' });
+      expect(row.completionTokens).toBeGreaterThan(0);
+      expect(await gw.store.listPendingLedger()).toEqual([]);
+    } finally {
+      await gw.close();
+    }
+  });
+});
+
+describe('kill -9 with requests in flight', () => {
+  it('after a restart on the same store, every request has exactly one ledger row: completed ones as written, in-flight ones interrupted', async () => {
+    const gw = processGateway(upstream.url, { extra: 'spend: { hold_ttl_ms: 1000 }\n' });
+    dirs.push(gw.dir);
+    const key = await cliKey(gw.dir, gw.file);
+    const first = await startServe(['--config', gw.file], { cwd: gw.dir });
+
+    const done: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const r = await post(`${first.url}/chat/completions`, key, { model: 'fake/gpt', messages: [{ role: 'user', content: `done ${i}` }] });
+      expect(r.status).toBe(200);
+      done.push(r.json.id);
+    }
+    await new Promise((r) => setTimeout(r, 200)); // ledger.flush_ms is 10: the completed rows are written
+
+    const N = 6;
+    let release!: () => void;
+    upstream.always.set('gpt-slow', { kind: 'pause', until: new Promise<void>((r) => (release = r)) });
+    const streams = await Promise.all(Array.from({ length: N }, () => openStream(first.url, key, SLOW)));
+    const inFlight = streams.map((s) => s.id);
+    first.proc.child.kill('SIGKILL');
+    expect(await within(first.proc.exited, 10_000, 'kill -9')).toBeNull();
+    release();
+
+    const store = await openStore({ driver: 'sqlite', path: gw.db });
+    try {
+      // What the dead process left: the pending rows of the requests in flight, no ledger rows for them.
+      expect((await store.listPendingLedger()).map((p) => p.generationId).sort()).toEqual([...inFlight].sort());
+      for (const id of inFlight) expect(await store.getLedger(id)).toBeNull();
+
+      const second = await startServe(['--config', gw.file], { cwd: gw.dir });
+      // Finalised once older than the hold TTL (1 s), by the restarted process's sweep.
+      await expect.poll(async () => (await store.listPendingLedger()).length, { timeout: 10_000, interval: 200 }).toBe(0);
+      for (const id of inFlight) expect(await store.getLedger(id)).toMatchObject({ status: 'interrupted', costUsd: 0, model: 'fake/slow' });
+      for (const id of done) expect(await store.getLedger(id)).toMatchObject({ status: 'completed' });
+      const keyId = (await store.getLedger(done[0]))!.keyId;
+      const totals = await store.usageForKey(keyId);
+      expect(totals.usage).toBeCloseTo(3 * ((10 * 1 + 5 * 2) / 1e6), 12); // interrupted rows add nothing
+      // Exactly one row per generation id, and no other rows for the key.
+      const db = (await import('better-sqlite3')).default(gw.db, { readonly: true });
+      try {
+        const rows = db.prepare('SELECT generation_id FROM ledger WHERE key_id = ?').all(keyId) as { generation_id: string }[];
+        expect(rows.map((r) => r.generation_id).sort()).toEqual([...done, ...inFlight].sort());
+      } finally {
+        db.close();
+      }
+      expect(await second.proc.stop()).toBe(0);
+    } finally {
+      await store.close();
+    }
+  }, 60_000);
+});

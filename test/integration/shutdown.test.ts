@@ -1,0 +1,125 @@
+import { rmSync } from 'node:fs';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { openStore } from '../../src/store';
+import { ensureBuilt, killAll, perTest, startServe, within } from '../fixtures/cli';
+import { startFakeUpstream, type FakeUpstream } from '../fixtures/fake-upstream';
+import { post } from '../fixtures/gateway';
+import { cliKey, openStream, processGateway } from '../fixtures/streams';
+
+/**
+ * Graceful shutdown of a real `gateway serve` process (README "Shutdown and probes"): SIGTERM turns /readyz to
+ * 503 at once, new requests get a typed 503 with `Connection: close`, streams in flight finish (or are cut
+ * with an in-band error at the drain timeout), the ledger row is written, and the process exits 0.
+ */
+
+const SLOW = { model: 'fake/slow', messages: [{ role: 'user', content: 'hi' }] };
+let upstream: FakeUpstream;
+const dirs: string[] = [];
+
+beforeAll(async () => {
+  ensureBuilt();
+  upstream = await startFakeUpstream();
+}, 120_000);
+
+afterEach(async () => {
+  await killAll(perTest);
+  upstream.always.clear();
+});
+
+afterAll(async () => {
+  await upstream?.close();
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+function pausedUpstream(): () => void {
+  let release!: () => void;
+  upstream.always.set('gpt-slow', { kind: 'pause', until: new Promise<void>((r) => (release = r)) });
+  return release;
+}
+
+/** Polls until /readyz answers 503 (the signal is handled asynchronously). */
+async function readinessAfterSigterm(url: string): Promise<{ status: number; body: unknown }> {
+  const origin = new URL(url).origin;
+  for (let i = 0; i < 100; i++) {
+    const res = await fetch(`${origin}/readyz`);
+    const body = await res.json();
+    if (res.status === 503) return { status: res.status, body };
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  throw new Error('/readyz never turned 503');
+}
+
+describe('SIGTERM drains a real gateway process', () => {
+  it('readiness 503 at once, new requests refused in their envelope, the stream in flight completes, exit 0, ledger row written', async () => {
+    const gw = processGateway(upstream.url);
+    dirs.push(gw.dir);
+    const key = await cliKey(gw.dir, gw.file);
+    const { proc, url } = await startServe(['--config', gw.file], { cwd: gw.dir });
+    const origin = new URL(url).origin;
+    expect((await fetch(`${origin}/readyz`)).status).toBe(200);
+
+    const release = pausedUpstream();
+    const stream = await openStream(url, key, SLOW);
+    proc.child.kill('SIGTERM');
+    expect(await readinessAfterSigterm(url)).toEqual({ status: 503, body: { status: 'draining' } });
+    expect((await fetch(`${origin}/healthz`)).status).toBe(200); // liveness: still alive while draining
+
+    const chat = await post(`${url}/chat/completions`, key, { model: 'fake/gpt', messages: [{ role: 'user', content: 'new' }] });
+    expect(chat.status).toBe(503);
+    expect(chat.headers.get('connection')).toBe('close');
+    expect(chat.headers.get('retry-after')).toBe('1');
+    expect(chat.json.error).toMatchObject({ code: 503, metadata: { error_type: 'provider_unavailable', reason: 'shutting_down' } });
+    const messages = await post(`${url}/messages`, key, { model: 'fake/gpt', max_tokens: 10, messages: [{ role: 'user', content: 'new' }] });
+    expect(messages.status).toBe(503);
+    expect(messages.json).toMatchObject({ type: 'error', error: { type: 'api_error', error_type: 'provider_unavailable' } });
+    expect(upstream.received.filter((r) => r.body.messages?.[0]?.content === 'new')).toHaveLength(0);
+
+    // Still draining: the process waits for the stream.
+    await new Promise((r) => setTimeout(r, 200));
+    expect(proc.child.exitCode).toBeNull();
+    release();
+    const text = await within(stream.rest, 10_000, 'the stream to finish');
+    expect(text).toContain('upstream.');
+    expect(text).not.toContain('"finish_reason":"error"');
+    expect(text.trimEnd().endsWith('data: [DONE]')).toBe(true);
+    expect(await within(proc.exited, 10_000, 'the process to exit')).toBe(0);
+
+    const store = await openStore({ driver: 'sqlite', path: gw.db });
+    try {
+      expect(await store.getLedger(stream.id)).toMatchObject({ status: 'completed', completionTokens: 5, promptTokens: 10 });
+      expect(await store.listPendingLedger()).toEqual([]);
+    } finally {
+      await store.close();
+    }
+  }, 60_000);
+
+  it('at the drain timeout a stream still in flight ends with the in-band error; the process exits 0 with its ledger row', async () => {
+    const gw = processGateway(upstream.url, { server: 'drain_timeout_ms: 300' });
+    dirs.push(gw.dir);
+    const key = await cliKey(gw.dir, gw.file);
+    const { proc, url } = await startServe(['--config', gw.file], { cwd: gw.dir });
+    const release = pausedUpstream();
+    const stream = await openStream(url, key, SLOW);
+    const cutAt = Date.now();
+    proc.child.kill('SIGTERM');
+    const text = await within(stream.rest, 10_000, 'the stream to be cut');
+    expect(Date.now() - cutAt).toBeGreaterThanOrEqual(250);
+    expect(text).toContain('"finish_reason":"error"');
+    expect(text).toMatch(/"error":\{"code":503,"message":"The gateway shut down before the answer was complete"/);
+    expect(text.trimEnd().endsWith('data: [DONE]')).toBe(true);
+    expect(await within(proc.exited, 10_000, 'the process to exit')).toBe(0);
+    release();
+
+    const store = await openStore({ driver: 'sqlite', path: gw.db });
+    try {
+      const row = await store.getLedger(stream.id);
+      // Billed for what was relayed before the cut ("Hello from": 10 characters, ~3 tokens).
+      expect(row).toMatchObject({ status: 'failed', model: 'fake/slow' });
+      expect(row!.completionTokens).toBeGreaterThan(0);
+      expect(row!.costUsd).toBeGreaterThan(0);
+      expect(await store.listPendingLedger()).toEqual([]);
+    } finally {
+      await store.close();
+    }
+  }, 60_000);
+});

@@ -1,0 +1,36 @@
+import { describe, expect, it } from 'vitest';
+import { credentialsIn, withoutCredentials } from '../../src/providers/credentials';
+import { parseSse } from '../../src/providers/sse';
+
+/** Upstream answers that echo the credentials they were sent are scrubbed where they enter the gateway. */
+
+describe('credentials of an upstream call', () => {
+  it('takes credential headers (and the key of a Bearer value), skips other headers and short values', () => {
+    const found = credentialsIn({
+      authorization: 'Bearer sk-live-0123456789',
+      'x-api-key': 'sk-ant-abcdefghij',
+      'api-key': 'azure-key-123456',
+      'anthropic-version': '2023-06-01',
+      'content-type': 'application/json',
+      'x-token': 'short',
+    });
+    expect(found).toEqual(['Bearer sk-live-0123456789', 'sk-live-0123456789', 'sk-ant-abcdefghij', 'azure-key-123456']);
+  });
+
+  it('replaces every occurrence, leaving the rest of the text', () => {
+    const creds = credentialsIn({ authorization: 'Bearer sk-live-0123456789' });
+    const text = JSON.stringify({ error: { message: 'Incorrect API key provided: Bearer sk-live-0123456789', param: 'sk-live-0123456789' } });
+    expect(withoutCredentials(text, creds)).toBe(JSON.stringify({ error: { message: 'Incorrect API key provided: [redacted]', param: '[redacted]' } }));
+    expect(withoutCredentials('nothing to hide', creds)).toBe('nothing to hide');
+  });
+
+  it('parseSse scrubs whole events, so a key split across chunks is caught', async () => {
+    async function* chunks() {
+      yield 'data: {"error":{"message":"bad key sk-live-01';
+      yield '23456789"}}\n\ndata: {"ok":true}\n\n';
+    }
+    const events = [];
+    for await (const ev of parseSse(chunks(), ['sk-live-0123456789'])) events.push(ev);
+    expect(events).toEqual([{ data: '{"error":{"message":"bad key [redacted]"}}' }, { data: '{"ok":true}' }]);
+  });
+});

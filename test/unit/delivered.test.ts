@@ -1,0 +1,36 @@
+import { describe, expect, it } from 'vitest';
+import { DIALECTS } from '../../src/dialects';
+import type { FinishInfo } from '../../src/dialects/types';
+import { billedByDelivery, outputChars } from '../../src/spend/delivered';
+
+const info: FinishInfo = {
+  generationId: 'gen-1', model: 'm', provider: 'p', isByok: false, clientWantsUsage: false,
+  costOf: (u) => (u.inputTokens * 1 + u.outputTokens * 2) / 1e6,
+};
+const chunk = (delta: Record<string, unknown>) => ({ data: JSON.stringify({ id: 'x', model: 'u', choices: [{ index: 0, delta, finish_reason: null }] }) });
+
+describe('billing a stream by what was delivered', () => {
+  it('counts output text in chat chunks and messages deltas, escapes included, nothing else', () => {
+    expect(outputChars('chat_completions', chunk({ content: 'Hello "you"' }))).toBe(13);
+    expect(outputChars('chat_completions', chunk({ role: 'assistant', content: '' }))).toBe(0);
+    expect(outputChars('chat_completions', chunk({ tool_calls: [{ index: 0, function: { arguments: '{"a":1}' } }] }))).toBe(9);
+    expect(outputChars('messages', { event: 'content_block_delta', data: '{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi\\\\"}}' })).toBe(4);
+    expect(outputChars('messages', { event: 'message_start', data: '{"message":{"content":[],"text":"not output"}}' })).toBe(0);
+  });
+
+  it('a chat stream cut before its usage chunk is billed for the relayed text; a finished one keeps the reported usage', () => {
+    const body = { model: 'm', messages: [{ role: 'user', content: 'hello there' }] };
+    const cut = billedByDelivery(DIALECTS.chat_completions.streamRewriter(info), { dialect: 'chat_completions', info, body });
+    cut.rewrite(chunk({ content: 'abcdefghij' }));
+    expect(cut.usage()).toMatchObject({ outputTokens: 3 });
+    expect(cut.usage()!.inputTokens).toBeGreaterThan(0);
+    expect(cut.cost()).toBeCloseTo((cut.usage()!.inputTokens + 6) / 1e6, 12);
+
+    const done = billedByDelivery(DIALECTS.chat_completions.streamRewriter(info), { dialect: 'chat_completions', info, body });
+    done.rewrite(chunk({ content: 'abcdefghij'.repeat(10) }));
+    done.rewrite({ data: JSON.stringify({ id: 'x', model: 'u', choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] }) });
+    done.rewrite({ data: JSON.stringify({ id: 'x', model: 'u', choices: [], usage: { prompt_tokens: 7, completion_tokens: 20 } }) });
+    done.end();
+    expect(done.usage()).toMatchObject({ inputTokens: 7, outputTokens: 20 });
+  });
+});

@@ -1,0 +1,76 @@
+import { describe, expect, it } from 'vitest';
+import { hasLoneSurrogate, jsonDepthExceeds } from '../../src/routes/json-checks';
+import { jsonDepthExceeds as parsedDepthExceeds } from '../../src/validation/json-depth';
+
+describe('jsonDepthExceeds (raw text scan)', () => {
+  it('counts nesting of arrays and objects, {} being depth 1', () => {
+    expect(jsonDepthExceeds('{}', 1)).toBe(false);
+    expect(jsonDepthExceeds('{"a":[1]}', 1)).toBe(true);
+    expect(jsonDepthExceeds('{"a":[1]}', 2)).toBe(false);
+    expect(jsonDepthExceeds('[[[1]],[[2]]]', 3)).toBe(false);
+    expect(jsonDepthExceeds('[[[1]],[[[2]]]]', 3)).toBe(true);
+    expect(jsonDepthExceeds('"just a string"', 0)).toBe(false);
+    expect(jsonDepthExceeds('17', 0)).toBe(false);
+  });
+
+  it('ignores brackets inside strings, including after escaped quotes and escaped backslashes', () => {
+    expect(jsonDepthExceeds(JSON.stringify({ a: '[[[[[[{{{{' }), 1)).toBe(false);
+    expect(jsonDepthExceeds(JSON.stringify({ a: 'say \\"[[[[" ok' }), 1)).toBe(false);
+    expect(jsonDepthExceeds(JSON.stringify({ a: 'ends in a backslash \\', b: '[[[[' }), 1)).toBe(false);
+    expect(jsonDepthExceeds(JSON.stringify({ a: '\\\\\\"', b: ['[['] }), 1)).toBe(true);
+    expect(jsonDepthExceeds(JSON.stringify({ a: '\\\\\\"', b: ['[['] }), 2)).toBe(false);
+    expect(jsonDepthExceeds(JSON.stringify({ '[[[': { '{{{': 1 } }), 2)).toBe(false);
+  });
+
+  it('agrees with the walk over the parsed value on generated bodies', () => {
+    const samples: unknown[] = [
+      { model: 'x', messages: [{ role: 'user', content: [{ type: 'text', text: 'a "quoted" [b] {c} \\ d' }] }] },
+      { tools: [{ input_schema: { type: 'object', properties: { a: { type: 'array', items: { type: 'object' } } } } }] },
+      [[], {}, [[{}]], '"]]]"', ['\\'], { '\\"': ['{'] }],
+    ];
+    for (const v of samples) {
+      const text = JSON.stringify(v);
+      for (let max = 0; max <= 8; max++) expect(jsonDepthExceeds(text, max), `${text} @${max}`).toBe(parsedDepthExceeds(v, max));
+    }
+  });
+
+  it('leaves malformed text to JSON.parse (an unterminated string is not "too deep")', () => {
+    expect(jsonDepthExceeds('{"a": "[[[[[[', 2)).toBe(false);
+    expect(jsonDepthExceeds(']]]]][[', 3)).toBe(false);
+  });
+
+  it('answers a 100k-deep body fast and without recursion', () => {
+    const deep = '['.repeat(100_000) + ']'.repeat(100_000);
+    const t = performance.now();
+    expect(jsonDepthExceeds(deep, 100)).toBe(true);
+    const unclosed = '{"a":'.repeat(100_000);
+    expect(jsonDepthExceeds(unclosed, 100)).toBe(true);
+    expect(performance.now() - t).toBeLessThan(50);
+  });
+
+  it('scans a 10 MB body that is mostly one string quickly', () => {
+    const big = JSON.stringify({ model: 'x', messages: [{ role: 'user', content: 'a\\"b'.repeat(2_500_000) }] });
+    const t = performance.now();
+    expect(jsonDepthExceeds(big, 3)).toBe(false);
+    expect(performance.now() - t).toBeLessThan(500);
+  });
+});
+
+describe('hasLoneSurrogate', () => {
+  const check = (text: string) => hasLoneSurrogate(text, JSON.parse(text));
+
+  it('finds a lone high or low surrogate escape in a value or a key', () => {
+    expect(check('{"a":"x\\ud800y"}')).toBe(true);
+    expect(check('{"a":"\\uDFFF"}')).toBe(true);
+    expect(check('{"a":["ok","\\udc00"]}')).toBe(true);
+    expect(check('{"\\ud83d":1}')).toBe(true);
+    expect(check('{"a":"\\ude00\\ud83d"}')).toBe(true); // reversed pair
+  });
+
+  it('accepts paired surrogates, other escapes, and an escaped backslash followed by "ud800"', () => {
+    expect(check('{"a":"\\ud83d\\ude00"}')).toBe(false);
+    expect(check('{"a":"\\u00e9\\u65e5"}')).toBe(false);
+    expect(check('{"a":"\\\\ud800"}')).toBe(false);
+    expect(check(JSON.stringify({ a: 'plain 😀 text' }))).toBe(false);
+  });
+});
