@@ -10,7 +10,7 @@ import { GatewayMetrics } from '../src/telemetry/metrics';
 
 const N = 2_000_000;
 const config = parseConfigText('providers: [{ id: local, kind: simulated }]\nmodels: [{ id: sim/chat, endpoints: [{ provider: local, upstream_model: sim-1 }] }]\npipelines: { default: [auth, validate, upstream] }\n', { registry });
-const metrics = new GatewayMetrics({ health: new EndpointHealth(), inFlightHolds: () => 0, config: () => config });
+const metrics = new GatewayMetrics({ health: new EndpointHealth(), inFlightHolds: () => 0, requestsInFlight: () => 0, config: () => config });
 
 function run(record: boolean): number {
   const t0 = performance.now();

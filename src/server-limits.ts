@@ -77,6 +77,8 @@ export class InFlightLimit {
   constructor(
     private readonly max: number,
     private readonly retryAfterS = 1,
+    /** Told of each refusal (the metrics count them). */
+    private readonly onRefused: () => void = () => undefined,
   ) {}
 
   /** Requests being served now. */
@@ -95,6 +97,7 @@ export class InFlightLimit {
         ctx.status = statusFor(e, style);
         ctx.set(e.headers!);
         ctx.body = errorBody(e, style, null);
+        this.onRefused();
         return;
       }
       this.count++;

@@ -109,7 +109,12 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     : null;
   // One registry per gateway; the gauges read health, holds and the current config at scrape time.
   const metrics = options.config.server.metrics.enabled
-    ? new GatewayMetrics({ health, inFlightHolds: () => spend.inFlightHolds(), config: (): GatewayConfig => current.config })
+    ? new GatewayMetrics({
+        health,
+        inFlightHolds: () => spend.inFlightHolds(),
+        requestsInFlight: () => inFlight.inFlight,
+        config: (): GatewayConfig => current.config,
+      })
     : null;
   const build = (config: GatewayConfig) =>
     buildRuntime({ config, registry, store, ledger, keys, health, sticky, tracer, logger, hashUser, state, spend, rateLimits, byok, presets, metrics, journal, drain });
@@ -136,7 +141,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   });
 
   // Counts requests across reloads; server.* limits take effect at start (README "Edge limits").
-  const inFlight = new InFlightLimit(options.config.server.max_in_flight);
+  const inFlight = new InFlightLimit(options.config.server.max_in_flight, 1, () => metrics?.overloadRefused());
   const serve = (spec: EndpointSpec) => inFlight.around(spec.style, endpoint(spec, runtime));
   const router = new Router({ prefix: options.config.server.base_path || undefined });
   router.post('/messages', serve({ id: 'messages', style: 'messages', readsBody: true }));

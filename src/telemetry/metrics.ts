@@ -10,6 +10,8 @@ export interface MetricsSources {
   health: EndpointHealth;
   /** Spend holds this process took and has not released yet. */
   inFlightHolds(): number;
+  /** Requests the endpoints are serving now (server.max_in_flight counts the same). */
+  requestsInFlight(): number;
   config(): GatewayConfig;
 }
 
@@ -69,6 +71,7 @@ export class GatewayMetrics {
   private readonly endpoints = new Map<string, EndpointChildren>();
   private readonly attempts = new Map<string, Map<string, CounterChild>>();
   private readonly rejections = new Map<string, CounterChild>();
+  private readonly overloadTotal: Counter;
 
   constructor(sources: MetricsSources) {
     const registers = [this.registry];
@@ -110,6 +113,19 @@ export class GatewayMetrics {
       labelNames: ['endpoint'],
       buckets: TTFT_BUCKETS,
       registers,
+    });
+    this.overloadTotal = new Counter({
+      name: 'gateway_overload_refusals_total',
+      help: 'Requests refused at once because server.max_in_flight requests were being served (503, 529 on /messages).',
+      registers,
+    });
+    new Gauge({
+      name: 'gateway_requests_in_flight',
+      help: 'Requests the endpoints are serving now (streams until their last event).',
+      registers,
+      collect() {
+        this.set(sources.requestsInFlight());
+      },
     });
     new Gauge({
       name: 'gateway_in_flight_holds',
@@ -166,6 +182,11 @@ export class GatewayMetrics {
       const reason = rejectionReason(r.error);
       if (reason) this.rejection(reason, r.status);
     }
+  }
+
+  /** Records a request refused by the in-flight ceiling (it never reaches an endpoint, so `request()` misses it). */
+  overloadRefused(): void {
+    this.overloadTotal.inc();
   }
 
   /** Records one upstream call's outcome: `success`, or the error_type it failed with. */

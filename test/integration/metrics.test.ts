@@ -137,6 +137,23 @@ describe('GET /metrics', () => {
     expect(sample((await scrape(g)).lines, 'gateway_in_flight_holds')).toBe(0);
   });
 
+  it('shows the requests in flight, and counts the refusals of server.max_in_flight', async () => {
+    const g = await t.start({ yaml: yaml('max_in_flight: 1') });
+    await credit(g, 50);
+    let release!: () => void;
+    t.upstream.always.set('gpt-upstream', { kind: 'hold', until: new Promise<void>((r) => (release = r)) });
+    const running = post(`${g.url}/chat/completions`, g.key, chat({ model: 'fake/gpt' }));
+    await expect.poll(() => t.upstream.received.length).toBe(1);
+    const refused = await post(`${g.url}/messages`, g.key, { model: 'fake/claude', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] });
+    expect(refused.status).toBe(529);
+    const during = await scrape(g);
+    expect(sample(during.lines, 'gateway_requests_in_flight')).toBe(1);
+    expect(sample(during.lines, 'gateway_overload_refusals_total')).toBe(1);
+    release();
+    await running;
+    expect(sample((await scrape(g)).lines, 'gateway_requests_in_flight')).toBe(0);
+  });
+
   it('two gateways in one process keep their own numbers', async () => {
     const a = await t.start({ yaml: yaml('metrics: { enabled: true }') });
     const b = await startTestGateway({ yaml: testConfigYaml(t.upstream.url) });
