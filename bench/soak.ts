@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import Database from 'better-sqlite3';
-import { Agent, request } from 'undici';
+import { Agent, request, WebSocket } from 'undici';
 import { round } from './load';
 import { pinTo, rssMiB, startNode, type Started } from './processes';
 
@@ -15,7 +15,8 @@ import { pinTo, rssMiB, startNode, type Started } from './processes';
  * spend stages, OTLP export on) with a fixed mix of faults: 60 % normal streams (chat and messages), 10 %
  * an upstream that dies mid-stream, 10 % a first endpoint that fails and a fallback that serves, 20 % a
  * client that disconnects after the first chunk. After a warm-up, and after each round, with the gateway
- * idle: its RSS, V8 heap and active handles (from /metrics), open file descriptors, and open connections
+ * idle: its RSS, live V8 heap (after a full GC forced through the inspector), active handles (from
+ * /metrics), open file descriptors, and open connections
  * to the upstream (the pool). Reports the slope of each over the rounds (growth per 1,000 requests) and,
  * after a graceful stop, whether the ledger has exactly one row per request.
  */
@@ -39,6 +40,7 @@ const MIX: Kind[] = ['chat', 'messages', 'chat', 'messages', 'chat', 'messages',
 interface Sample {
   afterRequests: number;
   rssMiB: number;
+  /** The live heap: V8's used heap right after a forced full GC (through the inspector). */
   heapUsedMiB: number | null;
   activeHandles: number | null;
   openFds: number;
@@ -64,8 +66,10 @@ async function main(): Promise<void> {
     const cli = (...args: string[]) => execFileSync(process.execPath, [MAIN, ...args, '--config', config], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
     const key = cli('keys', 'create', '--name', 'soak', '--limit', '100000', '--limit-reset', 'monthly');
     cli('credits', 'add', '--account', 'default', '--usd', '100000');
-    const gw = await startNode([MAIN, 'serve', '--config', config], { pin: serverPin, ready: /listening on http:\/\/[\d.]+:(\d+)/, logFile: path.join(tmp, 'gateway.log') });
+    // The inspector (loopback only) lets the soak force a full GC before reading the live heap.
+    const gw = await startNode(['--inspect=127.0.0.1:0', MAIN, 'serve', '--config', config], { pin: serverPin, ready: /listening on http:\/\/[\d.]+:(\d+)/, logFile: path.join(tmp, 'gateway.log') });
     procs.push(gw);
+    const inspector = await connectInspector(/Debugger listening on (ws:\/\/\S+)/.exec(gw.output())![1]);
     const origin = `http://127.0.0.1:${gw.match[1]}`;
     const agent = new Agent({ connections: concurrency, keepAliveTimeout: 30_000 });
     const tally = new Map<string, number>();
@@ -87,10 +91,11 @@ async function main(): Promise<void> {
     const sample = async (): Promise<Sample> => {
       await new Promise((r) => setTimeout(r, 1500)); // idle: pooled sockets settle, timers fire
       const metrics = await readMetrics(origin);
+      const live = await inspector.liveHeapBytes();
       return {
         afterRequests: sent,
         rssMiB: rssMiB(gw.child.pid),
-        heapUsedMiB: metrics.nodejs_heap_size_used_bytes !== undefined ? round(metrics.nodejs_heap_size_used_bytes / 2 ** 20, 1) : null,
+        heapUsedMiB: round(live / 2 ** 20, 1),
         activeHandles: metrics.nodejs_active_handles_total ?? null,
         openFds: openFds(gw.child.pid),
         upstreamSockets: establishedTo(upstreamPort),
@@ -108,6 +113,7 @@ async function main(): Promise<void> {
       log(`round ${r + 1}: ${JSON.stringify(samples.at(-1))}`);
     }
     await agent.close();
+    inspector.close();
     await gw.stop(); // SIGTERM: the gateway drains and flushes its ledger
     const rows = ledgerRows(path.join(tmp, 'gateway.db'));
     const report = render({ before, samples, tally, rows, sent, concurrency, warmup });
@@ -181,6 +187,36 @@ pipelines:
 `;
 }
 
+/**
+ * A DevTools protocol session with the gateway process: `liveHeapBytes()` forces a full garbage collection
+ * and returns the heap in use after it, so growth is live objects, not garbage V8 has not collected yet.
+ */
+async function connectInspector(url: string): Promise<{ liveHeapBytes(): Promise<number>; close(): void }> {
+  const ws = new WebSocket(url);
+  await new Promise<void>((resolve, reject) => {
+    ws.onopen = () => resolve();
+    ws.onerror = () => reject(new Error(`inspector at ${url} did not open`));
+  });
+  let id = 0;
+  const waiting = new Map<number, (result: Record<string, unknown>) => void>();
+  ws.onmessage = (ev) => {
+    const msg = JSON.parse(String(ev.data)) as { id?: number; result?: Record<string, unknown> };
+    if (msg.id !== undefined) waiting.get(msg.id)?.(msg.result ?? {});
+  };
+  const call = (method: string) =>
+    new Promise<Record<string, unknown>>((resolve) => {
+      waiting.set(++id, resolve);
+      ws.send(JSON.stringify({ id, method }));
+    });
+  return {
+    async liveHeapBytes() {
+      await call('HeapProfiler.collectGarbage');
+      return Number((await call('Runtime.getHeapUsage')).usedSize);
+    },
+    close: () => ws.close(),
+  };
+}
+
 /** The gauges of a Prometheus text page (name → value of the unlabelled series). */
 async function readMetrics(origin: string): Promise<Record<string, number>> {
   try {
@@ -250,16 +286,16 @@ function render(input: { before: Sample; samples: Sample[]; tally: Map<string, n
   const series = (f: (s: Sample) => number | null) => samples.filter((s) => f(s) !== null).map((s) => [s.afterRequests, f(s)!] as [number, number]);
   const slopes = {
     rssMiB: round(slopePer1000(series((s) => s.rssMiB)), 3),
-    heapUsedMiB: samples[0].heapUsedMiB === null ? null : round(slopePer1000(series((s) => s.heapUsedMiB)), 3),
+    heapUsedMiB: round(slopePer1000(series((s) => s.heapUsedMiB)), 3),
     activeHandles: samples[0].activeHandles === null ? null : round(slopePer1000(series((s) => s.activeHandles)), 3),
     openFds: round(slopePer1000(series((s) => s.openFds)), 3),
   };
   const first = samples[0];
   const last = samples.at(-1)!;
-  // "No growth" after warm-up: the heap (or RSS without metrics) grows less than 0.5 MiB per 1,000 requests,
+  // "No growth" after warm-up: the live heap (after a forced full GC) grows less than 0.5 MiB per 1,000 requests,
   // handles and descriptors end where they were after warm-up (±5), and the upstream pool stays within the
   // number of concurrent requests.
-  const heapOk = slopes.heapUsedMiB === null ? slopes.rssMiB < 0.5 : slopes.heapUsedMiB < 0.5;
+  const heapOk = slopes.heapUsedMiB < 0.5;
   // Descriptors other than the upstream pool's sockets (which may still grow towards the pool size).
   const others = (s: Sample) => s.openFds - s.upstreamSockets;
   const handlesOk =
@@ -272,7 +308,7 @@ function render(input: { before: Sample; samples: Sample[]; tally: Map<string, n
   const md = [
     `# Soak: ${sent} streaming requests, ${input.concurrency} concurrent (${new Date().toISOString()}, Node ${process.version}, ${os.cpus().length} cores)`,
     '',
-    '| after requests | RSS MiB | heap used MiB | active handles | open fds | upstream sockets |',
+    '| after requests | RSS MiB | live heap MiB (after full GC) | active handles | open fds | upstream sockets |',
     '|---:|---:|---:|---:|---:|---:|',
     `| 0 (start) | ${before.rssMiB} | ${cell(before.heapUsedMiB)} | ${cell(before.activeHandles)} | ${before.openFds} | ${before.upstreamSockets} |`,
     ...samples.map((s, i) => `| ${s.afterRequests}${i === 0 ? ' (warm-up)' : ''} | ${s.rssMiB} | ${cell(s.heapUsedMiB)} | ${cell(s.activeHandles)} | ${s.openFds} | ${s.upstreamSockets} |`),
