@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ERROR_STATUS, type ErrorType } from '../../src/errors/gateway-error';
 import { messagesErrorType } from '../../src/errors/envelope';
 import { hasLoneSurrogate } from '../../src/routes/json-checks';
-import { jsonDepthExceeds } from '../../src/validation/json-depth';
+import { jsonDepthExceeds } from '../fixtures/json-depth';
 import { startFakeUpstream, type FakeUpstream } from '../fixtures/fake-upstream';
 import { startTestGateway, testConfigYaml, type TestGateway } from '../fixtures/gateway';
 

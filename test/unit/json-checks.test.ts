@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { hasLoneSurrogate, jsonDepthExceeds } from '../../src/routes/json-checks';
-import { jsonDepthExceeds as parsedDepthExceeds } from '../../src/validation/json-depth';
+import { jsonDepthExceeds as parsedDepthExceeds } from '../fixtures/json-depth';
 
 describe('jsonDepthExceeds (raw text scan)', () => {
   it('counts nesting of arrays and objects, {} being depth 1', () => {
