@@ -123,7 +123,8 @@ function adopt(state: GatewayState, last: GatewayState, loop: { usage: (Normaliz
 /** Why the loop stops after this turn's calls, or null to go on. */
 function stopReason(stopWhen: StopCondition[] | null, loop: { turns: number; executed: number; cost: (number | null)[] }, limit: number, config: WebFetchConfig, calls: Call[]): string | null {
   if (loop.executed >= limit) return 'tool_call_limit';
-  if (loop.turns >= config.max_steps) return 'max_steps';
+  // The final turn (tools off) is the max_steps-th.
+  if (loop.turns >= config.max_steps - 1) return 'max_steps';
   for (const c of stopWhen ?? []) {
     if (c.type === 'step_count_is' && loop.turns >= c.step_count) return 'step_count_is';
     if (c.type === 'max_cost' && (addCost(loop.cost) ?? 0) >= c.max_cost_in_dollars) return 'max_cost';

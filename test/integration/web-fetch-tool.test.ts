@@ -148,6 +148,20 @@ describe('gateway:web_fetch server tool (URLs the model asks for)', () => {
     expect(r.json.content.at(-1)).toMatchObject({ type: 'tool_use', name: 'web_fetch' });
   });
 
+  it('max_steps bounds the model turns in all, the last one without tools, even when the request sets its own stop rules', async () => {
+    const g = await t.start({ yaml: yaml('{ max_steps: 3 }'), registry: testRegistry() });
+    const url = `${pagesUrl}/second`;
+    t.upstream.scripts.set('claude-upstream', [1, 2, 3].map(() => messagesCalls([{ name: 'web_fetch', input: { url } }])));
+    const r = await post(`${g.url}/messages`, g.key, {
+      model: 'fake/claude', max_tokens: 50, tools: [SERVER_TOOL], stop_server_tools_when: [{ type: 'max_cost', max_cost_in_dollars: 100 }],
+      messages: [{ role: 'user', content: 'Read it again and again.' }],
+    }, META);
+    expect(r.status).toBe(200);
+    expect(t.upstream.received).toHaveLength(3);
+    expect(t.upstream.received.map((x) => x.body.tool_choice)).toEqual([undefined, undefined, { type: 'none' }]);
+    expect(r.json.gateway_metadata.pipeline.at(-1).data.tool_loop).toMatchObject({ turns: 3, tool_calls_executed: 2, stopped_by: 'max_steps' });
+  });
+
   it('an answer that also calls a client tool goes to the client without the web_fetch call, and nothing is fetched', async () => {
     const g = await t.start({ yaml: yaml(), registry: testRegistry() });
     const before = pageHits;
