@@ -162,6 +162,20 @@ describe('gateway:web_fetch server tool (URLs the model asks for)', () => {
     expect(r.json.gateway_metadata.pipeline.at(-1).data.tool_loop).toMatchObject({ turns: 3, tool_calls_executed: 2, stopped_by: 'max_steps' });
   });
 
+  it('stop_server_tools_when max_cost: once the turns so far cost that much, the next turn is the last, without tools', async () => {
+    const g = await t.start({ yaml: yaml(), registry: testRegistry() });
+    const url = `${pagesUrl}/second`;
+    t.upstream.scripts.set('claude-upstream', [messagesCalls([{ name: 'web_fetch', input: { url } }]), messagesCalls([{ name: 'web_fetch', input: { url } }])]);
+    const r = await post(`${g.url}/messages`, g.key, {
+      model: 'fake/claude', max_tokens: 50, tools: [SERVER_TOOL], stop_server_tools_when: [{ type: 'max_cost', max_cost_in_dollars: 1e-9 }],
+      messages: [{ role: 'user', content: 'Read it.' }],
+    }, META);
+    expect(r.status).toBe(200);
+    expect(t.upstream.received.map((x) => x.body.tool_choice)).toEqual([undefined, { type: 'none' }]);
+    expect(r.json.gateway_metadata.pipeline.at(-1).data.tool_loop).toMatchObject({ turns: 2, stopped_by: 'max_cost' });
+    expect(r.json.usage.cost).toBeGreaterThan(1e-9);
+  });
+
   it('an answer that also calls a client tool goes to the client without the web_fetch call, and nothing is fetched', async () => {
     const g = await t.start({ yaml: yaml(), registry: testRegistry() });
     const before = pageHits;
