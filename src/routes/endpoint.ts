@@ -80,6 +80,12 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       // Cut at the drain timeout: the caller sees why (not the "client closed" the abort makes of it).
       const e = shutdownCut(abort.signal) ?? toGatewayError(err);
       error = e;
+      // A stream a later stage refused before any byte was written: stop the provider's stream now (unread,
+      // it would run on and hold a pooled connection); the request was not served.
+      if (state?.response?.kind === 'sse' && !ctx.res.headersSent) {
+        abort.abort();
+        if (state.outcome === 'completed') state.outcome = 'failed';
+      }
       if (e.errorType === 'server') runtime.services.logger.error({ err: e.cause ?? e, path: ctx.path }, 'unexpected error');
       const style = spec.style;
       ctx.status = statusFor(e, style);

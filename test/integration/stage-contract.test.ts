@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { STAGES } from '../../plugins';
 import type { SseEvent, StageDefinition } from '../../src/pipeline/types';
+import { GatewayError } from '../../src/errors/gateway-error';
+import { startFakeUpstream } from '../fixtures/fake-upstream';
 import { post, sseEvents, startTestGateway, testConfigYaml, type TestGateway } from '../fixtures/gateway';
 
 /**
@@ -71,6 +73,36 @@ describe('secrets stay out of logs', () => {
     expect(all).toContain('"msg":"request"');
     for (const secret of [gw.key, gw.managementKey, 'sk-gw-v1-wrong-key-for-logging-test', 'sk-upstream-openai-secret', 'sk-upstream-anthropic-secret']) {
       expect(all).not.toContain(secret);
+    }
+  });
+});
+
+describe('a stage that refuses a stream after upstream answered', () => {
+  const refuse: StageDefinition<Record<string, never>> = {
+    id: 'refuse-after',
+    configSchema: { type: 'object', additionalProperties: false },
+    create() {
+      return async (_ctx, next) => {
+        await next();
+        throw new GatewayError('invalid_request', 'refused after the answer');
+      };
+    },
+  };
+
+  it('gets its error answer, and the provider stream it never read is closed at once (no pooled connection held)', async () => {
+    const upstream = await startFakeUpstream();
+    const registry = new Map([...STAGES, refuse].map((s) => [s.id, s]));
+    const g = await startTestGateway({ registry, yaml: testConfigYaml(upstream.url, '[auth, validate, refuse-after, upstream]') });
+    try {
+      upstream.faults.push({ kind: 'stall' }); // a few events, then the connection stays open
+      const r = await post(`${g.url}/messages`, g.key, { model: 'fake/claude', max_tokens: 20, stream: true, messages: [{ role: 'user', content: 'hi' }] });
+      expect(r.status).toBe(400);
+      expect(r.json).toMatchObject({ type: 'error', error: { message: 'refused after the answer' } });
+      await expect.poll(() => upstream.abandoned()).toBe(1);
+      expect(await g.ledgerRow(r.json.request_id)).toMatchObject({ status: 'failed' });
+    } finally {
+      await g.close();
+      await upstream.close();
     }
   });
 });
