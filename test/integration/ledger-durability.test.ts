@@ -1,4 +1,6 @@
+import { randomBytes } from 'node:crypto';
 import { rmSync } from 'node:fs';
+import { Client } from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { openStore } from '../../src/store';
 import { ensureBuilt, killAll, perTest, startServe, within } from '../fixtures/cli';
@@ -69,9 +71,50 @@ describe('streams cut short are billed for what was delivered', () => {
   });
 });
 
-describe('kill -9 with requests in flight', () => {
+const PG_URL = process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const pgSchemas: string[] = [];
+
+afterAll(async () => {
+  if (pgSchemas.length === 0) return;
+  const pg = new Client({ connectionString: PG_URL });
+  await pg.connect();
+  for (const schema of pgSchemas) await pg.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+  await pg.end();
+});
+
+/** The store a test's processes share, its YAML, and the generation ids of a key's ledger rows, read directly. */
+function storeFor(driver: 'sqlite' | 'postgres', db: () => string) {
+  const schema = `gw_kill_${randomBytes(6).toString('hex')}`;
+  if (driver === 'postgres') pgSchemas.push(schema);
+  return {
+    yaml: driver === 'postgres' ? `{ driver: postgres, url: '${PG_URL}', schema: ${schema} }` : undefined,
+    open: () => (driver === 'postgres' ? openStore({ driver: 'postgres', url: PG_URL, schema, pool_max: 2 } as never) : openStore({ driver: 'sqlite', path: db() })),
+    async ledgerIds(keyId: string): Promise<string[]> {
+      if (driver === 'postgres') {
+        const pg = new Client({ connectionString: PG_URL });
+        await pg.connect();
+        try {
+          return (await pg.query(`SELECT generation_id FROM ${schema}.ledger WHERE key_id = $1`, [keyId])).rows.map((r) => r.generation_id as string);
+        } finally {
+          await pg.end();
+        }
+      }
+      const sqlite = (await import('better-sqlite3')).default(db(), { readonly: true });
+      try {
+        return (sqlite.prepare('SELECT generation_id FROM ledger WHERE key_id = ?').all(keyId) as { generation_id: string }[]).map((r) => r.generation_id);
+      } finally {
+        sqlite.close();
+      }
+    },
+  };
+}
+
+describe.each(['sqlite', 'postgres'] as const)('kill -9 with requests in flight (%s store)', (driver) => {
   it('after a restart on the same store, every request has exactly one ledger row: completed ones as written, in-flight ones interrupted', async () => {
-    const gw = processGateway(upstream.url, { extra: 'spend: { hold_ttl_ms: 1000 }\n' });
+    let dbFile = '';
+    const target = storeFor(driver, () => dbFile);
+    const gw = processGateway(upstream.url, { extra: 'spend: { hold_ttl_ms: 1000 }\n', storage: target.yaml });
+    dbFile = gw.db;
     dirs.push(gw.dir);
     const key = await cliKey(gw.dir, gw.file);
     const first = await startServe(['--config', gw.file], { cwd: gw.dir });
@@ -93,7 +136,7 @@ describe('kill -9 with requests in flight', () => {
     expect(await within(first.proc.exited, 10_000, 'kill -9')).toBeNull();
     release();
 
-    const store = await openStore({ driver: 'sqlite', path: gw.db });
+    const store = await target.open();
     try {
       // What the dead process left: the pending rows of the requests in flight, no ledger rows for them.
       expect((await store.listPendingLedger()).map((p) => p.generationId).sort()).toEqual([...inFlight].sort());
@@ -108,13 +151,7 @@ describe('kill -9 with requests in flight', () => {
       const totals = await store.usageForKey(keyId);
       expect(totals.usage).toBeCloseTo(3 * ((10 * 1 + 5 * 2) / 1e6), 12); // interrupted rows add nothing
       // Exactly one row per generation id, and no other rows for the key.
-      const db = (await import('better-sqlite3')).default(gw.db, { readonly: true });
-      try {
-        const rows = db.prepare('SELECT generation_id FROM ledger WHERE key_id = ?').all(keyId) as { generation_id: string }[];
-        expect(rows.map((r) => r.generation_id).sort()).toEqual([...done, ...inFlight].sort());
-      } finally {
-        db.close();
-      }
+      expect((await target.ledgerIds(keyId)).sort()).toEqual([...done, ...inFlight].sort());
       expect(await second.proc.stop()).toBe(0);
     } finally {
       await store.close();
