@@ -47,7 +47,6 @@ export async function runToolLoop(input: ToolLoopInput): Promise<GatewayResponse
   const body: Obj = { ...original, tools: toolsForModel(dialect, original.tools as unknown[], tool.index), messages: [...(original.messages as unknown[])], stream: false };
   delete body.stream_options;
   const loop = { turns: 0, requested: 0, executed: 0, usage: [] as (NormalizedUsage | null)[], cost: [] as (number | null)[], stoppedBy: 'answer' as string };
-  const summary: PipelineRecord = { type: 'web-fetch', name: 'web-fetch', summary: '', data: {} };
   let finalTurn = false;
   let answer: Obj;
   let last: GatewayState;
@@ -87,8 +86,12 @@ export async function runToolLoop(input: ToolLoopInput): Promise<GatewayResponse
     }
   }
   adopt(state, last, loop, last.outcome);
-  summary.summary = `${loop.turns} model turn(s), ${loop.executed} of ${loop.requested} web_fetch call(s) run; ended by ${loop.stoppedBy}`;
-  summary.data = { tool_loop: { turns: loop.turns, tool_calls_requested: loop.requested, tool_calls_executed: loop.executed, stopped_by: loop.stoppedBy } };
+  const summary: PipelineRecord = {
+    type: 'web-fetch',
+    name: 'web-fetch',
+    summary: `${loop.turns} model turn(s), ${loop.executed} of ${loop.requested} web_fetch call(s) run; ended by ${loop.stoppedBy}`,
+    data: { tool_loop: { turns: loop.turns, tool_calls_requested: loop.requested, tool_calls_executed: loop.executed, stopped_by: loop.stoppedBy } },
+  };
   state.pipeline.push(summary);
   state.span.setAttribute('gateway.web_fetch.tool_turns', loop.turns);
   state.span.setAttribute('gateway.web_fetch.tool_calls', loop.executed);
