@@ -7,10 +7,17 @@ export type Fetched = { url: string; text: string; truncated: boolean; record: P
 /** One URL that could not be fetched (refused by the address policy or failed), with its pipeline record. */
 export type Failed = { url: string; error: FetchRefused; record: PipelineRecord };
 
+/** A web-fetch pipeline record (`gateway_metadata.pipeline`) for one URL. */
 export function record(url: string, outcome: string, summary: string, data: Record<string, unknown> = {}): PipelineRecord {
   return { type: 'web-fetch', name: 'web-fetch', summary, data: { url, outcome, ...data } };
 }
 
+/**
+ * Fetches one URL through the SSRF-safe fetcher within the operator's caps, as prompt text cut to
+ * `max_chars`; never throws (a refusal or failure is a result with its record).
+ *
+ * @example const r = await fetchOne('https://example.com/', config, {}, state.signal); if ('text' in r) use(r.text);
+ */
 export async function fetchOne(url: string, config: WebFetchConfig, overrides: WebFetchFetcherOverrides, signal: AbortSignal): Promise<Fetched | Failed> {
   try {
     const doc = await safeFetch(url, {
@@ -34,6 +41,7 @@ export async function fetchOne(url: string, config: WebFetchConfig, overrides: W
   }
 }
 
+/** The text the model reads for a fetched page: `Content of <url>:` then the page text. */
 export function blockText(f: Fetched): string {
   return `Content of ${f.url}:\n${f.text}${f.truncated ? '\n[truncated]' : ''}`;
 }
