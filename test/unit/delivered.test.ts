@@ -16,6 +16,10 @@ describe('billing a stream by what was delivered', () => {
     expect(outputChars('chat_completions', chunk({ tool_calls: [{ index: 0, function: { arguments: '{"a":1}' } }] }))).toBe(9);
     expect(outputChars('messages', { event: 'content_block_delta', data: '{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi\\\\"}}' })).toBe(4);
     expect(outputChars('messages', { event: 'message_start', data: '{"message":{"content":[],"text":"not output"}}' })).toBe(0);
+    // Every output key, several in one event; a key-like text inside a value is not a key.
+    expect(outputChars('chat_completions', chunk({ reasoning_content: 'abc', reasoning: 'de', refusal: 'f', content: 'say "content":"x"' }))).toBe(3 + 2 + 1 + 21);
+    expect(outputChars('messages', { event: 'content_block_delta', data: '{"delta":{"type":"thinking_delta","thinking":"hmm"}}' })).toBe(3);
+    expect(outputChars('messages', { event: 'content_block_delta', data: '{"delta":{"type":"input_json_delta","partial_json":"{\\"a\\""}}' })).toBe(6);
   });
 
   it('a chat stream cut before its usage chunk is billed for the relayed text; a finished one keeps the reported usage', () => {
