@@ -32,6 +32,9 @@ import { VideoPoller } from './videos/poller';
 import { Drain } from './drain';
 import { LedgerJournal } from './spend/journal';
 
+/** `server.*` fields read from the current config per request (so a reload changes them); the rest apply at start. */
+const SERVER_FIELDS_LIVE = new Set<string>(['max_body_bytes', 'max_json_depth', 'body_timeout_ms', 'drain_timeout_ms']);
+
 export interface GatewayOptions {
   config: GatewayConfig;
   registry: StageRegistry;
@@ -185,10 +188,16 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     reload(config) {
       const before = current.config;
       current = build(config);
-      for (const section of ['server', 'storage', 'state', 'telemetry', 'ledger'] as const) {
-        if (JSON.stringify(before[section]) !== JSON.stringify(config[section])) {
+      const differs = (a: unknown, b: unknown) => JSON.stringify(a) !== JSON.stringify(b);
+      for (const section of ['storage', 'state', 'telemetry', 'ledger'] as const) {
+        if (differs(before[section], config[section])) {
           logger.warn({ section }, `config section "${section}" changed: it takes effect at the next restart`);
         }
+      }
+      const server = [...new Set([...Object.keys(before.server), ...Object.keys(config.server)])] as (keyof GatewayConfig['server'])[];
+      const atRestart = server.filter((k) => !SERVER_FIELDS_LIVE.has(k) && differs(before.server[k], config.server[k]));
+      if (atRestart.length > 0) {
+        logger.warn({ section: 'server', fields: atRestart }, `config fields ${atRestart.map((k) => `server.${k}`).join(', ')} changed: they take effect at the next restart`);
       }
     },
     listen(port = options.config.server.port, host = options.config.server.host) {

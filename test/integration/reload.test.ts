@@ -128,3 +128,21 @@ function writeTemp(text: string): string {
   writeFileSync(file, text);
   return file;
 }
+
+describe('server fields at reload', () => {
+  it('body limits change at once; fields applied at start are named in one warning', async () => {
+    gw = await startTestGateway({ yaml: yaml(['m/a']) });
+    expect((await ask('m/a')).status).toBe(200);
+    const next = yaml(['m/a']).replace('server: { port: 0, watch_config: false }', 'server: { port: 9999, watch_config: false, max_body_bytes: 1024 }');
+    dir = mkdtempSync(path.join(tmpdir(), 'gw-reload-server-'));
+    const file = path.join(dir, 'gateway.yaml');
+    writeFileSync(file, next);
+    gw.gateway.reload(loadConfig(file, { registry }));
+    const big = await post(`${gw.url}/chat/completions`, gw.key, { model: 'm/a', messages: [{ role: 'user', content: 'x'.repeat(2000) }] });
+    expect(big.status).toBe(413);
+    const warnings = gw.logs.map((l) => JSON.parse(l)).filter((l) => l.section === 'server');
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0].fields).toEqual(['port']);
+    expect(warnings[0].msg).toBe('config fields server.port changed: they take effect at the next restart');
+  });
+});
