@@ -1,6 +1,7 @@
 import { ConfigError } from '../../src/config/load';
 import { GatewayError, toGatewayError } from '../../src/errors/gateway-error';
 import { answerText } from '../../src/healing/answer';
+import { forwardedHeaders } from '../../src/pipeline/forward-headers';
 import { requestPlugin, type RequestPlugin } from '../../src/pipeline/request-plugins';
 import type { GatewayResponse, GatewayState, NormalizedUsage, PipelineRecord, SseEvent, StageDefinition } from '../../src/pipeline/types';
 import { childState } from '../../src/routing/child-state';
@@ -50,11 +51,7 @@ export const fusion: StageDefinition<FusionConfig, Services> = {
       const field = `plugins[${pluginIndex(state.body)}]`;
       const models = requestModels(asked, config, field);
       const judge = requestJudge(asked, judges, config.judge, field);
-      const forward: Record<string, string> = {};
-      for (const name of config.forward_headers) {
-        const v = ctx.get(name);
-        if (v) forward[name] = v;
-      }
+      const forward = forwardedHeaders(ctx, config.forward_headers);
       state.response = await fuse({ state, dialect, models, judge, forward, config, template, services });
       await next();
     };

@@ -1,3 +1,4 @@
+import { forwardedHeaders } from '../../src/pipeline/forward-headers';
 import type { StageDefinition } from '../../src/pipeline/types';
 import type { Services } from '../../src/services';
 import schema from './schema.json';
@@ -16,11 +17,7 @@ export const upstream: StageDefinition<UpstreamConfig, Services> = {
   configSchema: schema,
   create(config, services) {
     return async (ctx, next) => {
-      const forward: Record<string, string> = {};
-      for (const name of config.forward_headers) {
-        const v = ctx.get(name);
-        if (v) forward[name] = v;
-      }
+      const forward = forwardedHeaders(ctx, config.forward_headers);
       // A stage before this one (fusion) may already have produced the answer: never call a provider twice.
       if (!ctx.state.gateway.response) ctx.state.gateway.response = await services.dispatch(ctx.state.gateway, forward);
       await next();

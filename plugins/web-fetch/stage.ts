@@ -1,4 +1,5 @@
 import { GatewayError } from '../../src/errors/gateway-error';
+import { forwardedHeaders } from '../../src/pipeline/forward-headers';
 import { requestPlugin } from '../../src/pipeline/request-plugins';
 import type { GatewayState, StageDefinition } from '../../src/pipeline/types';
 import type { Resolver } from '../../src/net/safe-fetch';
@@ -56,11 +57,7 @@ export function webFetchDefinition(overrides: WebFetchFetcherOverrides = {}): St
         const tool = serverToolOf(state.body!);
         if (tool) {
           const stopWhen = stopConditionsOf(state.body!);
-          const forward: Record<string, string> = {};
-          for (const name of config.forward_headers) {
-            const v = ctx.get(name);
-            if (v) forward[name] = v;
-          }
+          const forward = forwardedHeaders(ctx, config.forward_headers);
           state.response = await runToolLoop({ state, services, config, overrides, tool, stopWhen, forward });
         }
         await next();

@@ -1,4 +1,5 @@
 import { answerEvents } from '../../src/dialects/answer-stream';
+import { inputOf } from '../../src/dialects/translate/response';
 import { GatewayError, toGatewayError } from '../../src/errors/gateway-error';
 import type { GatewayResponse, GatewayState, NormalizedUsage, PipelineRecord } from '../../src/pipeline/types';
 import { childState } from '../../src/routing/child-state';
@@ -167,19 +168,10 @@ function toolCalls(dialect: Dialect, answer: Obj): Call[] {
   if (dialect === 'chat_completions') {
     const message = answer.choices?.[0]?.message;
     const calls: unknown[] = Array.isArray(message?.tool_calls) ? message.tool_calls : [];
-    return calls.filter(isObj).map((c) => ({ id: String(c.id), name: String(c.function?.name), url: urlArg(parseArgs(c.function?.arguments)) }));
+    return calls.filter(isObj).map((c) => ({ id: String(c.id), name: String(c.function?.name), url: urlArg(inputOf(c.function?.arguments)) }));
   }
   const blocks: unknown[] = Array.isArray(answer.content) ? answer.content : [];
   return blocks.filter((b): b is Obj => isObj(b) && b.type === 'tool_use').map((b) => ({ id: String(b.id), name: String(b.name), url: urlArg(b.input) }));
-}
-
-function parseArgs(args: unknown): unknown {
-  if (typeof args !== 'string') return args;
-  try {
-    return JSON.parse(args);
-  } catch {
-    return null;
-  }
 }
 
 const urlArg = (args: unknown): string | null => (isObj(args) && typeof args.url === 'string' ? args.url : null);

@@ -1,36 +1,24 @@
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { registry } from '../../plugins';
 import { fileParserDefinition } from '../../plugins/file-parser/stage';
 import { minimalPdf } from '../fixtures/minimal-pdf';
 import { post, testConfigYaml } from '../fixtures/gateway';
+import { pageServer } from '../fixtures/pages';
 import { perTestGateways } from '../fixtures/per-test';
 
 const t = perTestGateways();
 const PDF = minimalPdf(['Otters hold hands while they sleep.', 'Page two: sea urchins.']);
 const B64 = PDF.toString('base64');
-let pdfServer: http.Server;
-let base = '';
-
-beforeAll(async () => {
-  pdfServer = http.createServer((req, res) => {
-    if (req.url === '/otters.pdf') res.writeHead(200, { 'content-type': 'application/pdf' }).end(PDF);
-    else if (req.url === '/page.html') res.writeHead(200, { 'content-type': 'text/html' }).end('<p>not a pdf</p>');
-    else if (req.url === '/to-metadata') res.writeHead(302, { location: 'http://169.254.169.254/latest/' }).end();
-    else res.writeHead(404).end();
-  });
-  await new Promise<void>((r) => pdfServer.listen(0, '127.0.0.1', r));
-  base = `http://127.0.0.1:${(pdfServer.address() as AddressInfo).port}`;
-});
-afterAll(async () => {
-  pdfServer.closeAllConnections();
-  await new Promise((r) => pdfServer.close(r));
+const pdfServer = pageServer((req, res) => {
+  if (req.url === '/otters.pdf') res.writeHead(200, { 'content-type': 'application/pdf' }).end(PDF);
+  else if (req.url === '/page.html') res.writeHead(200, { 'content-type': 'text/html' }).end('<p>not a pdf</p>');
+  else if (req.url === '/to-metadata') res.writeHead(302, { location: 'http://169.254.169.254/latest/' }).end();
+  else res.writeHead(404).end();
 });
 
 /** The real registry, with file-parser allowed to reach the local PDF server (and nothing else on loopback). */
 function testRegistry() {
-  return new Map(registry).set('file-parser', fileParserDefinition({ testOnlyLoopbackPorts: [Number(new URL(base).port)] }));
+  return new Map(registry).set('file-parser', fileParserDefinition({ testOnlyLoopbackPorts: [pdfServer.port] }));
 }
 
 function yaml(pluginConfig = '{}') {
@@ -94,7 +82,7 @@ describe('file-parser stage through the server', () => {
 
   it('messages: a URL document is fetched through the safe fetcher and named by its URL', async () => {
     const g = await t.start({ yaml: yaml(), registry: testRegistry() });
-    const url = `${base}/otters.pdf`;
+    const url = `${pdfServer.url}/otters.pdf`;
     const r = await post(`${g.url}/messages`, g.key, {
       model: 'fake/claude',
       max_tokens: 20,
@@ -109,16 +97,16 @@ describe('file-parser stage through the server', () => {
     const g = await t.start({ yaml: yaml(), registry: testRegistry() });
     const ask = (url: string) =>
       post(`${g.url}/messages`, g.key, { model: 'fake/claude', max_tokens: 20, messages: [{ role: 'user', content: [{ type: 'document', source: { type: 'url', url } }] }] });
-    const html = await ask(`${base}/page.html`);
+    const html = await ask(`${pdfServer.url}/page.html`);
     expect(html.status).toBe(400);
     expect(html.json.error.type).toBe('invalid_request_error');
-    expect(html.json.metadata).toMatchObject({ plugin: 'file-parser', file: `${base}/page.html`, reason: 'content_type' });
-    const redirected = await ask(`${base}/to-metadata`);
+    expect(html.json.metadata).toMatchObject({ plugin: 'file-parser', file: `${pdfServer.url}/page.html`, reason: 'content_type' });
+    const redirected = await ask(`${pdfServer.url}/to-metadata`);
     expect(redirected.status).toBe(400);
     expect(redirected.json.metadata).toMatchObject({ plugin: 'file-parser', reason: 'blocked_address' });
     // Without the test-only allowance, loopback itself is refused.
     const g2 = await t.start({ yaml: yaml() });
-    const direct = await post(`${g2.url}/messages`, g2.key, { model: 'fake/claude', max_tokens: 20, messages: [{ role: 'user', content: [{ type: 'document', source: { type: 'url', url: `${base}/otters.pdf` } }] }] });
+    const direct = await post(`${g2.url}/messages`, g2.key, { model: 'fake/claude', max_tokens: 20, messages: [{ role: 'user', content: [{ type: 'document', source: { type: 'url', url: `${pdfServer.url}/otters.pdf` } }] }] });
     expect(direct.status).toBe(400);
     expect(direct.json.metadata).toMatchObject({ reason: 'blocked_address' });
     expect(t.upstream.received).toHaveLength(0);

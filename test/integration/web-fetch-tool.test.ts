@@ -1,35 +1,20 @@
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import OpenAI from 'openai';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { registry } from '../../plugins';
 import { webFetchDefinition } from '../../plugins/web-fetch/stage';
 import { post, sseEvents, testConfigYaml } from '../fixtures/gateway';
+import { pageServer } from '../fixtures/pages';
 import { perTestGateways } from '../fixtures/per-test';
 
 const t = perTestGateways();
-let pages: http.Server;
-let pagesUrl = '';
-let pageHits = 0;
-
-beforeAll(async () => {
-  pages = http.createServer((req, res) => {
-    pageHits++;
-    if (req.url === '/article') res.writeHead(200, { 'content-type': 'text/html' }).end('<html><body><p>Otters hold hands.</p></body></html>');
-    else if (req.url === '/second') res.writeHead(200, { 'content-type': 'text/plain' }).end('Second page.');
-    else res.writeHead(404).end();
-  });
-  await new Promise<void>((r) => pages.listen(0, '127.0.0.1', r));
-  pagesUrl = `http://127.0.0.1:${(pages.address() as AddressInfo).port}`;
-});
-afterAll(async () => {
-  pages.closeAllConnections();
-  await new Promise((r) => pages.close(r));
+const pages = pageServer((req, res) => {
+  if (req.url === '/article') res.writeHead(200, { 'content-type': 'text/html' }).end('<html><body><p>Otters hold hands.</p></body></html>');
+  else if (req.url === '/second') res.writeHead(200, { 'content-type': 'text/plain' }).end('Second page.');
+  else res.writeHead(404).end();
 });
 
 function testRegistry() {
-  const port = Number(new URL(pagesUrl).port);
-  return new Map(registry).set('web-fetch', webFetchDefinition({ testOnlyLoopbackPorts: [port] }));
+  return new Map(registry).set('web-fetch', webFetchDefinition({ testOnlyLoopbackPorts: [pages.port] }));
 }
 
 const yaml = (pluginConfig = '{}', pipeline = '[auth, validate, web-fetch, upstream]') =>
@@ -67,7 +52,7 @@ const SERVER_TOOL = { type: 'gateway:web_fetch' };
 describe('gateway:web_fetch server tool (URLs the model asks for)', () => {
   it('chat: the model calls web_fetch, the gateway fetches and asks again; the client gets the final answer with summed usage', async () => {
     const g = await t.start({ yaml: yaml(), registry: testRegistry() });
-    const url = `${pagesUrl}/article`;
+    const url = `${pages.url}/article`;
     t.upstream.scripts.set('gpt-upstream', [chatCalls([{ name: 'web_fetch', args: { url } }])]);
     const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', tools: [SERVER_TOOL], messages: [{ role: 'user', content: 'What do otters do?' }] }, META);
     expect(r.status).toBe(200);
@@ -92,7 +77,7 @@ describe('gateway:web_fetch server tool (URLs the model asks for)', () => {
 
   it('messages: tool_result blocks go back to the model; usage.server_tool_use counts the fetches', async () => {
     const g = await t.start({ yaml: yaml(), registry: testRegistry() });
-    const url = `${pagesUrl}/second`;
+    const url = `${pages.url}/second`;
     t.upstream.scripts.set('claude-upstream', [messagesCalls([{ name: 'web_fetch', input: { url } }])]);
     const r = await post(`${g.url}/messages`, g.key, { model: 'fake/claude', max_tokens: 50, tools: [SERVER_TOOL], messages: [{ role: 'user', content: 'Read it.' }] });
     expect(r.status).toBe(200);
@@ -119,21 +104,21 @@ describe('gateway:web_fetch server tool (URLs the model asks for)', () => {
 
   it('max_uses caps the fetches; the turn after the cap runs with tool calls disabled', async () => {
     const g = await t.start({ yaml: yaml(), registry: testRegistry() });
-    const before = pageHits;
-    t.upstream.scripts.set('gpt-upstream', [chatCalls([{ name: 'web_fetch', args: { url: `${pagesUrl}/article` } }, { name: 'web_fetch', args: { url: `${pagesUrl}/second` } }])]);
+    const before = pages.hits();
+    t.upstream.scripts.set('gpt-upstream', [chatCalls([{ name: 'web_fetch', args: { url: `${pages.url}/article` } }, { name: 'web_fetch', args: { url: `${pages.url}/second` } }])]);
     const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', tools: [{ ...SERVER_TOOL, max_uses: 1 }], messages: [{ role: 'user', content: 'Both?' }] }, META);
     expect(r.status).toBe(200);
-    expect(pageHits - before).toBe(1);
+    expect(pages.hits() - before).toBe(1);
     const second = t.upstream.received[1].body;
     expect(second.tool_choice).toBe('none');
-    expect(second.messages.at(-1)).toEqual({ role: 'tool', tool_call_id: 'call_1', content: `Not fetched ${pagesUrl}/second: the web_fetch limit for this request is reached` });
+    expect(second.messages.at(-1)).toEqual({ role: 'tool', tool_call_id: 'call_1', content: `Not fetched ${pages.url}/second: the web_fetch limit for this request is reached` });
     expect(r.json.usage.server_tool_use_details).toEqual({ tool_calls_requested: 2, tool_calls_executed: 1 });
     expect(r.json.gateway_metadata.pipeline.at(-1).data.tool_loop.stopped_by).toBe('tool_call_limit');
   });
 
   it('stop_server_tools_when step_count_is: pending calls run, then one final turn without tools', async () => {
     const g = await t.start({ yaml: yaml(), registry: testRegistry() });
-    const url = `${pagesUrl}/article`;
+    const url = `${pages.url}/article`;
     // The model would keep calling: both scripted turns ask for a fetch.
     t.upstream.scripts.set('claude-upstream', [messagesCalls([{ name: 'web_fetch', input: { url } }]), messagesCalls([{ name: 'web_fetch', input: { url } }])]);
     const r = await post(`${g.url}/messages`, g.key, {
@@ -150,7 +135,7 @@ describe('gateway:web_fetch server tool (URLs the model asks for)', () => {
 
   it('max_steps bounds the model turns in all, the last one without tools, even when the request sets its own stop rules', async () => {
     const g = await t.start({ yaml: yaml('{ max_steps: 3 }'), registry: testRegistry() });
-    const url = `${pagesUrl}/second`;
+    const url = `${pages.url}/second`;
     t.upstream.scripts.set('claude-upstream', [1, 2, 3].map(() => messagesCalls([{ name: 'web_fetch', input: { url } }])));
     const r = await post(`${g.url}/messages`, g.key, {
       model: 'fake/claude', max_tokens: 50, tools: [SERVER_TOOL], stop_server_tools_when: [{ type: 'max_cost', max_cost_in_dollars: 100 }],
@@ -164,7 +149,7 @@ describe('gateway:web_fetch server tool (URLs the model asks for)', () => {
 
   it('stop_server_tools_when max_cost: once the turns so far cost that much, the next turn is the last, without tools', async () => {
     const g = await t.start({ yaml: yaml(), registry: testRegistry() });
-    const url = `${pagesUrl}/second`;
+    const url = `${pages.url}/second`;
     t.upstream.scripts.set('claude-upstream', [messagesCalls([{ name: 'web_fetch', input: { url } }]), messagesCalls([{ name: 'web_fetch', input: { url } }])]);
     const r = await post(`${g.url}/messages`, g.key, {
       model: 'fake/claude', max_tokens: 50, tools: [SERVER_TOOL], stop_server_tools_when: [{ type: 'max_cost', max_cost_in_dollars: 1e-9 }],
@@ -178,19 +163,19 @@ describe('gateway:web_fetch server tool (URLs the model asks for)', () => {
 
   it('an answer that also calls a client tool goes to the client without the web_fetch call, and nothing is fetched', async () => {
     const g = await t.start({ yaml: yaml(), registry: testRegistry() });
-    const before = pageHits;
-    t.upstream.scripts.set('gpt-upstream', [chatCalls([{ name: 'web_fetch', args: { url: `${pagesUrl}/article` } }, { name: 'get_weather', args: { city: 'Paris' } }])]);
+    const before = pages.hits();
+    t.upstream.scripts.set('gpt-upstream', [chatCalls([{ name: 'web_fetch', args: { url: `${pages.url}/article` } }, { name: 'get_weather', args: { city: 'Paris' } }])]);
     const weather = { type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } };
     const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', tools: [SERVER_TOOL, weather], messages: [{ role: 'user', content: 'Weather?' }] });
     expect(r.status).toBe(200);
     expect(r.json.choices[0].message.tool_calls.map((c: any) => c.function.name)).toEqual(['get_weather']);
     expect(t.upstream.received).toHaveLength(1);
-    expect(pageHits).toBe(before);
+    expect(pages.hits()).toBe(before);
   });
 
   it('streaming clients get the final answer as a stream the official SDK reads', async () => {
     const g = await t.start({ yaml: yaml(), registry: testRegistry() });
-    t.upstream.scripts.set('gpt-upstream', [chatCalls([{ name: 'web_fetch', args: { url: `${pagesUrl}/article` } }])]);
+    t.upstream.scripts.set('gpt-upstream', [chatCalls([{ name: 'web_fetch', args: { url: `${pages.url}/article` } }])]);
     const client = new OpenAI({ baseURL: g.url, apiKey: g.key });
     const stream = await client.chat.completions.create({
       model: 'fake/gpt', stream: true, stream_options: { include_usage: true },
@@ -210,7 +195,7 @@ describe('gateway:web_fetch server tool (URLs the model asks for)', () => {
 
   it('messages streaming: the event sequence of a message, ending with [DONE]', async () => {
     const g = await t.start({ yaml: yaml(), registry: testRegistry() });
-    t.upstream.scripts.set('claude-upstream', [messagesCalls([{ name: 'web_fetch', input: { url: `${pagesUrl}/second` } }])]);
+    t.upstream.scripts.set('claude-upstream', [messagesCalls([{ name: 'web_fetch', input: { url: `${pages.url}/second` } }])]);
     const r = await post(`${g.url}/messages`, g.key, { model: 'fake/claude', max_tokens: 50, stream: true, tools: [SERVER_TOOL], messages: [{ role: 'user', content: 'Read it.' }] });
     expect(r.status).toBe(200);
     const events = sseEvents(r.text);
@@ -250,11 +235,11 @@ describe('gateway:web_fetch server tool (URLs the model asks for)', () => {
 
   it('allowed_domains: a URL outside them is not fetched', async () => {
     const g = await t.start({ yaml: yaml(), registry: testRegistry() });
-    const before = pageHits;
-    t.upstream.scripts.set('gpt-upstream', [chatCalls([{ name: 'web_fetch', args: { url: `${pagesUrl}/article` } }])]);
+    const before = pages.hits();
+    t.upstream.scripts.set('gpt-upstream', [chatCalls([{ name: 'web_fetch', args: { url: `${pages.url}/article` } }])]);
     const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', tools: [{ ...SERVER_TOOL, allowed_domains: ['example.com'] }], messages: [{ role: 'user', content: 'x' }] });
     expect(r.status).toBe(200);
-    expect(pageHits).toBe(before);
-    expect(t.upstream.received[1].body.messages.at(-1).content).toBe(`Not fetched ${pagesUrl}/article: the domain is not allowed for this request`);
+    expect(pages.hits()).toBe(before);
+    expect(t.upstream.received[1].body.messages.at(-1).content).toBe(`Not fetched ${pages.url}/article: the domain is not allowed for this request`);
   });
 });

@@ -1,40 +1,27 @@
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { registry } from '../../plugins';
 import { webFetchDefinition } from '../../plugins/web-fetch/stage';
 import { post, testConfigYaml } from '../fixtures/gateway';
+import { pageServer } from '../fixtures/pages';
 import { perTestGateways } from '../fixtures/per-test';
 
 const t = perTestGateways();
-let pages: http.Server;
-let pagesUrl = '';
-
-beforeAll(async () => {
-  pages = http.createServer((req, res) => {
-    if (req.url === '/article') {
-      res.writeHead(200, { 'content-type': 'text/html' });
-      res.end('<html><head><script>track()</script></head><body><h1>Otters</h1><p>Otters hold hands &amp; sleep.</p></body></html>');
-    } else if (req.url === '/long') {
-      res.writeHead(200, { 'content-type': 'text/plain' }).end('a'.repeat(500));
-    } else if (req.url === '/to-metadata') {
-      res.writeHead(302, { location: 'http://169.254.169.254/latest/meta-data/' }).end();
-    } else {
-      res.writeHead(404).end();
-    }
-  });
-  await new Promise<void>((r) => pages.listen(0, '127.0.0.1', r));
-  pagesUrl = `http://127.0.0.1:${(pages.address() as AddressInfo).port}`;
-});
-afterAll(async () => {
-  pages.closeAllConnections();
-  await new Promise((r) => pages.close(r));
+const pages = pageServer((req, res) => {
+  if (req.url === '/article') {
+    res.writeHead(200, { 'content-type': 'text/html' });
+    res.end('<html><head><script>track()</script></head><body><h1>Otters</h1><p>Otters hold hands &amp; sleep.</p></body></html>');
+  } else if (req.url === '/long') {
+    res.writeHead(200, { 'content-type': 'text/plain' }).end('a'.repeat(500));
+  } else if (req.url === '/to-metadata') {
+    res.writeHead(302, { location: 'http://169.254.169.254/latest/meta-data/' }).end();
+  } else {
+    res.writeHead(404).end();
+  }
 });
 
 /** The real registry, with web-fetch allowed to reach the local page server (and nothing else on loopback). */
 function testRegistry() {
-  const port = Number(new URL(pagesUrl).port);
-  return new Map(registry).set('web-fetch', webFetchDefinition({ testOnlyLoopbackPorts: [port] }));
+  return new Map(registry).set('web-fetch', webFetchDefinition({ testOnlyLoopbackPorts: [pages.port] }));
 }
 
 function yaml(pluginConfig = '{}') {
@@ -46,7 +33,7 @@ const META = { 'x-gateway-metadata': 'enabled' };
 describe('web-fetch stage through the server', () => {
   it('chat completions: the page text reaches the upstream in the last user message', async () => {
     const g = await t.start({ yaml: yaml(), registry: testRegistry() });
-    const url = `${pagesUrl}/article`;
+    const url = `${pages.url}/article`;
     const r = await post(`${g.url}/chat/completions`, g.key, {
       model: 'fake/gpt',
       plugins: [{ id: 'web-fetch', urls: [url] }],
@@ -68,8 +55,8 @@ describe('web-fetch stage through the server', () => {
 
   it('messages: the page text is a text block before the user text, truncated to max_chars', async () => {
     const g = await t.start({ yaml: yaml('{ max_chars: 100 }'), registry: testRegistry() });
-    const article = `${pagesUrl}/article`;
-    const long = `${pagesUrl}/long`;
+    const article = `${pages.url}/article`;
+    const long = `${pages.url}/long`;
     const r = await post(`${g.url}/messages`, g.key, {
       model: 'fake/claude',
       max_tokens: 20,
@@ -89,7 +76,7 @@ describe('web-fetch stage through the server', () => {
   it('private, metadata and loopback URLs are refused and recorded; the request still succeeds', async () => {
     const g = await t.start({ yaml: yaml(), registry: testRegistry() });
     const upstreamLoopback = `${t.upstream.url}/models`; // loopback, but not the allowed port
-    const urls = ['http://10.1.2.3/', `${pagesUrl}/to-metadata`, upstreamLoopback, 'http://2130706433/'];
+    const urls = ['http://10.1.2.3/', `${pages.url}/to-metadata`, upstreamLoopback, 'http://2130706433/'];
     const r = await post(`${g.url}/chat/completions`, g.key, {
       model: 'fake/gpt',
       plugins: [{ id: 'web-fetch', urls }],
@@ -102,8 +89,8 @@ describe('web-fetch stage through the server', () => {
       {
         type: 'web-fetch',
         name: 'web-fetch',
-        summary: `Refused ${pagesUrl}/to-metadata: Address 169.254.169.254 is metadata`,
-        data: { url: `${pagesUrl}/to-metadata`, outcome: 'refused', reason: 'blocked_address' },
+        summary: `Refused ${pages.url}/to-metadata: Address 169.254.169.254 is metadata`,
+        data: { url: `${pages.url}/to-metadata`, outcome: 'refused', reason: 'blocked_address' },
       },
       {
         type: 'web-fetch',
@@ -131,7 +118,7 @@ describe('web-fetch stage through the server', () => {
   });
 
   it('from_messages fetches URLs written in the last user message; off by default', async () => {
-    const text = `What is on ${pagesUrl}/article?`;
+    const text = `What is on ${pages.url}/article?`;
     const off = await t.start({ yaml: yaml(), registry: testRegistry() });
     await post(`${off.url}/chat/completions`, off.key, { model: 'fake/gpt', messages: [{ role: 'user', content: text }] });
     expect(t.upstream.received[0].body.messages[0].content).toBe(text);
@@ -140,14 +127,14 @@ describe('web-fetch stage through the server', () => {
     t.upstream.received.length = 0;
     const on = await t.start({ yaml: yaml('{ from_messages: true }'), registry: testRegistry() });
     await post(`${on.url}/chat/completions`, on.key, { model: 'fake/gpt', messages: [{ role: 'user', content: text }] });
-    expect(t.upstream.received[0].body.messages[0].content).toBe(`Content of ${pagesUrl}/article:\nOtters\nOtters hold hands & sleep.\n\n${text}`);
+    expect(t.upstream.received[0].body.messages[0].content).toBe(`Content of ${pages.url}/article:\nOtters\nOtters hold hands & sleep.\n\n${text}`);
   });
 
   it('the shipped stage (no test allowance) refuses the local page server, and gateway.yaml cannot open it', async () => {
     const g = await t.start({ yaml: yaml() });
     const r = await post(`${g.url}/chat/completions`, g.key, {
       model: 'fake/gpt',
-      plugins: [{ id: 'web-fetch', urls: [`${pagesUrl}/article`] }],
+      plugins: [{ id: 'web-fetch', urls: [`${pages.url}/article`] }],
       messages: [{ role: 'user', content: 'hi' }],
     }, META);
     expect(r.json.gateway_metadata.pipeline[0].data).toMatchObject({ outcome: 'refused', reason: 'blocked_address' });
