@@ -1,8 +1,8 @@
-import { randomBytes } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { Client } from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { openStore } from '../../src/store';
+import { dropSchemas, PG_URL, uniqueSchema } from '../fixtures/backing';
 import { ensureBuilt, killAll, perTest, startServe, within } from '../fixtures/cli';
 import { startFakeUpstream, type FakeUpstream } from '../fixtures/fake-upstream';
 import { post, startTestGateway, testConfigYaml } from '../fixtures/gateway';
@@ -71,20 +71,12 @@ describe('streams cut short are billed for what was delivered', () => {
   });
 });
 
-const PG_URL = process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const pgSchemas: string[] = [];
-
-afterAll(async () => {
-  if (pgSchemas.length === 0) return;
-  const pg = new Client({ connectionString: PG_URL });
-  await pg.connect();
-  for (const schema of pgSchemas) await pg.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
-  await pg.end();
-});
+afterAll(() => dropSchemas(...pgSchemas));
 
 /** The store a test's processes share, its YAML, and the generation ids of a key's ledger rows, read directly. */
 function storeFor(driver: 'sqlite' | 'postgres', db: () => string) {
-  const schema = `gw_kill_${randomBytes(6).toString('hex')}`;
+  const schema = uniqueSchema('kill');
   if (driver === 'postgres') pgSchemas.push(schema);
   return {
     yaml: driver === 'postgres' ? `{ driver: postgres, url: '${PG_URL}', schema: ${schema} }` : undefined,

@@ -1,9 +1,7 @@
-import { randomBytes } from 'node:crypto';
-import Redis from 'ioredis';
-import { Client } from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { openStore } from '../../src/store';
 import type { Store } from '../../src/store/types';
+import { deleteRedisKeys, dropSchemas, PG_URL, REDIS_URL, uniquePrefix, uniqueSchema } from '../fixtures/backing';
 import { startFakeUpstream, type FakeUpstream } from '../fixtures/fake-upstream';
 import { post, startTestGateway, type TestGateway } from '../fixtures/gateway';
 import { startTcpProxy, type TcpProxy } from '../fixtures/tcp-proxy';
@@ -14,10 +12,8 @@ import { startTcpProxy, type TcpProxy } from '../fixtures/tcp-proxy';
  * that need it fail closed with a typed 503 and Retry-After, never a 500 or a hang, and nothing reaches the
  * provider; when it is back, requests succeed again without a restart, and no ledger row is lost.
  */
-const PG_URL = process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
-const REDIS_URL = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379/0';
-const schema = `gw_outage_${randomBytes(6).toString('hex')}`;
-const prefix = `gwoutage:${randomBytes(4).toString('hex')}:`;
+const schema = uniqueSchema('outage');
+const prefix = uniquePrefix('outage');
 const CHAT = { model: 'fake/gpt', max_tokens: 20, messages: [{ role: 'user', content: 'hi' }] };
 
 let upstream: FakeUpstream;
@@ -81,14 +77,8 @@ afterAll(async () => {
   await pgProxy?.close();
   await redisProxy?.close();
   await upstream?.close();
-  const pg = new Client({ connectionString: PG_URL });
-  await pg.connect();
-  await pg.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
-  await pg.end();
-  const redis = new Redis(REDIS_URL);
-  const keys = await redis.keys(`${prefix}*`);
-  if (keys.length > 0) await redis.del(...keys);
-  redis.disconnect();
+  await dropSchemas(schema);
+  await deleteRedisKeys(prefix);
 });
 
 describe('a backing service goes away mid-run', () => {

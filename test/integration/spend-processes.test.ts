@@ -1,9 +1,6 @@
-import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import Redis from 'ioredis';
-import { Client } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { registry } from '../../plugins';
 import { parseConfigText } from '../../src/config/load';
@@ -11,6 +8,7 @@ import { estimate } from '../../src/spend/estimate';
 import { toNano } from '../../src/state/types';
 import { openStore } from '../../src/store';
 import type { Store } from '../../src/store/types';
+import { deleteRedisKeys, dropSchemas, PG_URL, REDIS_URL, uniquePrefix, uniqueSchema } from '../fixtures/backing';
 import { ensureBuilt, KEY, killAll, runCli, startServe, type Proc } from '../fixtures/cli';
 import { startFakeUpstream, type FakeUpstream } from '../fixtures/fake-upstream';
 import { post } from '../fixtures/gateway';
@@ -20,10 +18,8 @@ import { post } from '../fixtures/gateway';
  * counters): together they never admit more than a key's limit allows.
  */
 
-const PG_URL = process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
-const REDIS_URL = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379/0';
-const schema = `gw_test_${randomBytes(6).toString('hex')}`;
-const prefix = `gwtest:${randomBytes(4).toString('hex')}:`;
+const schema = uniqueSchema('test');
+const prefix = uniquePrefix('test');
 const CHAT = { model: 'fake/gpt', max_tokens: 20, messages: [{ role: 'user', content: 'hi' }] };
 
 let upstream: FakeUpstream;
@@ -72,14 +68,8 @@ afterAll(async () => {
   await killAll(procs);
   await store?.close();
   await upstream?.close();
-  const pg = new Client({ connectionString: PG_URL });
-  await pg.connect();
-  await pg.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
-  await pg.end();
-  const redis = new Redis(REDIS_URL);
-  const keys = await redis.keys(`${prefix}*`);
-  if (keys.length > 0) await redis.del(...keys);
-  await redis.quit();
+  await dropSchemas(schema);
+  await deleteRedisKeys(prefix);
   rmSync(dir, { recursive: true, force: true });
 });
 
@@ -126,10 +116,7 @@ describe('two gateway processes sharing Redis and PostgreSQL', () => {
     expect((await post(`${urls[1]}/chat/completions`, secret, CHAT)).status).toBe(403);
     const keyId = (await store.listKeys()).find((k) => k.limitUsd === 50e-6)!.id;
     await expect.poll(async () => (await store.spendTotals({ kind: 'key', keyId }, 0)).paid, { timeout: 5000 }).toBeCloseTo(54e-6, 12);
-    const redis = new Redis(REDIS_URL);
-    const keys = await redis.keys(`${prefix}*`);
-    await redis.del(...keys);
-    await redis.quit();
+    await deleteRedisKeys(prefix);
     const r = await post(`${urls[0]}/chat/completions`, secret, CHAT);
     expect(r.status).toBe(403);
     expect(r.json.error.metadata).toMatchObject({ scope: 'key_limit', spend_usd: 54e-6 });
