@@ -5,6 +5,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import Database from 'better-sqlite3';
 import { Agent, request, WebSocket } from 'undici';
+import { gatewayYaml } from './config';
 import { round } from './load';
 import { pinTo, rssMiB, startNode, type Started } from './processes';
 
@@ -62,7 +63,7 @@ async function main(): Promise<void> {
     procs.push(upstream);
     const upstreamPort = Number(upstream.match[1]);
     const config = path.join(tmp, 'gateway.yaml');
-    writeFileSync(config, soakYaml(`http://127.0.0.1:${upstreamPort}`, tmp));
+    writeFileSync(config, gatewayYaml(`http://127.0.0.1:${upstreamPort}`, tmp, { pipeline: '[auth, validate, rate-limit, budget-check, upstream]', models: SOAK_MODELS, logLevel: 'warn' }));
     const cli = (...args: string[]) => execFileSync(process.execPath, [MAIN, ...args, '--config', config], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
     const key = cli('keys', 'create', '--name', 'soak', '--limit', '100000', '--limit-reset', 'monthly');
     cli('credits', 'add', '--account', 'default', '--usd', '100000');
@@ -165,27 +166,14 @@ async function one(origin: string, key: string, kind: Kind, agent: Agent): Promi
   }
 }
 
-function soakYaml(upstream: string, dir: string): string {
-  return `
-server: { host: 127.0.0.1, port: 0, watch_config: false }
-storage: { driver: sqlite, path: ${path.join(dir, 'gateway.db')} }
-telemetry: { exporter: otlp, endpoint: ${upstream}/v1/traces }
-logging: { level: warn }
-providers:
-  - { id: soak-openai, kind: openai, base_url: ${upstream}/v1, api_key: sk-soak-upstream }
-  - { id: soak-anthropic, kind: anthropic, base_url: ${upstream}/v1, api_key: sk-soak-upstream }
-models:
-  - { id: soak/chat, endpoints: [{ provider: soak-openai, upstream_model: ok, pricing: { prompt: 1, completion: 2 } }] }
-  - { id: soak/messages, endpoints: [{ provider: soak-anthropic, upstream_model: ok, pricing: { prompt: 3, completion: 15 } }] }
-  - { id: soak/dies, endpoints: [{ provider: soak-openai, upstream_model: die, pricing: { prompt: 1, completion: 2 } }] }
+/** The soak's models over the bench config's providers (`bench/config.ts`): the upstream model picks the behaviour. */
+const SOAK_MODELS = `  - { id: soak/chat, endpoints: [{ provider: bench-openai, upstream_model: ok, pricing: { prompt: 1, completion: 2 } }] }
+  - { id: soak/messages, endpoints: [{ provider: bench-anthropic, upstream_model: ok, pricing: { prompt: 3, completion: 15 } }] }
+  - { id: soak/dies, endpoints: [{ provider: bench-openai, upstream_model: die, pricing: { prompt: 1, completion: 2 } }] }
   - id: soak/failover
     endpoints:
-      - { provider: soak-openai, upstream_model: fail, pricing: { prompt: 1, completion: 2 } }
-      - { provider: soak-anthropic, upstream_model: ok, pricing: { prompt: 3, completion: 15 } }
-pipelines:
-  default: [auth, validate, rate-limit, budget-check, upstream]
-`;
-}
+      - { provider: bench-openai, upstream_model: fail, pricing: { prompt: 1, completion: 2 } }
+      - { provider: bench-anthropic, upstream_model: ok, pricing: { prompt: 3, completion: 15 } }`;
 
 /**
  * A DevTools protocol session with the gateway process: `liveHeapBytes()` forces a full garbage collection
