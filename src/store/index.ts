@@ -7,12 +7,10 @@
  * await store.close();
  */
 
-import { PostgresStore } from './postgres';
 import { SqliteStore } from './sqlite';
 import type { Store } from './types';
 
 export type * from './types';
-export { PostgresStore } from './postgres';
 export { SqliteStore } from './sqlite';
 
 export type StorageConfig =
@@ -26,9 +24,12 @@ export async function openStore(config: StorageConfig): Promise<Store> {
     case 'sqlite':
       store = new SqliteStore({ path: config.path });
       break;
-    case 'postgres':
+    case 'postgres': {
+      // Loaded only when configured: the pg driver is ~15 MiB of resident memory an SQLite gateway never uses.
+      const { PostgresStore } = await import('./postgres');
       store = new PostgresStore({ url: config.url, schema: config.schema, max: config.pool_max });
       break;
+    }
     default:
       throw new Error(`unknown storage driver: ${String((config as { driver: unknown }).driver)}`);
   }
