@@ -70,6 +70,69 @@ const lower = (s: string) => s.toLowerCase();
 const price = (f: EndpointFacts) => f.pricing.prompt + f.pricing.completion;
 const quote = (xs: string[]) => xs.map((x) => `\`${x}\``).join(', ');
 
+interface Filter {
+  name: FilterName;
+  active(prefs: ProviderPreferences, input: PlanInput<unknown>): boolean;
+  keep(f: EndpointFacts, prefs: ProviderPreferences, input: PlanInput<unknown>): boolean;
+  /** Why nothing is left; `ofModels` is "of `model-a` or `model-b`". */
+  why(ofModels: string, prefs: ProviderPreferences, input: PlanInput<unknown>): string;
+}
+
+/** The hard filters, in the order they apply. Built once: a request allocates nothing for a filter it does not use. */
+const FILTERS: Filter[] = [
+  {
+    name: 'only',
+    active: (prefs) => (prefs.only?.length ?? 0) > 0,
+    keep: (f, prefs) => (prefs.only ?? []).some((p) => lower(p) === lower(f.provider)),
+    why: (ofModels, prefs) => `No endpoint ${ofModels} is served by a provider in \`provider.only\` (${quote(prefs.only ?? [])})`,
+  },
+  {
+    name: 'ignore',
+    active: (prefs) => (prefs.ignore?.length ?? 0) > 0,
+    keep: (f, prefs) => !(prefs.ignore ?? []).some((p) => lower(p) === lower(f.provider)),
+    why: (ofModels, prefs) => `Every endpoint ${ofModels} is served by a provider in \`provider.ignore\` (${quote(prefs.ignore ?? [])})`,
+  },
+  {
+    name: 'max_price',
+    active: (prefs) => prefs.max_price !== undefined,
+    keep: (f, prefs) => {
+      const m = prefs.max_price ?? {};
+      return !(
+        (m.prompt !== undefined && f.pricing.prompt > m.prompt) ||
+        (m.completion !== undefined && f.pricing.completion > m.completion) ||
+        (m.request !== undefined && f.pricing.request > m.request)
+      );
+    },
+    why: (ofModels, prefs) => {
+      const m = prefs.max_price ?? {};
+      const parts = (['prompt', 'completion', 'request'] as const)
+        .filter((k) => m[k] !== undefined)
+        .map((k) => `${k} <= ${m[k]}`);
+      return `No endpoint ${ofModels} is within \`provider.max_price\` (${parts.join(', ')})`;
+    },
+  },
+  {
+    name: 'data_collection',
+    active: (prefs) => prefs.data_collection === 'deny',
+    keep: (f) => f.dataCollection !== 'allow',
+    why: (ofModels) => `No endpoint ${ofModels} meets \`provider.data_collection: deny\` (every one may collect data)`,
+  },
+  {
+    name: 'require_parameters',
+    active: (prefs, input) => prefs.require_parameters === true && input.requestedParameters.length > 0,
+    keep: (f, _prefs, input) => !f.supportedParameters || input.requestedParameters.every((p) => f.supportedParameters!.includes(p)),
+    why: (ofModels, _prefs, input) =>
+      `No endpoint ${ofModels} supports every requested parameter (${quote(input.requestedParameters)}) ` +
+      'and `provider.require_parameters` is true',
+  },
+  {
+    name: 'region',
+    active: (_prefs, input) => input.allowedRegions.length > 0,
+    keep: (f, _prefs, input) => input.allowedRegions.some((r) => lower(r) === lower(f.region)),
+    why: (ofModels, _prefs, input) => `No endpoint ${ofModels} is in an allowed data region (${input.allowedRegions.join(', ')})`,
+  },
+];
+
 /** Orders and filters candidates. Throws GatewayError with a message saying why when nothing is left. */
 export function planRoute<C>(input: PlanInput<C>): C[] {
   const prefs = input.preferences ?? {};
@@ -87,68 +150,15 @@ export function planRoute<C>(input: PlanInput<C>): C[] {
   };
   if (all.length === 0) fail('no_endpoints', 'No provider endpoint is configured for the requested model');
 
-  const ofModels = `of ${models.map((m) => `\`${m}\``).join(' or ')}`;
-  const filters: Array<{ name: FilterName; active: boolean; keep: (f: EndpointFacts) => boolean; why: () => string }> = [
-    {
-      name: 'only',
-      active: (prefs.only?.length ?? 0) > 0,
-      keep: (f) => (prefs.only ?? []).some((p) => lower(p) === lower(f.provider)),
-      why: () => `No endpoint ${ofModels} is served by a provider in \`provider.only\` (${quote(prefs.only ?? [])})`,
-    },
-    {
-      name: 'ignore',
-      active: (prefs.ignore?.length ?? 0) > 0,
-      keep: (f) => !(prefs.ignore ?? []).some((p) => lower(p) === lower(f.provider)),
-      why: () => `Every endpoint ${ofModels} is served by a provider in \`provider.ignore\` (${quote(prefs.ignore ?? [])})`,
-    },
-    {
-      name: 'max_price',
-      active: prefs.max_price !== undefined,
-      keep: (f) => {
-        const m = prefs.max_price ?? {};
-        return !(
-          (m.prompt !== undefined && f.pricing.prompt > m.prompt) ||
-          (m.completion !== undefined && f.pricing.completion > m.completion) ||
-          (m.request !== undefined && f.pricing.request > m.request)
-        );
-      },
-      why: () => {
-        const m = prefs.max_price ?? {};
-        const parts = (['prompt', 'completion', 'request'] as const)
-          .filter((k) => m[k] !== undefined)
-          .map((k) => `${k} <= ${m[k]}`);
-        return `No endpoint ${ofModels} is within \`provider.max_price\` (${parts.join(', ')})`;
-      },
-    },
-    {
-      name: 'data_collection',
-      active: prefs.data_collection === 'deny',
-      keep: (f) => f.dataCollection !== 'allow',
-      why: () => `No endpoint ${ofModels} meets \`provider.data_collection: deny\` (every one may collect data)`,
-    },
-    {
-      name: 'require_parameters',
-      active: prefs.require_parameters === true && input.requestedParameters.length > 0,
-      keep: (f) => !f.supportedParameters || input.requestedParameters.every((p) => f.supportedParameters!.includes(p)),
-      why: () =>
-        `No endpoint ${ofModels} supports every requested parameter (${quote(input.requestedParameters)}) ` +
-        'and `provider.require_parameters` is true',
-    },
-    {
-      name: 'region',
-      active: input.allowedRegions.length > 0,
-      keep: (f) => input.allowedRegions.some((r) => lower(r) === lower(f.region)),
-      why: () => `No endpoint ${ofModels} is in an allowed data region (${input.allowedRegions.join(', ')})`,
-    },
-  ];
+  const ofModels = () => `of ${models.map((m) => `\`${m}\``).join(' or ')}`;
 
   let left = all;
-  for (const filter of filters) {
-    if (!filter.active) continue;
-    const kept = left.filter((i) => filter.keep(i.f));
+  for (const filter of FILTERS) {
+    if (!filter.active(prefs, input)) continue;
+    const kept = left.filter((i) => filter.keep(i.f, prefs, input));
     filtered[filter.name] = left.length - kept.length;
     left = kept;
-    if (left.length === 0) fail(filter.name, filter.why());
+    if (left.length === 0) fail(filter.name, filter.why(ofModels(), prefs, input));
   }
 
   const sort = typeof prefs.sort === 'string' ? { by: prefs.sort, partition: 'model' as const } : prefs.sort;
@@ -186,10 +196,11 @@ export function planRoute<C>(input: PlanInput<C>): C[] {
   if (planned.length === 0) {
     fail(
       'order',
-      `No endpoint ${ofModels} is served by a provider in \`provider.order\` (${quote(prefs.order ?? [])}) ` +
+      `No endpoint ${ofModels()} is served by a provider in \`provider.order\` (${quote(prefs.order ?? [])}) ` +
         'and `provider.allow_fallbacks` is false',
     );
   }
   // Open breakers are a last resort: after everything else, in plan order.
+  if (!planned.some((i) => i.state === 'open')) return planned.map((i) => i.c);
   return [...planned.filter((i) => i.state !== 'open'), ...planned.filter((i) => i.state === 'open')].map((i) => i.c);
 }
