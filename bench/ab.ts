@@ -4,20 +4,36 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { gatewayYaml } from './config';
+import { load } from './load';
 import { probe } from './probe';
-import { pinTo, startNode, type Started } from './processes';
+import { cpuUs, pinTo, rssSampler, startNode, type Started } from './processes';
 
 /**
- * `npm run bench:ab -- --a '<yaml>' --b '<yaml>' [--probe 2000] [--rounds 3]`
+ * `npm run bench:ab -- --a '<yaml>' --b '<yaml>' [--a-node='<node flags>'] [--b-node='<node flags>'] [--probe 2000]
+ * [--rounds 3] [--load 0]`
  *
- * Unloaded latency of two gateway variants side by side (extra top-level YAML each, e.g. `ledger: { journal:
- * false }`), same fake upstream, alternating probe rounds: p50 of the whole answer (chat) and of the first
- * byte (chat stream), in microseconds. For deciding whether one change moves the added-latency figures.
+ * Two gateway variants side by side (extra top-level YAML each, e.g. `ledger: { journal: false }`, and/or
+ * node flags each, e.g. `--max-semi-space-size=4`), same fake upstream, alternating rounds. Each round
+ * probes unloaded latency: p50 of the whole answer (chat) and of the first byte (chat stream), in
+ * microseconds. With `--load N`, each round also loads each variant for N seconds (chat, 50 connections)
+ * and reports req/s, the gateway's CPU time per request and its peak RSS. For deciding whether one change
+ * moves the figures: the two variants share the machine's state of the moment, so their difference is
+ * steadier than two runs of `npm run bench` far apart.
  */
 const ROOT = path.resolve(__dirname, '..', '..');
 const MAIN = path.join(ROOT, 'dist', 'src', 'main.js');
 const FAKE = path.join(ROOT, 'dist', 'bench', 'fake-upstream.js');
-const { values } = parseArgs({ options: { a: { type: 'string', default: '' }, b: { type: 'string', default: '' }, probe: { type: 'string', default: '2000' }, rounds: { type: 'string', default: '3' } } });
+const { values } = parseArgs({
+  options: {
+    a: { type: 'string', default: '' },
+    b: { type: 'string', default: '' },
+    probe: { type: 'string', default: '2000' },
+    rounds: { type: 'string', default: '3' },
+    'a-node': { type: 'string', default: '' },
+    'b-node': { type: 'string', default: '' },
+    load: { type: 'string', default: '0' },
+  },
+});
 
 async function main(): Promise<void> {
   const pin = pinTo(1);
@@ -28,30 +44,53 @@ async function main(): Promise<void> {
     const fake = await startNode([FAKE, '0'], { pin, ready: /listening on (\d+)/, logFile: path.join(tmp, 'fake.log') });
     procs.push(fake);
     const fakeOrigin = `http://127.0.0.1:${fake.match[1]}`;
-    const targets: Record<string, { origin: string; key: string }> = {};
+    const targets: Record<string, { origin: string; key: string; pid?: number }> = {};
+    const nodeFlags = { a: values['a-node']!, b: values['b-node']! };
     for (const [id, extra] of [['a', values.a!], ['b', values.b!]] as const) {
       const dir = path.join(tmp, id);
       mkdirSync(dir);
       const config = path.join(dir, 'gateway.yaml');
       writeFileSync(config, gatewayYaml(fakeOrigin, dir, { extra }));
       const key = execFileSync(process.execPath, [MAIN, 'keys', 'create', '--name', 'ab', '--config', config], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
-      const gw = await startNode([MAIN, 'serve', '--config', config], { pin, ready: /listening on http:\/\/[\d.]+:(\d+)/, logFile: path.join(dir, 'gw.log') });
+      const flags = nodeFlags[id].split(' ').filter(Boolean);
+      const gw = await startNode([...flags, MAIN, 'serve', '--config', config], { pin, ready: /listening on http:\/\/[\d.]+:(\d+)/, logFile: path.join(dir, 'gw.log') });
       procs.push(gw);
-      targets[id] = { origin: `http://127.0.0.1:${gw.match[1]}`, key };
+      targets[id] = { origin: `http://127.0.0.1:${gw.match[1]}`, key, pid: gw.child.pid };
     }
     const body = (stream: boolean) => JSON.stringify({ model: 'bench/chat', max_tokens: 64, stream, messages: [{ role: 'user', content: 'Write one short sentence about foxes.' }] });
-    const results: Record<string, { chat: number[]; ttfb: number[] }> = { a: { chat: [], ttfb: [] }, b: { chat: [], ttfb: [] } };
+    const loadSeconds = Number(values.load);
+    const results: Record<string, Record<'chat' | 'ttfb' | 'rps' | 'cpu' | 'rss', number[]>> = {};
+    for (const id of ['a', 'b']) results[id] = { chat: [], ttfb: [], rps: [], cpu: [], rss: [] };
+    // Warm both up under load first (JIT, pools), so the first measured round is not a cold process.
+    if (loadSeconds > 0) {
+      for (const id of ['a', 'b']) {
+        const t = targets[id];
+        await load({ origin: t.origin, path: '/api/v1/chat/completions', headers: { 'content-type': 'application/json', authorization: `Bearer ${t.key}` }, body: body(false) }, { connections: 50, seconds: 3, pin: pinTo(0) });
+      }
+    }
     for (let r = 0; r < Number(values.rounds); r++) {
       for (const id of ['a', 'b']) {
         const t = targets[id];
         const target = (stream: boolean) => ({ origin: t.origin, path: '/api/v1/chat/completions', headers: { 'content-type': 'application/json', authorization: `Bearer ${t.key}` }, body: body(stream) });
+        if (loadSeconds > 0) {
+          const sampler = rssSampler(t.pid);
+          const before = cpuUs(t.pid);
+          const res = await load(target(false), { connections: 50, seconds: loadSeconds, pin: pinTo(0) });
+          results[id].cpu.push(Math.round((cpuUs(t.pid) - before) / Math.max(1, res.total)));
+          results[id].rps.push(Math.round(res.rps));
+          results[id].rss.push(sampler.stop());
+        }
         results[id].chat.push((await probe(target(false), Number(values.probe))).p50Us);
         results[id].ttfb.push((await probe(target(true), Number(values.probe))).ttfbP50Us);
       }
     }
     const med = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)];
+    const show = (label: string, xs: number[], unit: string) => `${label} ${med(xs)}${unit} [${xs.join(', ')}]`;
     for (const id of ['a', 'b']) {
-      process.stdout.write(`${id} (${id === 'a' ? values.a || 'as shipped' : values.b || 'as shipped'}): chat p50 ${med(results[id].chat)} µs [${results[id].chat.join(', ')}], stream TTFB p50 ${med(results[id].ttfb)} µs [${results[id].ttfb.join(', ')}]\n`);
+      const what = [id === 'a' ? values.a : values.b, nodeFlags[id as 'a' | 'b']].filter(Boolean).join(' + ') || 'as shipped';
+      const parts = [show('chat p50', results[id].chat, ' µs'), show('stream TTFB p50', results[id].ttfb, ' µs')];
+      if (loadSeconds > 0) parts.push(show('loaded req/s', results[id].rps, ''), show('CPU/req', results[id].cpu, ' µs'), show('peak RSS', results[id].rss, ' MiB'));
+      process.stdout.write(`${id} (${what}): ${parts.join(', ')}\n`);
     }
   } finally {
     for (const p of procs.reverse()) await p.stop();

@@ -8,6 +8,10 @@ export interface LoadResult {
   p99Ms: number;
   non2xx: number;
   errors: number;
+  /** Responses completed in the run (autocannon's `requests.total`). */
+  total: number;
+  /** CPU time (user + system) the measured server process spent during the run, per completed request. */
+  cpuUsPerRequest?: number;
 }
 
 /** Runs autocannon in its own process (pinned with `pin`, e.g. ['taskset', '-c', '0']) and reads its JSON. */
@@ -29,7 +33,7 @@ export function load(target: ProbeTarget, options: { connections: number; second
     child.on('close', (code) => {
       if (code !== 0) return reject(new Error(`autocannon exited ${code}: ${err.slice(-500)}`));
       const j = JSON.parse(out);
-      resolve({ rps: j.requests.average, p50Ms: j.latency.p50, p99Ms: j.latency.p99, non2xx: j.non2xx ?? 0, errors: j.errors ?? 0 });
+      resolve({ rps: j.requests.average, p50Ms: j.latency.p50, p99Ms: j.latency.p99, non2xx: j.non2xx ?? 0, errors: j.errors ?? 0, total: j.requests.total });
     });
   });
 }

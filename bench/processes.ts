@@ -69,6 +69,22 @@ export function rssMiB(pid: number | undefined): number {
   }
 }
 
+/** CPU time (user + system) a process has used so far, in microseconds (Linux /proc), or NaN elsewhere. */
+export function cpuUs(pid: number | undefined): number {
+  if (!pid) return Number.NaN;
+  try {
+    // Fields after the command name (which may hold spaces): utime and stime are the 12th and 13th.
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return ((Number(fields[11]) + Number(fields[12])) * 1e6) / CLOCK_TICKS;
+  } catch {
+    return Number.NaN;
+  }
+}
+
+/** USER_HZ: the unit of /proc/<pid>/stat times; 100 on every Linux build Node supports. */
+const CLOCK_TICKS = 100;
+
 /** Samples RSS every `everyMs` until stopped; returns the peak. */
 export function rssSampler(pid: number | undefined, everyMs = 250): { stop(): number } {
   let peak = rssMiB(pid);

@@ -6,6 +6,8 @@ export interface Row {
   rpsRatioToDirect: number;
   loadedP50Ms: number;
   loadedP99Ms: number;
+  /** CPU time of this target's own process per request under load (the fake's for direct). */
+  cpuUsPerRequest?: number;
   unloadedP50Us: number;
   unloadedP99Us: number;
   addedP50Us: number;
@@ -17,11 +19,11 @@ const cell = (v: number | undefined) => (v === undefined || Number.isNaN(v) ? '�
 
 /** The results as a Markdown table with the run's facts underneath. */
 export function renderMarkdown(rows: Row[], rss: Record<string, number | undefined>, meta: Record<string, unknown>): string {
-  const head = '| scenario | target | req/s | × direct | p50 ms (load) | p99 ms (load) | p50 µs (unloaded) | p99 µs (unloaded) | added p50 µs | TTFB p50 µs | added TTFB p50 µs |';
-  const sep = '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|';
+  const head = '| scenario | target | req/s | × direct | p50 ms (load) | p99 ms (load) | CPU µs/req | p50 µs (unloaded) | p99 µs (unloaded) | added p50 µs | TTFB p50 µs | added TTFB p50 µs |';
+  const sep = '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|';
   const lines = rows.map(
     (r) =>
-      `| ${r.scenario} | ${r.target} | ${r.rps} | ${r.rpsRatioToDirect} | ${r.loadedP50Ms} | ${r.loadedP99Ms} | ${r.unloadedP50Us} | ${r.unloadedP99Us} | ${r.addedP50Us} | ${cell(r.ttfbP50Us)} | ${cell(r.addedTtfbP50Us)} |`,
+      `| ${r.scenario} | ${r.target} | ${r.rps} | ${r.rpsRatioToDirect} | ${r.loadedP50Ms} | ${r.loadedP99Ms} | ${cell(r.cpuUsPerRequest)} | ${r.unloadedP50Us} | ${r.unloadedP99Us} | ${r.addedP50Us} | ${cell(r.ttfbP50Us)} | ${cell(r.addedTtfbP50Us)} |`,
   );
   const facts = Object.entries({ ...rss, ...meta }).map(([k, v]) => `- ${k}: ${v ?? '–'}`);
   return [head, sep, ...lines, '', ...facts, ''].join('\n');

@@ -7,7 +7,7 @@ import { gatewayYaml } from './config';
 import { load, median, round, type LoadResult } from './load';
 import { portkeyHeaders, startPortkey } from './peer-portkey';
 import { probe, type ProbeResult, type ProbeTarget } from './probe';
-import { pinTo, rssMiB, rssSampler, startNode, type Started } from './processes';
+import { cpuUs, pinTo, rssMiB, rssSampler, startNode, type Started } from './processes';
 import { renderMarkdown, type Row } from './report';
 
 /**
@@ -127,7 +127,9 @@ async function main(): Promise<void> {
       for (const s of SCENARIOS) {
         for (const [name, t] of Object.entries(targets(s)) as [TargetName, ProbeTarget][]) {
           const sampler = rssSampler(pidOf[name]);
+          const cpuBefore = cpuUs(pidOf[name]);
           const res = await load(t, { connections, seconds, pin: loadPin });
+          res.cpuUsPerRequest = Math.round((cpuUs(pidOf[name]) - cpuBefore) / Math.max(1, res.total));
           peaks[name] = Math.max(peaks[name] ?? 0, sampler.stop());
           if (res.non2xx || res.errors) log(`warning: ${s.id} ${name} had ${res.non2xx} non-2xx and ${res.errors} errors`);
           (loads.get(`${s.id}/${name}`) ?? loads.set(`${s.id}/${name}`, []).get(`${s.id}/${name}`)!).push(res);
@@ -149,6 +151,7 @@ async function main(): Promise<void> {
           rpsRatioToDirect: round(l.rps / direct.rps, 3),
           loadedP50Ms: l.p50Ms,
           loadedP99Ms: l.p99Ms,
+          cpuUsPerRequest: l.cpuUsPerRequest,
           unloadedP50Us: p.p50Us,
           unloadedP99Us: p.p99Us,
           addedP50Us: name === 'direct' ? 0 : p.p50Us - d.p50Us,
