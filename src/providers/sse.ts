@@ -13,17 +13,21 @@ export async function* parseSse(body: AsyncIterable<Uint8Array | string>, redact
   const decoder = new TextDecoder();
   let buffer = '';
   let event: string | undefined;
-  let data: string[] = [];
+  /** The event's data lines so far, joined with '\n' (null: no data line yet). */
+  let data: string | null = null;
+  const addData = (value: string) => {
+    data = data === null ? value : `${data}\n${value}`;
+  };
   /** Applies one line; returns the finished event on a blank line. */
   const line = (text: string): SseEvent | undefined => {
     if (text === '') {
       let done: SseEvent | undefined;
-      if (data.length > 0) {
-        const joined = redact.length > 0 ? withoutCredentials(data.join('\n'), redact) : data.join('\n');
+      if (data !== null) {
+        const joined = redact.length > 0 ? withoutCredentials(data, redact) : data;
         done = event === undefined ? { data: joined } : { event, data: joined };
       }
       event = undefined;
-      data = [];
+      data = null;
       return done;
     }
     if (text.charCodeAt(0) === 58 /* : comment */) return undefined;
@@ -31,7 +35,7 @@ export async function* parseSse(body: AsyncIterable<Uint8Array | string>, redact
     const field = colon < 0 ? text : text.slice(0, colon);
     let value = colon < 0 ? '' : text.slice(colon + 1);
     if (value.charCodeAt(0) === 32) value = value.slice(1);
-    if (field === 'data') data.push(value);
+    if (field === 'data') addData(value);
     else if (field === 'event') event = value;
     return undefined;
   };
@@ -42,7 +46,10 @@ export async function* parseSse(body: AsyncIterable<Uint8Array | string>, redact
     for (;;) {
       const nl = nextLineEnd(buffer, start, hasCr);
       if (nl < 0) break;
-      const ev = line(buffer.slice(start, nl));
+      // The common line, `data: <json>`, is cut out of the buffer once (no field and value slices).
+      let ev: SseEvent | undefined;
+      if (buffer.startsWith('data: ', start) && nl > start + 6) addData(buffer.slice(start + 6, nl));
+      else ev = line(buffer.slice(start, nl));
       start = nl + (buffer[nl] === '\r' && buffer[nl + 1] === '\n' ? 2 : 1);
       if (ev) yield ev;
     }

@@ -27,7 +27,8 @@ export function outputChars(dialect: StreamDialect, ev: SseEvent): number {
   const keys = OUTPUT_KEYS[dialect];
   keys.lastIndex = 0;
   let chars = 0;
-  for (let m = keys.exec(data); m !== null; m = keys.exec(data)) {
+  // `test` moves `lastIndex` past the key like `exec` does, without allocating a match array per key.
+  while (keys.test(data)) {
     const start = keys.lastIndex;
     let end = data.indexOf('"', start);
     // A quote preceded by an odd number of backslashes is escaped: part of the value.
