@@ -4,8 +4,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import Database from 'better-sqlite3';
-import { Agent, request, WebSocket } from 'undici';
+import { Agent, request } from 'undici';
 import { gatewayYaml } from './config';
+import { connectInspector } from './inspector';
 import { round } from './load';
 import { pinTo, rssMiB, startNode, type Started } from './processes';
 
@@ -174,36 +175,6 @@ const SOAK_MODELS = `  - { id: soak/chat, endpoints: [{ provider: bench-openai, 
     endpoints:
       - { provider: bench-openai, upstream_model: fail, pricing: { prompt: 1, completion: 2 } }
       - { provider: bench-anthropic, upstream_model: ok, pricing: { prompt: 3, completion: 15 } }`;
-
-/**
- * A DevTools protocol session with the gateway process: `liveHeapBytes()` forces a full garbage collection
- * and returns the heap in use after it, so growth is live objects, not garbage V8 has not collected yet.
- */
-async function connectInspector(url: string): Promise<{ liveHeapBytes(): Promise<number>; close(): void }> {
-  const ws = new WebSocket(url);
-  await new Promise<void>((resolve, reject) => {
-    ws.onopen = () => resolve();
-    ws.onerror = () => reject(new Error(`inspector at ${url} did not open`));
-  });
-  let id = 0;
-  const waiting = new Map<number, (result: Record<string, unknown>) => void>();
-  ws.onmessage = (ev) => {
-    const msg = JSON.parse(String(ev.data)) as { id?: number; result?: Record<string, unknown> };
-    if (msg.id !== undefined) waiting.get(msg.id)?.(msg.result ?? {});
-  };
-  const call = (method: string) =>
-    new Promise<Record<string, unknown>>((resolve) => {
-      waiting.set(++id, resolve);
-      ws.send(JSON.stringify({ id, method }));
-    });
-  return {
-    async liveHeapBytes() {
-      await call('HeapProfiler.collectGarbage');
-      return Number((await call('Runtime.getHeapUsage')).usedSize);
-    },
-    close: () => ws.close(),
-  };
-}
 
 /** The gauges of a Prometheus text page (name → value of the unlabelled series). */
 async function readMetrics(origin: string): Promise<Record<string, number>> {

@@ -1,9 +1,11 @@
+import { spawn } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBenchUpstream } from '../../bench/fake-upstream';
 import { startSoakUpstream } from '../../bench/soak-upstream';
 import { load } from '../../bench/load';
 import { probe } from '../../bench/probe';
-import { pinTo, rssMiB } from '../../bench/processes';
+import { connectInspector } from '../../bench/inspector';
+import { cpuUs, pinTo, rssMiB } from '../../bench/processes';
 import { renderMarkdown } from '../../bench/report';
 import { parseSse } from '../../src/providers/sse';
 
@@ -74,18 +76,57 @@ describe('bench driver pieces', () => {
   it('the load generator (autocannon in its own process) runs and reports', async () => {
     const r = await load(target(), { connections: 2, seconds: 1, pin: pinTo(0) });
     expect(r.rps).toBeGreaterThan(0);
+    expect(r.total).toBeGreaterThan(0);
     expect(r.non2xx).toBe(0);
+  });
+
+  it('reads a process CPU time from /proc (the CPU µs/req column)', () => {
+    const before = cpuUs(process.pid);
+    expect(before).toBeGreaterThan(0);
+    // Spin until this process has used 100 ms more CPU by its own account, however busy the machine is.
+    const start = process.cpuUsage();
+    let x = 0;
+    while (process.cpuUsage(start).user + process.cpuUsage(start).system < 100_000) x += Math.sqrt(x + 1);
+    expect(x).toBeGreaterThan(0);
+    // /proc counts in 10 ms ticks: at least 80 of the 100 ms show.
+    expect(cpuUs(process.pid) - before).toBeGreaterThanOrEqual(80_000);
+    expect(Number.isNaN(cpuUs(undefined))).toBe(true);
+  });
+
+  it('drives a process through the inspector: forced GC and heap sampling (bench:soak, bench:alloc)', async () => {
+    const child = spawn(process.execPath, ['--inspect=127.0.0.1:0', '-e', 'setInterval(() => { globalThis.x = { t: Date.now() }; }, 5)'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    try {
+      const url = await new Promise<string>((resolve, reject) => {
+        let err = '';
+        child.stderr.on('data', (d) => {
+          err += d;
+          const m = /Debugger listening on (ws:\/\/\S+)/.exec(err);
+          if (m) resolve(m[1]);
+        });
+        child.on('exit', (code) => reject(new Error(`exited ${code}: ${err}`)));
+      });
+      const inspector = await connectInspector(url);
+      expect(await inspector.liveHeapBytes()).toBeGreaterThan(100_000);
+      await inspector.call('HeapProfiler.enable');
+      await inspector.call('HeapProfiler.startSampling', { samplingInterval: 1024, includeObjectsCollectedByMinorGC: true, includeObjectsCollectedByMajorGC: true });
+      await new Promise((r) => setTimeout(r, 100));
+      const { profile } = (await inspector.call('HeapProfiler.stopSampling')) as { profile: { head: { children: unknown[] } } };
+      expect(Array.isArray(profile.head.children)).toBe(true);
+      inspector.close();
+    } finally {
+      child.kill();
+    }
   });
 
   it('reads RSS and renders the table', () => {
     expect(rssMiB(process.pid)).toBeGreaterThan(1);
     const md = renderMarkdown(
-      [{ scenario: 'chat', target: 'gateway', rps: 10, rpsRatioToDirect: 0.5, loadedP50Ms: 1, loadedP99Ms: 2, unloadedP50Us: 300, unloadedP99Us: 400, addedP50Us: 100 }],
+      [{ scenario: 'chat', target: 'gateway', rps: 10, rpsRatioToDirect: 0.5, loadedP50Ms: 1, loadedP99Ms: 2, cpuUsPerRequest: 250, unloadedP50Us: 300, unloadedP99Us: 400, addedP50Us: 100 }],
       { gatewayPeakMiB: 90 },
       { node: 'v20' },
     );
     expect(md).toMatch(/^\| scenario \| target \| req\/s/);
-    expect(md).toContain('| chat | gateway | 10 | 0.5 |');
+    expect(md).toContain('| chat | gateway | 10 | 0.5 | 1 | 2 | 250 | 300 |');
     expect(md).toContain('- gatewayPeakMiB: 90');
   });
 });

@@ -1,0 +1,127 @@
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { request } from 'undici';
+import { gatewayYaml } from './config';
+import { connectInspector } from './inspector';
+import { load } from './load';
+import { pinTo, startNode, type Started } from './processes';
+
+/**
+ * `npm run bench:alloc [-- --scenario chat|chat-stream] [--seconds 6] [--no-export] [--survivors] [--extra '<yaml>']
+ * [--node='<node flags>'] [--top 30]`
+ *
+ * Bytes the gateway allocates per request under load, and where: V8's sampling heap profiler (through the
+ * inspector) records every sampled allocation, collected or not, while autocannon loads the bench gateway;
+ * requests are counted from `/metrics`. Unlike CPU time, the figure does not depend on how fast the machine is
+ * at the moment, so it shows whether a change allocates less. `--no-export` turns span export off
+ * (`telemetry: { exporter: none }`); `--extra` adds top-level YAML. `--survivors` leaves out what a young-generation
+ * GC collected: what is left was promoted to the old space (or is still live), the allocations that grow the heap
+ * between full GCs.
+ */
+const ROOT = path.resolve(__dirname, '..', '..');
+const MAIN = path.join(ROOT, 'dist', 'src', 'main.js');
+const FAKE = path.join(ROOT, 'dist', 'bench', 'fake-upstream.js');
+const { values } = parseArgs({
+  options: {
+    scenario: { type: 'string', default: 'chat' },
+    seconds: { type: 'string', default: '6' },
+    extra: { type: 'string', default: '' },
+    'no-export': { type: 'boolean', default: false },
+    survivors: { type: 'boolean', default: false },
+    node: { type: 'string', default: '' },
+    top: { type: 'string', default: '30' },
+  },
+});
+
+interface SamplingNode {
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  selfSize: number;
+  children: SamplingNode[];
+}
+
+async function requestsServed(origin: string): Promise<number> {
+  const res = await request(`${origin}/metrics`);
+  let n = 0;
+  for (const line of (await res.body.text()).split('\n')) if (line.startsWith('gateway_requests_total{')) n += Number(line.split(' ').pop());
+  return n;
+}
+
+async function main(): Promise<void> {
+  const tmp = mkdtempSync(path.join(os.tmpdir(), 'gw-alloc-'));
+  const procs: Started[] = [];
+  try {
+    const fake = await startNode([FAKE, '0'], { pin: pinTo(1), ready: /listening on (\d+)/, logFile: path.join(tmp, 'fake.log') });
+    procs.push(fake);
+    const config = path.join(tmp, 'gateway.yaml');
+    const telemetry = values['no-export'] ? '{ exporter: none }' : undefined;
+    writeFileSync(config, gatewayYaml(`http://127.0.0.1:${fake.match[1]}`, tmp, { extra: values.extra, telemetry }));
+    const key = execFileSync(process.execPath, [MAIN, 'keys', 'create', '--name', 'alloc', '--config', config], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+    const gw = await startNode(['--inspect=127.0.0.1:0', ...values.node!.split(' ').filter(Boolean), MAIN, 'serve', '--config', config], {
+      pin: pinTo(1),
+      ready: /listening on http:\/\/[\d.]+:(\d+)/,
+      logFile: path.join(tmp, 'gateway.log'),
+    });
+    procs.push(gw);
+    const origin = `http://127.0.0.1:${gw.match[1]}`;
+    const inspector = await connectInspector(/Debugger listening on (ws:\/\/\S+)/.exec(gw.output())![1]);
+    const stream = values.scenario === 'chat-stream';
+    const target = {
+      origin,
+      path: '/api/v1/chat/completions',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+      body: JSON.stringify({ model: 'bench/chat', max_tokens: 64, stream, messages: [{ role: 'user', content: 'Write one short sentence about foxes.' }] }),
+    };
+    const seconds = Number(values.seconds);
+    await load(target, { connections: 50, seconds: 3, pin: pinTo(0) }); // warm-up: JIT, pools
+    const loading = load(target, { connections: 50, seconds: seconds + 2, pin: pinTo(0) });
+    await new Promise((r) => setTimeout(r, 1000)); // sample only while the load is steady
+    const before = await requestsServed(origin);
+    await inspector.call('HeapProfiler.enable');
+    await inspector.call('HeapProfiler.startSampling', { samplingInterval: 8192, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: !values.survivors });
+    await new Promise((r) => setTimeout(r, seconds * 1000));
+    const { profile } = (await inspector.call('HeapProfiler.stopSampling')) as { profile: { head: SamplingNode } };
+    const served = (await requestsServed(origin)) - before;
+    await loading;
+    inspector.close();
+
+    const byFunction = new Map<string, number>();
+    const byPlace = new Map<string, number>();
+    let total = 0;
+    const walk = (n: SamplingNode) => {
+      const { functionName, url, lineNumber } = n.callFrame;
+      const where = url.replace(/^.*\/(node_modules\/|dist\/)/, '$1');
+      const fn = `${functionName || '(anonymous)'} ${where}:${lineNumber + 1}`;
+      const place = /node_modules\/((@[^/]+\/)?[^/]+)/.exec(url)?.[1] ?? /dist\/((src|plugins)\/[^/]+)/.exec(url)?.[1] ?? (url.startsWith('node:') ? url.replace(/^node:(internal\/)?([^/]+).*/, 'node:$2') : functionName || '(native)');
+      byFunction.set(fn, (byFunction.get(fn) ?? 0) + n.selfSize);
+      byPlace.set(place, (byPlace.get(place) ?? 0) + n.selfSize);
+      total += n.selfSize;
+      for (const c of n.children) walk(c);
+    };
+    walk(profile.head);
+    const top = (m: Map<string, number>, k: number) => [...m.entries()].sort((a, b) => b[1] - a[1]).slice(0, k).map(([name, v]) => `${((100 * v) / total).toFixed(1).padStart(5)}%  ${name}`);
+    const report = [
+      `${values.scenario}${telemetry ? ' (no span export)' : ''}${values.extra ? ` (${values.extra})` : ''}: ${(total / 1024 / Math.max(1, served)).toFixed(1)} KB ${values.survivors ? 'surviving a young GC' : 'allocated'} per request (${served} requests sampled)`,
+      '',
+      'allocated by place:',
+      ...top(byPlace, 20),
+      '',
+      'allocated by function:',
+      ...top(byFunction, Number(values.top)),
+    ].join('\n');
+    const dir = path.join(ROOT, 'bench', 'results');
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(path.join(dir, `alloc-${values.scenario}-${new Date().toISOString().replace(/[:.]/g, '-')}.txt`), `${report}\n`);
+    process.stdout.write(`${report}\n`);
+  } finally {
+    for (const p of procs.reverse()) await p.stop();
+    rmSync(tmp, { recursive: true, force: true });
+  }
+}
+
+main().catch((err) => {
+  process.stderr.write(`alloc failed: ${(err as Error).stack}\n`);
+  process.exit(1);
+});
