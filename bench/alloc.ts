@@ -7,6 +7,7 @@ import { request } from 'undici';
 import { gatewayYaml } from './config';
 import { connectInspector } from './inspector';
 import { load } from './load';
+import { functionOf, placeOf, type CallFrame } from './places';
 import { pinTo, startNode, type Started } from './processes';
 
 /**
@@ -37,7 +38,7 @@ const { values } = parseArgs({
 });
 
 interface SamplingNode {
-  callFrame: { functionName: string; url: string; lineNumber: number };
+  callFrame: CallFrame;
   selfSize: number;
   children: SamplingNode[];
 }
@@ -91,10 +92,8 @@ async function main(): Promise<void> {
     const byPlace = new Map<string, number>();
     let total = 0;
     const walk = (n: SamplingNode) => {
-      const { functionName, url, lineNumber } = n.callFrame;
-      const where = url.replace(/^.*\/(node_modules\/|dist\/)/, '$1');
-      const fn = `${functionName || '(anonymous)'} ${where}:${lineNumber + 1}`;
-      const place = /node_modules\/((@[^/]+\/)?[^/]+)/.exec(url)?.[1] ?? /dist\/((src|plugins)\/[^/]+)/.exec(url)?.[1] ?? (url.startsWith('node:') ? url.replace(/^node:(internal\/)?([^/]+).*/, 'node:$2') : functionName || '(native)');
+      const fn = functionOf(n.callFrame);
+      const place = placeOf(n.callFrame);
       byFunction.set(fn, (byFunction.get(fn) ?? 0) + n.selfSize);
       byPlace.set(place, (byPlace.get(place) ?? 0) + n.selfSize);
       total += n.selfSize;

@@ -4,6 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { load } from './load';
+import { functionOf, placeOf, type CallFrame } from './places';
 import { pinTo, startNode, type Started } from './processes';
 
 /**
@@ -17,7 +18,7 @@ const { values } = parseArgs({ options: { scenario: { type: 'string', default: '
 
 interface ProfileNode {
   id: number;
-  callFrame: { functionName: string; url: string; lineNumber: number };
+  callFrame: CallFrame;
   hitCount?: number;
 }
 
@@ -68,16 +69,14 @@ pipelines: { default: [auth, validate, upstream] }
     for (const n of profile.nodes) {
       const hits = n.hitCount ?? 0;
       total += hits;
-      const where = n.callFrame.url.replace(/^.*\/(node_modules\/|dist\/)/, '$1');
-      const k = `${n.callFrame.functionName || '(anonymous)'} ${where}:${n.callFrame.lineNumber + 1}`;
+      const k = functionOf(n.callFrame);
       self.set(k, (self.get(k) ?? 0) + hits);
     }
     const top = [...self.entries()].sort((a, b) => b[1] - a[1]).slice(0, Number(values.top));
     // Self time by where the code lives: a package, a folder of ours, or node's internals.
     const byPlace = new Map<string, number>();
     for (const n of profile.nodes) {
-      const url = n.callFrame.url;
-      const place = /node_modules\/((@[^/]+\/)?[^/]+)/.exec(url)?.[1] ?? /dist\/((src|plugins)\/[^/]+)/.exec(url)?.[1] ?? (url.startsWith('node:') ? url.replace(/^node:(internal\/)?([^/]+).*/, 'node:$2') : n.callFrame.functionName || '(native)');
+      const place = placeOf(n.callFrame);
       byPlace.set(place, (byPlace.get(place) ?? 0) + (n.hitCount ?? 0));
     }
     const places = [...byPlace.entries()].sort((a, b) => b[1] - a[1]).slice(0, 25);
