@@ -1,4 +1,5 @@
 import { GatewayError } from './errors/gateway-error';
+import type { AbortWatch } from './pipeline/request-abort';
 
 /** The refusal of a request that arrives while the gateway drains, and the reason a cut request was aborted. */
 export class ShuttingDown extends GatewayError {
@@ -8,8 +9,13 @@ export class ShuttingDown extends GatewayError {
 }
 
 /** The shutdown error a request was aborted with, or null (it was not cut by a shutdown). */
-export function shutdownCut(signal: AbortSignal): ShuttingDown | null {
+export function shutdownCut(signal: AbortWatch): ShuttingDown | null {
   return signal.reason instanceof ShuttingDown ? signal.reason : null;
+}
+
+/** What the drain can cut: a request's AbortController or RequestAbort. */
+export interface Abortable {
+  abort(reason?: unknown): void;
 }
 
 /**
@@ -21,7 +27,7 @@ export function shutdownCut(signal: AbortSignal): ShuttingDown | null {
  * @example const refusal = drain.enter(abort); if (refusal) throw refusal; try { … } finally { drain.leave(abort); }
  */
 export class Drain {
-  private readonly open = new Set<AbortController>();
+  private readonly open = new Set<Abortable>();
   private draining = false;
   private wakeIdle: (() => void) | undefined;
   private wakeCut: (() => void) | undefined;
@@ -37,13 +43,13 @@ export class Drain {
   }
 
   /** At a request's arrival: the refusal while draining, else null and the request counts as in flight. */
-  enter(abort: AbortController): ShuttingDown | null {
+  enter(abort: Abortable): ShuttingDown | null {
     if (this.draining) return new ShuttingDown();
     this.open.add(abort);
     return null;
   }
 
-  leave(abort: AbortController): void {
+  leave(abort: Abortable): void {
     if (this.open.delete(abort) && this.open.size === 0) this.wakeIdle?.();
   }
 

@@ -2,6 +2,7 @@ import type { ParameterizedContext, Next } from 'koa';
 import type { Context, Span } from '@opentelemetry/api';
 import type { ApiStyle } from '../errors/envelope';
 import type { KeyRecord } from '../store/types';
+import type { AbortWatch } from './request-abort';
 
 /** The endpoints that run a pipeline. */
 export type EndpointId = 'messages' | 'chat_completions' | 'key' | 'models' | 'preset_write' | 'preset_list' | 'preset_get' | 'preset_versions' | 'videos_create' | 'videos_get' | 'videos_cancel';
@@ -73,8 +74,13 @@ export interface GatewayState {
   debugEchoes: unknown[];
   /** X-Gateway-Metadata: enabled (or the legacy header). */
   metadataOptIn: boolean;
-  /** Aborted when the client goes away. */
+  /** Aborted when the client goes away (or a shutdown cuts the request). Made on first use: see `abort`. */
   signal: AbortSignal;
+  /**
+   * The same cancellation as `signal`, for code that only checks or listens: reading it makes no
+   * AbortSignal (each costs the heap, src/pipeline/request-abort.ts). The gateway's hot path uses this.
+   */
+  abort: AbortWatch;
   /** The request span; stages add attributes here (stage spans are made by the runner). */
   span: Span;
   /**

@@ -1,5 +1,6 @@
 import { Agent, errors as undiciErrors, type Dispatcher } from 'undici';
 import { GatewayError } from '../errors/gateway-error';
+import type { AbortWatch } from '../pipeline/request-abort';
 import { credentialsIn, withoutCredentials } from './credentials';
 import { classifyUpstreamError } from './upstream-errors';
 import { parseSse } from './sse';
@@ -67,7 +68,7 @@ export interface PostInput {
   target: UpstreamTarget;
   headers: Record<string, string>;
   body: string;
-  signal: AbortSignal;
+  signal: AbortWatch;
   timeouts: Timeouts;
   providerId: string;
 }
@@ -89,7 +90,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   readonly responseStarted: Promise<void>;
 
   constructor(
-    private readonly signal: AbortSignal,
+    private readonly signal: AbortWatch,
     private readonly providerId: string,
   ) {
     this.responseStarted = new Promise((resolve, reject) => (this.started = { resolve, reject }));
@@ -224,7 +225,7 @@ export async function sendJson(input: {
     target: input.target,
     headers: call.stream ? { ...input.headers, accept: 'text/event-stream' } : input.headers,
     body: JSON.stringify(call.body),
-    signal: call.signal,
+    signal: call.abort ?? call.signal,
     timeouts: input.timeouts,
     providerId,
   });

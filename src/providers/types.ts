@@ -1,3 +1,4 @@
+import type { AbortWatch } from '../pipeline/request-abort';
 import type { SseEvent } from '../pipeline/types';
 
 /** The two wire formats a client or a provider can speak. */
@@ -10,6 +11,8 @@ export interface UpstreamCall {
   body: Record<string, unknown>;
   stream: boolean;
   signal: AbortSignal;
+  /** The same cancellation as `signal`, to check or listen to without making an AbortSignal (see GatewayState.abort). */
+  abort?: AbortWatch;
   /** Client headers a provider may forward (e.g. `anthropic-beta`). */
   forwardHeaders?: Record<string, string>;
   /**

@@ -21,6 +21,8 @@ import { routingMetadata } from '../routing/metadata';
 import { sessionOf } from '../routing/sticky';
 import { ledgerRowOf } from '../spend/ledger';
 import { readJson } from './body';
+import { RequestAbort, type AbortWatch } from '../pipeline/request-abort';
+import { RequestState } from './request-state';
 
 export interface EndpointSpec {
   id: EndpointId;
@@ -40,7 +42,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
     const started = performance.now();
     const runtime = current();
     const tracer = runtime.services.tracer;
-    const abort = new AbortController();
+    const abort = new RequestAbort();
     const onClose = () => {
       if (!ctx.res.writableFinished) abort.abort();
     };
@@ -59,7 +61,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       body = spec.readsBody ? await readJson(ctx, runtime.config.server) : null;
       const parent = parentContext(ctx, body);
       span = tracer.startSpan(spanName(spec.id, body), { attributes: spanAttributes(ctx, body) }, parent);
-      state = newState({ spec, body, signal: abort.signal, span, ctx, startedAt: started });
+      state = newState({ spec, body, abort, span, ctx, startedAt: started });
       state.traceContext = trace.setSpan(parent, span);
       ctx.state.gateway = state;
       await runtime.pipelines[spec.id](ctx);
@@ -72,13 +74,13 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       } else {
         ctx.respond = false; // the stream is written here, event by event, not by Koa
         firstWriteAt = await writeSse(ctx, response.status, response.events, runtime.services.logger);
-        if (state.signal.aborted && state.outcome === 'completed') state.outcome = 'cancelled';
+        if (state.abort.aborted && state.outcome === 'completed') state.outcome = 'cancelled';
         span.setAttribute('gateway.outcome', state.outcome);
       }
       finish(runtime, state, span, response.status);
     } catch (err) {
       // Cut at the drain timeout: the caller sees why (not the "client closed" the abort makes of it).
-      const e = shutdownCut(abort.signal) ?? toGatewayError(err);
+      const e = shutdownCut(abort) ?? toGatewayError(err);
       error = e;
       // A stream a later stage refused before any byte was written: stop the provider's stream now (unread,
       // it would run on and hold a pooled connection); the request was not served.
@@ -169,7 +171,7 @@ async function writeSse(ctx: GatewayContext, status: number, events: AsyncIterab
       }
       if (blocked) {
         blocked = false;
-        await drained(res, state.signal);
+        await drained(res, state.abort);
       }
     }
   } catch (err) {
@@ -178,7 +180,7 @@ async function writeSse(ctx: GatewayContext, status: number, events: AsyncIterab
     logger.error({ err, generation_id: state.requestId }, 'stream failed after headers were sent');
   } finally {
     // Cut at the drain timeout (shutdown): the stream ends with its dialect's in-band error, billed as failed.
-    const cut = shutdownCut(state.signal);
+    const cut = shutdownCut(state.abort);
     if (cut && state.outcome !== 'completed' && !res.destroyed) {
       state.outcome = 'failed';
       pending += inBandError(state, cut).map(formatSse).join('');
@@ -189,7 +191,7 @@ async function writeSse(ctx: GatewayContext, status: number, events: AsyncIterab
   return firstWriteAt;
 }
 
-function drained(res: NodeJS.WritableStream, signal: AbortSignal): Promise<void> {
+function drained(res: NodeJS.WritableStream, signal: AbortWatch): Promise<void> {
   return new Promise((resolve) => {
     const done = () => {
       res.off('drain', done);
@@ -242,39 +244,24 @@ function finish(runtime: Runtime, state: GatewayState, span: Span, status: numbe
 interface NewState {
   spec: EndpointSpec;
   body: Record<string, unknown> | null;
-  signal: AbortSignal;
+  abort: RequestAbort;
   span: Span;
   ctx: GatewayContext;
   startedAt: number;
 }
 
-function newState({ spec, body, signal, span, ctx, startedAt }: NewState): GatewayState {
+function newState({ spec, body, abort, span, ctx, startedAt }: NewState): GatewayState {
   const opt = ctx.get('x-gateway-metadata') || ctx.get('x-gateway-experimental-metadata');
-  return {
+  return new RequestState({
     endpoint: spec.id,
     style: spec.style,
     body,
-    key: null,
-    requestId: null,
+    abort,
+    span,
     startedAt,
     session: sessionOf(body, ctx.get('x-session-id')),
-    debugEchoes: [],
     metadataOptIn: opt.toLowerCase() === 'enabled',
-    signal,
-    span,
-    traceContext: ROOT_CONTEXT,
-    route: null,
-    pipeline: [],
-    candidates: [],
-    attempts: [],
-    upstreamMs: -1,
-    usage: null,
-    costUsd: null,
-    outcome: 'completed',
-    onFinish: [],
-    response: null,
-    pendingLedger: { id: null },
-  };
+  });
 }
 
 const HEX32 = /^[0-9a-f]{32}$/;

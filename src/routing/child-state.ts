@@ -33,6 +33,7 @@ export function childState(parent: GatewayState, options: ChildOptions): Gateway
     debugEchoes: [],
     metadataOptIn: options.metadataOptIn ?? false,
     signal: options.signal ?? parent.signal,
+    abort: options.signal ?? parent.abort,
     span: parent.span,
     traceContext: parent.traceContext,
     route: null,

@@ -6,7 +6,7 @@ import { DIALECTS, type FinishInfo, type StreamRewriter } from '../dialects';
 import { translateRequest, translateResponse, translateStream } from '../dialects/translate';
 import { GatewayError, toGatewayError } from '../errors/gateway-error';
 import type { GatewayResponse, GatewayState, SseEvent } from '../pipeline/types';
-import type { Dialect, Provider, UpstreamReply } from '../providers/types';
+import type { Dialect, Provider, UpstreamCall, UpstreamReply } from '../providers/types';
 import { billedByDelivery } from '../spend/delivered';
 import { pendingRowOf, type LedgerJournal } from '../spend/journal';
 import { costOf } from '../spend/pricing';
@@ -72,7 +72,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
       const candidate = plan[i];
       if (skipped.has(candidate)) continue;
       for (let retriedSame = false; ; retriedSame = true) {
-        if (state.signal.aborted) throw new GatewayError('timeout', 'The client closed the request');
+        if (state.abort.aborted) throw new GatewayError('timeout', 'The client closed the request');
         const apiKey = own.get(candidate.provider.id);
         const attempt = startAttempt(deps.tracer, state, candidate, apiKey !== undefined);
         const started = performance.now();
@@ -86,7 +86,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           if (stream && debugEcho(body)) state.debugEchoes.push(redactedEcho(upstreamBody));
           const sent = performance.now();
           const reply = await candidate.provider
-            .send({ dialect: candidate.dialect, body: upstreamBody, stream, signal: state.signal, forwardHeaders, apiKey })
+            .send(new CallFor(state, candidate.dialect, upstreamBody, stream, forwardHeaders, apiKey))
             .finally(() => waited(state, sent));
           const throughput = (outputTokens: number, durationMs: number) => deps.health.recordSuccess(endpointKey(candidate), { outputTokens, durationMs });
           const served: Served = { c: candidate, isByok: apiKey !== undefined };
@@ -106,7 +106,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           deps.metrics?.attempt(candidate.provider.id, e.errorType);
           state.attempts.push({ provider: candidate.provider.id, model: candidate.model.id, upstreamModel: candidate.endpoint.upstream_model, outcome: 'error', errorType: e.errorType, status: e.status });
           last = e;
-          if (state.signal.aborted) throw new GatewayError('timeout', 'The client closed the request');
+          if (state.abort.aborted) throw new GatewayError('timeout', 'The client closed the request');
           if (!blamesCaller(e)) deps.health.recordFailure(endpointKey(candidate));
           const remaining = plan.slice(i + 1).filter((c) => !skipped.has(c));
           const step = nextStep(e, { retriedSame, lastCandidate: remaining.length === 0, retryWaitMaxMs: deps.routing.retry_wait_max_ms });
@@ -145,6 +145,29 @@ function errorAfterHeaders(state: GatewayState, err: GatewayError): GatewayRespo
     status: 200,
     body: { id: state.requestId, error: { code: err.status, message: err.message, metadata: { ...metadata, error_type: err.errorType } } },
   };
+}
+
+/**
+ * The call for a provider: `abort` to watch, and `signal` made only if the provider asks for it (the HTTP
+ * adapter watches `abort`; the simulated one's delays take `signal`). A class for the prototype getter (an
+ * accessor in an object literal is V8's slow path).
+ */
+class CallFor implements UpstreamCall {
+  readonly abort: GatewayState['abort'];
+  constructor(
+    private readonly state: GatewayState,
+    readonly dialect: UpstreamCall['dialect'],
+    readonly body: UpstreamCall['body'],
+    readonly stream: boolean,
+    readonly forwardHeaders: UpstreamCall['forwardHeaders'],
+    readonly apiKey: string | undefined,
+  ) {
+    this.abort = state.abort;
+  }
+
+  get signal(): AbortSignal {
+    return this.state.signal;
+  }
 }
 
 /** Adds the time since `since` to the request's upstream waiting time (which starts at -1: no call yet). */
@@ -324,11 +347,11 @@ async function* relay(
     completed = true;
   } catch (err) {
     failure = toGatewayError(err);
-    if (!state.signal.aborted) yield* rewriter.failure(failure);
+    if (!state.abort.aborted) yield* rewriter.failure(failure);
   } finally {
     state.usage = rewriter.usage();
     state.costUsd = rewriter.cost();
-    state.outcome = state.signal.aborted || (!completed && !failure) ? 'cancelled' : failure || rewriter.failed() ? 'failed' : 'completed';
+    state.outcome = state.abort.aborted || (!completed && !failure) ? 'cancelled' : failure || rewriter.failed() ? 'failed' : 'completed';
     if (!completed) await iterator.return?.().catch(() => undefined);
     endAttempt(attempt, failure);
     onStreamEnd.counted(state.outcome === 'completed' ? 'success' : state.outcome === 'cancelled' ? 'cancelled' : (failure?.errorType ?? 'stream_failed'));
