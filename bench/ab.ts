@@ -10,7 +10,7 @@ import { cpuUs, pinTo, rssSampler, startNode, type Started } from './processes';
 
 /**
  * `npm run bench:ab -- --a '<yaml>' --b '<yaml>' [--a-node='<node flags>'] [--b-node='<node flags>'] [--probe 2000]
- * [--rounds 3] [--load 0]`
+ * [--rounds 3] [--load 0] [--a-root=DIR] [--b-root=DIR]`
  *
  * Two gateway variants side by side (extra top-level YAML each, e.g. `ledger: { journal: false }`, and/or
  * node flags each, e.g. `--max-semi-space-size=4`), same fake upstream, alternating rounds. Each round
@@ -18,7 +18,8 @@ import { cpuUs, pinTo, rssSampler, startNode, type Started } from './processes';
  * microseconds. With `--load N`, each round also loads each variant for N seconds (chat, 50 connections)
  * and reports req/s, the gateway's CPU time per request and its peak RSS. For deciding whether one change
  * moves the figures: the two variants share the machine's state of the moment, so their difference is
- * steadier than two runs of `npm run bench` far apart.
+ * steadier than two runs of `npm run bench` far apart. `--a-root`/`--b-root` run a variant from another built checkout
+ * (e.g. a `git worktree` of an earlier commit, after `npm run build` there): two versions of the code, same config.
  */
 const ROOT = path.resolve(__dirname, '..', '..');
 const MAIN = path.join(ROOT, 'dist', 'src', 'main.js');
@@ -32,6 +33,8 @@ const { values } = parseArgs({
     'a-node': { type: 'string', default: '' },
     'b-node': { type: 'string', default: '' },
     load: { type: 'string', default: '0' },
+    'a-root': { type: 'string', default: '' },
+    'b-root': { type: 'string', default: '' },
   },
 });
 
@@ -51,9 +54,11 @@ async function main(): Promise<void> {
       mkdirSync(dir);
       const config = path.join(dir, 'gateway.yaml');
       writeFileSync(config, gatewayYaml(fakeOrigin, dir, { extra }));
-      const key = execFileSync(process.execPath, [MAIN, 'keys', 'create', '--name', 'ab', '--config', config], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+      const root = id === 'a' ? values['a-root'] : values['b-root'];
+      const main = root ? path.join(path.resolve(root), 'dist', 'src', 'main.js') : MAIN;
+      const key = execFileSync(process.execPath, [main, 'keys', 'create', '--name', 'ab', '--config', config], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
       const flags = nodeFlags[id].split(' ').filter(Boolean);
-      const gw = await startNode([...flags, MAIN, 'serve', '--config', config], { pin, ready: /listening on http:\/\/[\d.]+:(\d+)/, logFile: path.join(dir, 'gw.log') });
+      const gw = await startNode([...flags, main, 'serve', '--config', config], { pin, ready: /listening on http:\/\/[\d.]+:(\d+)/, logFile: path.join(dir, 'gw.log') });
       procs.push(gw);
       targets[id] = { origin: `http://127.0.0.1:${gw.match[1]}`, key, pid: gw.child.pid };
     }
@@ -87,7 +92,7 @@ async function main(): Promise<void> {
     const med = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)];
     const show = (label: string, xs: number[], unit: string) => `${label} ${med(xs)}${unit} [${xs.join(', ')}]`;
     for (const id of ['a', 'b']) {
-      const what = [id === 'a' ? values.a : values.b, nodeFlags[id as 'a' | 'b']].filter(Boolean).join(' + ') || 'as shipped';
+      const what = [id === 'a' ? values.a : values.b, nodeFlags[id as 'a' | 'b'], id === 'a' ? values['a-root'] : values['b-root']].filter(Boolean).join(' + ') || 'as shipped';
       const parts = [show('chat p50', results[id].chat, ' µs'), show('stream TTFB p50', results[id].ttfb, ' µs')];
       if (loadSeconds > 0) parts.push(show('loaded req/s', results[id].rps, ''), show('CPU/req', results[id].cpu, ' µs'), show('peak RSS', results[id].rss, ' MiB'));
       process.stdout.write(`${id} (${what}): ${parts.join(', ')}\n`);
