@@ -12,6 +12,7 @@ import type { Middleware } from 'koa';
 import type { Logger } from 'pino';
 import { errorBody, statusFor, type ApiStyle } from '../errors/envelope';
 import { GatewayError, toGatewayError } from '../errors/gateway-error';
+import { RequestAbort, type AbortWatch } from '../pipeline/request-abort';
 import type { EndpointId, GatewayContext, GatewayState, SseEvent } from '../pipeline/types';
 import { inBandError } from '../dialects/in-band-error';
 import { shutdownCut } from '../drain';
@@ -21,7 +22,6 @@ import { routingMetadata } from '../routing/metadata';
 import { sessionOf } from '../routing/sticky';
 import { ledgerRowOf } from '../spend/ledger';
 import { readJson } from './body';
-import { RequestAbort, type AbortWatch } from '../pipeline/request-abort';
 import { RequestState } from './request-state';
 
 export interface EndpointSpec {

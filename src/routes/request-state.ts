@@ -14,6 +14,9 @@ export interface RequestState extends GatewayState {}
  */
 // eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging
 export class RequestState {
+  /** The abort behind `signal` (`abort` is typed as what stages may read: an AbortWatch). */
+  readonly #requestAbort: RequestAbort;
+
   constructor(init: { endpoint: EndpointId; style: ApiStyle; body: Record<string, unknown> | null; abort: RequestAbort; span: Span; startedAt: number; session: string | null; metadataOptIn: boolean }) {
     this.endpoint = init.endpoint;
     this.style = init.style;
@@ -25,6 +28,7 @@ export class RequestState {
     this.debugEchoes = [];
     this.metadataOptIn = init.metadataOptIn;
     this.abort = init.abort;
+    this.#requestAbort = init.abort;
     this.span = init.span;
     this.traceContext = ROOT_CONTEXT;
     this.route = null;
@@ -41,6 +45,6 @@ export class RequestState {
   }
 
   get signal(): AbortSignal {
-    return (this.abort as RequestAbort).signal;
+    return this.#requestAbort.signal;
   }
 }

@@ -154,8 +154,9 @@ function errorAfterHeaders(state: GatewayState, err: GatewayError): GatewayRespo
  */
 class CallFor implements UpstreamCall {
   readonly abort: GatewayState['abort'];
+  readonly #state: GatewayState;
   constructor(
-    private readonly state: GatewayState,
+    state: GatewayState,
     readonly dialect: UpstreamCall['dialect'],
     readonly body: UpstreamCall['body'],
     readonly stream: boolean,
@@ -163,10 +164,11 @@ class CallFor implements UpstreamCall {
     readonly apiKey: string | undefined,
   ) {
     this.abort = state.abort;
+    this.#state = state;
   }
 
   get signal(): AbortSignal {
-    return this.state.signal;
+    return this.#state.signal;
   }
 }
 
