@@ -5,7 +5,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { gatewayYaml } from './config';
 import { load } from './load';
-import { probe } from './probe';
+import { probe, type ProbeTarget } from './probe';
 import { cpuUs, pinTo, rssSampler, startNode, type Started } from './processes';
 
 /**
@@ -47,52 +47,57 @@ async function main(): Promise<void> {
     const fake = await startNode([FAKE, '0'], { pin, ready: /listening on (\d+)/, logFile: path.join(tmp, 'fake.log') });
     procs.push(fake);
     const fakeOrigin = `http://127.0.0.1:${fake.match[1]}`;
-    const targets: Record<string, { origin: string; key: string; pid?: number }> = {};
-    const nodeFlags = { a: values['a-node']!, b: values['b-node']! };
-    for (const [id, extra] of [['a', values.a!], ['b', values.b!]] as const) {
+    // Each variant: extra YAML, node flags, and the checkout whose build it runs ('' = this one).
+    const variants = {
+      a: { extra: values.a!, node: values['a-node']!, root: values['a-root']! },
+      b: { extra: values.b!, node: values['b-node']!, root: values['b-root']! },
+    };
+    const body = (stream: boolean) => JSON.stringify({ model: 'bench/chat', max_tokens: 64, stream, messages: [{ role: 'user', content: 'Write one short sentence about foxes.' }] });
+    const targets: Record<string, { pid?: number; chat(stream: boolean): ProbeTarget }> = {};
+    for (const id of ['a', 'b'] as const) {
+      const v = variants[id];
       const dir = path.join(tmp, id);
       mkdirSync(dir);
       const config = path.join(dir, 'gateway.yaml');
-      writeFileSync(config, gatewayYaml(fakeOrigin, dir, { extra }));
-      const root = id === 'a' ? values['a-root'] : values['b-root'];
-      const main = root ? path.join(path.resolve(root), 'dist', 'src', 'main.js') : MAIN;
+      writeFileSync(config, gatewayYaml(fakeOrigin, dir, { extra: v.extra }));
+      const main = v.root ? path.join(path.resolve(v.root), 'dist', 'src', 'main.js') : MAIN;
       const key = execFileSync(process.execPath, [main, 'keys', 'create', '--name', 'ab', '--config', config], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
-      const flags = nodeFlags[id].split(' ').filter(Boolean);
+      const flags = v.node.split(' ').filter(Boolean);
       const gw = await startNode([...flags, main, 'serve', '--config', config], { pin, ready: /listening on http:\/\/[\d.]+:(\d+)/, logFile: path.join(dir, 'gw.log') });
       procs.push(gw);
-      targets[id] = { origin: `http://127.0.0.1:${gw.match[1]}`, key, pid: gw.child.pid };
+      const origin = `http://127.0.0.1:${gw.match[1]}`;
+      targets[id] = {
+        pid: gw.child.pid,
+        chat: (stream) => ({ origin, path: '/api/v1/chat/completions', headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` }, body: body(stream) }),
+      };
     }
-    const body = (stream: boolean) => JSON.stringify({ model: 'bench/chat', max_tokens: 64, stream, messages: [{ role: 'user', content: 'Write one short sentence about foxes.' }] });
     const loadSeconds = Number(values.load);
     const results: Record<string, Record<'chat' | 'ttfb' | 'rps' | 'cpu' | 'rss', number[]>> = {};
     for (const id of ['a', 'b']) results[id] = { chat: [], ttfb: [], rps: [], cpu: [], rss: [] };
     // Warm both up under load first (JIT, pools), so the first measured round is not a cold process.
     if (loadSeconds > 0) {
-      for (const id of ['a', 'b']) {
-        const t = targets[id];
-        await load({ origin: t.origin, path: '/api/v1/chat/completions', headers: { 'content-type': 'application/json', authorization: `Bearer ${t.key}` }, body: body(false) }, { connections: 50, seconds: 3, pin: pinTo(0) });
-      }
+      for (const id of ['a', 'b']) await load(targets[id].chat(false), { connections: 50, seconds: 3, pin: pinTo(0) });
     }
     for (let r = 0; r < Number(values.rounds); r++) {
       for (const id of ['a', 'b']) {
         const t = targets[id];
-        const target = (stream: boolean) => ({ origin: t.origin, path: '/api/v1/chat/completions', headers: { 'content-type': 'application/json', authorization: `Bearer ${t.key}` }, body: body(stream) });
         if (loadSeconds > 0) {
           const sampler = rssSampler(t.pid);
           const before = cpuUs(t.pid);
-          const res = await load(target(false), { connections: 50, seconds: loadSeconds, pin: pinTo(0) });
+          const res = await load(t.chat(false), { connections: 50, seconds: loadSeconds, pin: pinTo(0) });
           results[id].cpu.push(Math.round((cpuUs(t.pid) - before) / Math.max(1, res.total)));
           results[id].rps.push(Math.round(res.rps));
           results[id].rss.push(sampler.stop());
         }
-        results[id].chat.push((await probe(target(false), Number(values.probe))).p50Us);
-        results[id].ttfb.push((await probe(target(true), Number(values.probe))).ttfbP50Us);
+        results[id].chat.push((await probe(t.chat(false), Number(values.probe))).p50Us);
+        results[id].ttfb.push((await probe(t.chat(true), Number(values.probe))).ttfbP50Us);
       }
     }
     const med = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)];
     const show = (label: string, xs: number[], unit: string) => `${label} ${med(xs)}${unit} [${xs.join(', ')}]`;
-    for (const id of ['a', 'b']) {
-      const what = [id === 'a' ? values.a : values.b, nodeFlags[id as 'a' | 'b'], id === 'a' ? values['a-root'] : values['b-root']].filter(Boolean).join(' + ') || 'as shipped';
+    for (const id of ['a', 'b'] as const) {
+      const v = variants[id];
+      const what = [v.extra, v.node, v.root].filter(Boolean).join(' + ') || 'as shipped';
       const parts = [show('chat p50', results[id].chat, ' µs'), show('stream TTFB p50', results[id].ttfb, ' µs')];
       if (loadSeconds > 0) parts.push(show('loaded req/s', results[id].rps, ''), show('CPU/req', results[id].cpu, ' µs'), show('peak RSS', results[id].rss, ' MiB'));
       process.stdout.write(`${id} (${what}): ${parts.join(', ')}\n`);
