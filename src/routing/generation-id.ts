@@ -1,18 +1,6 @@
-import { randomFillSync } from 'node:crypto';
+import { randomByte } from '../random';
 
 const ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
-
-// Random bytes are drawn 4 KiB at a time: one syscall serves ~100 ids instead of one each.
-const pool = Buffer.alloc(4096);
-let offset = pool.length;
-
-function randomByte(): number {
-  if (offset === pool.length) {
-    randomFillSync(pool);
-    offset = 0;
-  }
-  return pool[offset++];
-}
 
 /** `n` random alphanumerics (rejection sampling keeps them uniform). */
 export function alphanumerics(n: number): string {

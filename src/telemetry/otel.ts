@@ -1,6 +1,8 @@
 import { propagation, trace, type Tracer } from '@opentelemetry/api';
 import type { SpanProcessor } from '@opentelemetry/sdk-trace-base';
 import type { GatewayConfig } from '../config/types';
+import { LeanTracer, type SpanSink } from './lean-tracer';
+import { otlpSink } from './otlp-export';
 
 export interface Telemetry {
   tracer: Tracer;
@@ -12,15 +14,18 @@ export interface Telemetry {
  * and no extra processors the SDK is not even loaded and the API's no-op tracer costs nothing. Tests pass
  * `extraProcessors` (an in-memory exporter) to assert the span tree.
  *
- * The tracer provider is built from the trace SDK's own parts, not with `@opentelemetry/sdk-node`'s
- * NodeSDK: NodeSDK loads every exporter it could be configured for (gRPC, Zipkin, Prometheus, logs,
- * metrics) and the instrumentation hooks, ~25 MiB of resident memory for code this gateway never runs.
- * What NodeSDK set up that the gateway uses is set up here: the resource (service name, plus the
- * `OTEL_RESOURCE_ATTRIBUTES`, host and process attributes) and the W3C trace-context and baggage
- * propagators (the gateway extracts a caller's `traceparent`).
+ * Spans come from the gateway's own tracer (`lean-tracer.ts`: the SDK's sampler, limits and processors,
+ * cheaper spans), and OTLP export from `otlp-batch.ts` (each span encoded when it ends, sent by the OTLP
+ * exporter's own HTTP delegate, so `OTEL_EXPORTER_OTLP_*` settings, retries and timeouts are the SDK's).
+ * Not `@opentelemetry/sdk-node`'s NodeSDK: it loads every exporter it could be configured for (gRPC,
+ * Zipkin, Prometheus, logs, metrics) and the instrumentation hooks, ~25 MiB of resident memory for code
+ * this gateway never runs. What NodeSDK set up that the gateway uses is set up here: the resource (service
+ * name, plus the `OTEL_RESOURCE_ATTRIBUTES`, host and process attributes), the W3C trace-context and
+ * baggage propagators (the gateway extracts a caller's `traceparent`), `OTEL_TRACES_SAMPLER` and the span
+ * limits (`OTEL_SPAN_*_LIMIT`, read by the SDK's own `loadDefaultConfig`).
  *
- * The batch processor is bounded: at most `max_queue` spans wait for export and at most two exports are
- * in flight; under overload new spans are dropped rather than memory growing.
+ * Export is bounded: at most `max_queue` spans wait and at most two exports are in flight; under overload
+ * new spans are dropped rather than memory growing.
  *
  * @example const telemetry = startTelemetry(config.telemetry); … await telemetry.shutdown();
  */
@@ -29,31 +34,32 @@ export function startTelemetry(config: GatewayConfig['telemetry'], extraProcesso
     return { tracer: trace.getTracer('model-gateway'), shutdown: async () => undefined };
   }
   /* eslint-disable @typescript-eslint/no-require-imports -- loaded only when telemetry is on */
-  const { BasicTracerProvider, BatchSpanProcessor, ConsoleSpanExporter } = require('@opentelemetry/sdk-trace-base') as typeof import('@opentelemetry/sdk-trace-base');
+  const { BatchSpanProcessor, ConsoleSpanExporter } = require('@opentelemetry/sdk-trace-base') as typeof import('@opentelemetry/sdk-trace-base');
+  // The SDK's own reading of OTEL_TRACES_SAMPLER and the span limits (not in its index; version pinned).
+  const { loadDefaultConfig } = require('@opentelemetry/sdk-trace-base/build/src/config') as typeof import('@opentelemetry/sdk-trace-base/build/src/config');
   const res = require('@opentelemetry/resources') as typeof import('@opentelemetry/resources');
   const core = require('@opentelemetry/core') as typeof import('@opentelemetry/core');
-  const batch = { maxQueueSize: config.max_queue, maxExportBatchSize: 512, scheduledDelayMillis: 1000 };
-  const processors = [...extraProcessors];
-  if (config.exporter === 'console') processors.push(new BatchSpanProcessor(new ConsoleSpanExporter(), batch));
-  if (config.exporter === 'otlp') {
-    const { OTLPTraceExporter } = require('@opentelemetry/exporter-trace-otlp-proto') as typeof import('@opentelemetry/exporter-trace-otlp-proto');
-    const exporter = new OTLPTraceExporter({ ...(config.endpoint ? { url: config.endpoint } : {}), concurrencyLimit: 2 });
-    processors.push(new BatchSpanProcessor(exporter, batch));
-  }
   const detected = res.detectResources({ detectors: [res.envDetector, res.hostDetector, res.processDetector] });
   const resource = res.defaultResource().merge(detected).merge(res.resourceFromAttributes({ 'service.name': config.service_name }));
+  const scope = { name: 'model-gateway' };
+  const batch = { maxQueueSize: config.max_queue, maxExportBatchSize: 512, scheduledDelayMillis: 1000 };
+  const sinks: SpanSink[] = [...extraProcessors];
+  if (config.exporter === 'console') sinks.push(new BatchSpanProcessor(new ConsoleSpanExporter(), batch));
+  if (config.exporter === 'otlp') {
+    sinks.push(otlpSink({ endpoint: config.endpoint, maxQueue: config.max_queue, resource, scope }));
+  }
+  const defaults = loadDefaultConfig();
+  const sampler = (process.env.OTEL_TRACES_SAMPLER ?? 'parentbased_always_on') === 'parentbased_always_on' ? null : defaults.sampler;
+  const tracer = new LeanTracer({ resource, scope, sampler, limits: defaults.spanLimits as Required<typeof defaults.spanLimits>, sinks });
   // No context manager: no AsyncLocalStorage. On Node 20 it runs promise hooks on every promise of every
   // request; the gateway hands the trace context along explicitly (GatewayState.traceContext) instead.
-  const provider = new BasicTracerProvider({ resource, spanProcessors: processors });
-  trace.setGlobalTracerProvider(provider);
   propagation.setGlobalPropagator(
     new core.CompositePropagator({ propagators: [new core.W3CTraceContextPropagator(), new core.W3CBaggagePropagator()] }),
   );
   return {
-    tracer: provider.getTracer('model-gateway'),
+    tracer,
     shutdown: async () => {
-      await provider.shutdown();
-      trace.disable();
+      await tracer.shutdown();
       propagation.disable();
     },
   };
