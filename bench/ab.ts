@@ -10,12 +10,13 @@ import { cpuUs, pinTo, rssSampler, startNode, type Started } from './processes';
 
 /**
  * `npm run bench:ab -- --a '<yaml>' --b '<yaml>' [--a-node='<node flags>'] [--b-node='<node flags>'] [--probe 2000]
- * [--rounds 3] [--load 0] [--a-root=DIR] [--b-root=DIR]`
+ * [--rounds 3] [--load 0] [--stream] [--a-root=DIR] [--b-root=DIR]`
  *
  * Two gateway variants side by side (extra top-level YAML each, e.g. `ledger: { journal: false }`, and/or
  * node flags each, e.g. `--max-semi-space-size=4`), same fake upstream, alternating rounds. Each round
  * probes unloaded latency: p50 of the whole answer (chat) and of the first byte (chat stream), in
- * microseconds. With `--load N`, each round also loads each variant for N seconds (chat, 50 connections)
+ * microseconds. With `--load N`, each round also loads each variant for N seconds (chat, or chat streams
+ * with `--stream`; 50 connections)
  * and reports req/s, the gateway's CPU time per request and its peak RSS. For deciding whether one change
  * moves the figures: the two variants share the machine's state of the moment, so their difference is
  * steadier than two runs of `npm run bench` far apart. `--a-root`/`--b-root` run a variant from another built checkout
@@ -35,6 +36,7 @@ const { values } = parseArgs({
     load: { type: 'string', default: '0' },
     'a-root': { type: 'string', default: '' },
     'b-root': { type: 'string', default: '' },
+    stream: { type: 'boolean', default: false },
   },
 });
 
@@ -84,7 +86,7 @@ async function main(): Promise<void> {
         if (loadSeconds > 0) {
           const sampler = rssSampler(t.pid);
           const before = cpuUs(t.pid);
-          const res = await load(t.chat(false), { connections: 50, seconds: loadSeconds, pin: pinTo(0) });
+          const res = await load(t.chat(values.stream === true), { connections: 50, seconds: loadSeconds, pin: pinTo(0) });
           results[id].cpu.push(Math.round((cpuUs(t.pid) - before) / Math.max(1, res.total)));
           results[id].rps.push(Math.round(res.rps));
           results[id].rss.push(sampler.stop());

@@ -3,7 +3,7 @@ import { GatewayError } from '../errors/gateway-error';
 import type { AbortWatch } from '../pipeline/request-abort';
 import { credentialsIn, withoutCredentials } from './credentials';
 import { classifyUpstreamError } from './upstream-errors';
-import { parseSse } from './sse';
+import { batched, parseSseBatches } from './sse';
 import type { UpstreamCall, UpstreamReply } from './types';
 
 /**
@@ -161,7 +161,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     return this.chunks.length === 1 ? this.chunks[0].toString('utf8') : Buffer.concat(this.chunks).toString('utf8');
   }
 
-  /** The body chunk by chunk as it arrives; a failure mid-body surfaces as a classified GatewayError. */
+  /** The body as it arrives (chunks that arrived together as one); a failure mid-body surfaces as a classified GatewayError. */
   async *bytes(): AsyncGenerator<Buffer> {
     try {
       for (;;) {
@@ -169,7 +169,8 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
           const batch = this.chunks;
           this.chunks = [];
           if (this.controller?.paused) this.controller.resume();
-          for (const c of batch) yield c;
+          // What arrived together is passed on together (the SSE parser then gives its events as one batch).
+          yield batch.length === 1 ? batch[0] : Buffer.concat(batch);
           continue;
         }
         if (this.error) throw networkError(this.error, this.providerId);
@@ -231,7 +232,7 @@ export async function sendJson(input: {
   });
   // An answer may carry the key back too (an in-band error event, or a 2xx body holding an error).
   const credentials = credentialsIn(input.headers);
-  if (call.stream) return { stream: true, events: parseSse(exchange.bytes(), credentials), abort: (reason) => exchange.abort(reason) };
+  if (call.stream) return { stream: true, events: batched(() => parseSseBatches(exchange.bytes(), credentials)), abort: (reason) => exchange.abort(reason) };
   let text: string;
   try {
     text = withoutCredentials(await exchange.text(), credentials);

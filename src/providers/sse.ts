@@ -10,6 +10,15 @@ import { withoutCredentials } from './credentials';
  * @example for await (const ev of parseSse(response.body)) console.log(ev.event, ev.data);
  */
 export async function* parseSse(body: AsyncIterable<Uint8Array | string>, redact: readonly string[] = []): AsyncGenerator<SseEvent> {
+  for await (const batch of parseSseBatches(body, redact)) yield* batch;
+}
+
+/**
+ * `parseSse` a batch at a time: the events completed by one chunk of the body come out together (never an
+ * empty batch). A provider often sends many events per TCP read; passing them on together saves an
+ * async-iteration step per event on the gateway's stream path (see `BatchedEvents`).
+ */
+export async function* parseSseBatches(body: AsyncIterable<Uint8Array | string>, redact: readonly string[] = []): AsyncGenerator<SseEvent[]> {
   const decoder = new TextDecoder();
   let buffer = '';
   let event: string | undefined;
@@ -43,6 +52,7 @@ export async function* parseSse(body: AsyncIterable<Uint8Array | string>, redact
     buffer += typeof chunk === 'string' ? chunk : decoder.decode(chunk, { stream: true });
     let start = 0;
     const hasCr = buffer.includes('\r');
+    let batch: SseEvent[] | undefined;
     for (;;) {
       const nl = nextLineEnd(buffer, start, hasCr);
       if (nl < 0) break;
@@ -51,19 +61,56 @@ export async function* parseSse(body: AsyncIterable<Uint8Array | string>, redact
       if (buffer.startsWith('data: ', start) && nl > start + 6) addData(buffer.slice(start + 6, nl));
       else ev = line(buffer.slice(start, nl));
       start = nl + (buffer[nl] === '\r' && buffer[nl + 1] === '\n' ? 2 : 1);
-      if (ev) yield ev;
+      if (ev) (batch ??= []).push(ev);
     }
     // What is left is a partial line (a lone '\r' at the end may be the first half of '\r\n').
     buffer = buffer.slice(start);
+    if (batch) yield batch;
   }
   // End of stream: the unfinished line still counts, and an event without its blank line is delivered.
   buffer += decoder.decode();
-  for (const rest of buffer.split(/\r\n|\r|\n/)) {
-    const ev = line(rest);
-    if (ev) yield ev;
+  const rest: SseEvent[] = [];
+  for (const text of buffer.split(/\r\n|\r|\n/)) {
+    const ev = line(text);
+    if (ev) rest.push(ev);
   }
   const last = line('');
-  if (last) yield last;
+  if (last) rest.push(last);
+  if (rest.length > 0) yield rest;
+}
+
+/**
+ * A stream of events that can also be read a batch at a time (the events that arrived together). Stages
+ * that wrap a response's `events` see a plain `AsyncIterable<SseEvent>`; the gateway's own stream path
+ * (routing's relay, the SSE writer) reads `batches()` and takes one async step per batch, not per event.
+ * Like any stream, it is read once, one way or the other.
+ */
+export interface BatchedEvents extends AsyncIterable<SseEvent> {
+  batches(): AsyncIterator<SseEvent[]>;
+}
+
+/** @example const events = batched(() => parseSseBatches(body)); */
+export function batched(source: () => AsyncIterator<SseEvent[]>): BatchedEvents {
+  return {
+    batches: source,
+    async *[Symbol.asyncIterator]() {
+      const it = source();
+      try {
+        for (let r = await it.next(); !r.done; r = await it.next()) yield* r.value;
+      } finally {
+        await it.return?.();
+      }
+    },
+  };
+}
+
+/** `events` a batch at a time: its own batches when it has them, else one event per batch. */
+export function batchesOf(events: AsyncIterable<SseEvent>): AsyncIterator<SseEvent[]> {
+  const own = (events as Partial<BatchedEvents>).batches;
+  if (typeof own === 'function') return own.call(events);
+  return (async function* () {
+    for await (const ev of events) yield [ev];
+  })();
 }
 
 function nextLineEnd(s: string, from: number, hasCr: boolean): number {

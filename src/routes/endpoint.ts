@@ -16,7 +16,7 @@ import { RequestAbort, type AbortWatch } from '../pipeline/request-abort';
 import type { EndpointId, GatewayContext, GatewayState, SseEvent } from '../pipeline/types';
 import { inBandError } from '../dialects/in-band-error';
 import { shutdownCut } from '../drain';
-import { formatSse } from '../providers/sse';
+import { batchesOf, formatSse } from '../providers/sse';
 import type { Runtime } from '../runtime';
 import { routingMetadata } from '../routing/metadata';
 import { sessionOf } from '../routing/sticky';
@@ -141,7 +141,7 @@ function withPipelineRecords(state: GatewayState, body: unknown): unknown {
 
 /**
  * Writes an SSE answer straight to the socket. Events that are ready in the same tick (a provider usually
- * sends many per TCP packet) go out as one write: one chunk of the chunked encoding and one syscall instead
+ * sends many per TCP packet, and they come as one batch) go out as one write: one chunk of the chunked encoding and one syscall instead
  * of one per event. Backpressure from a slow client is respected. A stream's failures arrive as events (see
  * routing/dispatch.ts), so nothing here throws to the caller. Returns when the first bytes went out (0: never).
  */
@@ -162,9 +162,10 @@ async function writeSse(ctx: GatewayContext, status: number, events: AsyncIterab
     if (!res.write(out)) blocked = true;
   };
   try {
-    for await (const ev of events) {
+    // A batch at a time where the stream has batches (routing's relay does, unless a stage wrapped it).
+    for await (const batch of { [Symbol.asyncIterator]: () => batchesOf(events) }) {
       if (res.destroyed) break;
-      pending += formatSse(ev);
+      for (const ev of batch) pending += formatSse(ev);
       if (!scheduled) {
         scheduled = true;
         process.nextTick(flush); // runs once the events already at hand have all been added

@@ -6,6 +6,7 @@ import { DIALECTS, type FinishInfo, type StreamRewriter } from '../dialects';
 import { translateRequest, translateResponse, translateStream } from '../dialects/translate';
 import { GatewayError, toGatewayError } from '../errors/gateway-error';
 import type { GatewayResponse, GatewayState, SseEvent } from '../pipeline/types';
+import { batched, batchesOf } from '../providers/sse';
 import type { Dialect, Provider, UpstreamCall, UpstreamReply } from '../providers/types';
 import { billedByDelivery } from '../spend/delivered';
 import { pendingRowOf, type LedgerJournal } from '../spend/journal';
@@ -276,9 +277,10 @@ async function streamResponse(
   const { c } = served;
   if (!reply.stream) throw new GatewayError('provider_unavailable', `Provider ${c.provider.id} did not stream`);
   const dialect = state.endpoint as Dialect;
-  // Same style: the provider's events go straight to the rewriter (no extra generator on the hot path).
+  // Same style: the provider's events go straight to the rewriter (no extra generator on the hot path), a
+  // batch at a time (the events that arrived together).
   const events = c.dialect === dialect ? reply.events : translateStream(c.dialect, dialect, reply.events, c.provider.id);
-  const iterator = events[Symbol.asyncIterator]();
+  const iterator = batchesOf(events);
   const waitFrom = performance.now();
   const first = await firstEvent(iterator, c, reply.abort).finally(() => waited(state, waitFrom));
   choose(state, served);
@@ -287,14 +289,14 @@ async function streamResponse(
   if (state.metadataOptIn && dialect === 'messages') info.metadata = routingMetadata(state);
   const rewriter = billedByDelivery(DIALECTS[dialect].streamRewriter(info), { dialect, info, body: state.body });
   const before = dialect === 'chat_completions' ? sideChunks(state, c) : [];
-  return { kind: 'sse', status: 200, events: relay(state, iterator, first, rewriter, attempt, before, onStreamEnd) };
+  return { kind: 'sse', status: 200, events: batched(() => relay(state, iterator, first, rewriter, attempt, before, onStreamEnd)) };
 }
 
 /**
- * The first event, or a timeout after the provider's first-token limit. On timeout this attempt's upstream
+ * The first events, or a timeout after the provider's first-token limit. On timeout this attempt's upstream
  * call is aborted (a silent upstream costs one timeout, never several).
  */
-async function firstEvent(iterator: AsyncIterator<SseEvent>, c: Candidate, abort: ((reason: Error) => void) | undefined): Promise<IteratorResult<SseEvent>> {
+async function firstEvent(iterator: AsyncIterator<SseEvent[]>, c: Candidate, abort: ((reason: Error) => void) | undefined): Promise<IteratorResult<SseEvent[]>> {
   const limit = c.provider.firstTokenTimeoutMs;
   if (!limit || !abort) return iterator.next();
   let timer: NodeJS.Timeout | undefined;
@@ -329,27 +331,41 @@ function sideChunks(state: GatewayState, c: Candidate): SseEvent[] {
 
 async function* relay(
   state: GatewayState,
-  iterator: AsyncIterator<SseEvent>,
-  first: IteratorResult<SseEvent>,
+  iterator: AsyncIterator<SseEvent[]>,
+  first: IteratorResult<SseEvent[]>,
   rewriter: StreamRewriter,
   attempt: Span,
   before: SseEvent[],
   onStreamEnd: StreamEnd,
-): AsyncGenerator<SseEvent> {
+): AsyncGenerator<SseEvent[]> {
   const streamStarted = performance.now();
   let failure: GatewayError | undefined;
   let completed = false;
   try {
-    yield* before;
+    if (before.length > 0) yield before;
     for (let r = first; !r.done; r = await iterator.next()) {
-      const out = rewriter.rewrite(r.value);
-      if (out) yield out;
+      const out: SseEvent[] = [];
+      let bad: unknown;
+      for (const ev of r.value) {
+        try {
+          const o = rewriter.rewrite(ev);
+          if (o) out.push(o);
+        } catch (err) {
+          bad = err;
+          break;
+        }
+      }
+      // What the batch gave before a bad event still goes out, then the stream fails.
+      if (out.length > 0) yield out;
+      if (bad !== undefined) throw bad;
     }
-    yield* rewriter.end();
+    const end = rewriter.end();
+    if (end.length > 0) yield end;
     completed = true;
   } catch (err) {
     failure = toGatewayError(err);
-    if (!state.abort.aborted) yield* rewriter.failure(failure);
+    const told = state.abort.aborted ? [] : rewriter.failure(failure);
+    if (told.length > 0) yield told;
   } finally {
     state.usage = rewriter.usage();
     state.costUsd = rewriter.cost();

@@ -1,5 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startFakeUpstream, type FakeUpstream } from '../fixtures/fake-upstream';
+import { startFakeUpstream, TEXT, type FakeUpstream } from '../fixtures/fake-upstream';
 import { post, sseEvents, startTestGateway, type TestGateway } from '../fixtures/gateway';
 
 /**
@@ -302,6 +302,9 @@ describe('the stream-failure contract (7.5)', () => {
     const events = sseEvents((await stream()).text);
     const last = JSON.parse(events.at(-2)!.data);
     expect(last.error.message).toMatch(/malformed/);
+    // What came before the bad chunk (in the same upstream read) was delivered first.
+    const before = events.slice(0, -2).map((e) => JSON.parse(e.data).choices[0].delta.content);
+    expect(before).toEqual(['', TEXT[0]]);
   });
 
   it('a non-streaming request whose provider fails after its headers gets 200 with only id and error (7.5.4)', async () => {

@@ -1,5 +1,5 @@
 import { describe, it, expect } from 'vitest';
-import { DONE, formatSse, parseSse } from '../../src/providers/sse';
+import { batched, batchesOf, DONE, formatSse, parseSse, parseSseBatches } from '../../src/providers/sse';
 import type { SseEvent } from '../../src/pipeline/types';
 
 const encoder = new TextEncoder();
@@ -226,5 +226,45 @@ describe('formatSse', () => {
   it('round-trips multi-line data', async () => {
     const ev: SseEvent = { event: 'content_block_delta', data: '{\n  "type": "content_block_delta"\n}' };
     expect(await parseAll([formatSse(ev)])).toEqual([ev]);
+  });
+});
+
+describe('parseSseBatches and batched streams', () => {
+  async function* chunks(...parts: string[]) {
+    for (const p of parts) yield Buffer.from(p);
+  }
+
+  it('gives the events completed by one chunk together, and never an empty batch', async () => {
+    const out: string[][] = [];
+    for await (const batch of parseSseBatches(chunks('data: a\n\ndata: b\n\nda', 'ta: c\n', '\n', ': only a comment\n\n', 'data: d'))) out.push(batch.map((e) => e.data));
+    expect(out).toEqual([['a', 'b'], ['c'], ['d']]);
+  });
+
+  it('reads the same events one by one or a batch at a time, and a plain stream as batches of one', async () => {
+    const events = () => batched(() => parseSseBatches(chunks('data: 1\n\ndata: 2\n\n', 'data: 3\n\n')));
+    const one: string[] = [];
+    for await (const ev of events()) one.push(ev.data);
+    const batches: string[][] = [];
+    const it = batchesOf(events());
+    for (let r = await it.next(); !r.done; r = await it.next()) batches.push(r.value.map((e) => e.data));
+    expect(one).toEqual(['1', '2', '3']);
+    expect(batches).toEqual([['1', '2'], ['3']]);
+    const plain = batchesOf(parseSse(chunks('data: x\n\ndata: y\n\n')));
+    expect((await plain.next()).value).toEqual([{ data: 'x' }]);
+    expect((await plain.next()).value).toEqual([{ data: 'y' }]);
+  });
+
+  it('closes the source when a per-event reader stops early', async () => {
+    let closed = false;
+    async function* source() {
+      try {
+        yield [{ data: 'a' }, { data: 'b' }];
+        yield [{ data: 'c' }];
+      } finally {
+        closed = true;
+      }
+    }
+    for await (const ev of batched(source)) if (ev.data === 'a') break;
+    expect(closed).toBe(true);
   });
 });
