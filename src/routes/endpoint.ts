@@ -70,7 +70,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       if (response.headers) ctx.set(response.headers);
       ctx.status = response.status;
       if (response.kind === 'json') {
-        ctx.body = withPipelineRecords(state, response.body);
+        setJsonBody(ctx, withPipelineRecords(state, response.body));
       } else {
         ctx.respond = false; // the stream is written here, event by event, not by Koa
         firstWriteAt = await writeSse(ctx, response.status, response.events, runtime.services.logger);
@@ -92,7 +92,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       const style = spec.style;
       ctx.status = statusFor(e, style);
       if (e.headers) ctx.set(e.headers);
-      ctx.body = errorBody(e, style, state?.requestId ?? null);
+      setJsonBody(ctx, errorBody(e, style, state?.requestId ?? null));
       if (state?.metadataOptIn && (state.candidates.length > 0 || state.pipeline.length > 0)) {
         (ctx.body as Record<string, unknown>).gateway_metadata = routingMetadata(state);
       }
@@ -119,6 +119,15 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       upstreamMs: state?.upstreamMs ?? -1,
     });
   };
+}
+
+/**
+ * A JSON answer. The content type is set as a header first: Koa would otherwise look the type up by its
+ * extension (`mime-types`) on every request to arrive at the same `application/json; charset=utf-8`.
+ */
+function setJsonBody(ctx: GatewayContext, body: unknown): void {
+  if (!ctx.res.hasHeader('content-type')) ctx.set('Content-Type', 'application/json; charset=utf-8');
+  ctx.body = body;
 }
 
 /** The `error_type` metric label of an answer that is not an error: how a stream ended; `none` for JSON. */

@@ -69,8 +69,10 @@ export class LeanTracer implements Tracer, SpanHome {
   startSpan(name: string, options: SpanOptions = {}, ctx: Context = contextApi.active()): Span {
     const spanId = randomHex(8);
     if (ctx.getValue(SUPPRESS_TRACING) === true) return trace.wrapSpanContext({ traceId: randomHex(16), spanId, traceFlags: TraceFlags.NONE });
-    const found = options.root ? undefined : trace.getSpanContext(ctx);
-    const parent = found && trace.isSpanContextValid(found) ? found : undefined;
+    const parentSpan = options.root ? undefined : trace.getSpan(ctx);
+    // A parent of ours has valid ids by construction; any other (a remote one, a caller's) is checked.
+    const found = parentSpan?.spanContext();
+    const parent = found && (parentSpan instanceof LeanSpan || trace.isSpanContextValid(found)) ? found : undefined;
     const traceId = parent ? parent.traceId : randomHex(16);
     const kind = options.kind ?? SpanKind.INTERNAL;
     let traceState = parent?.traceState;

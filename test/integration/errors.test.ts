@@ -39,6 +39,7 @@ describe('authentication (401)', () => {
   it('missing header: the spec message, in both envelopes', async () => {
     const a = await chat(null, chatBody);
     expectStandard(a, 401, 'authentication');
+    expect(a.headers.get('content-type')).toBe('application/json; charset=utf-8');
     expect(a.json.error.message).toBe('Missing Authentication header');
     const b = await messages(null, msgBody);
     expectMessages(b, 401, 'authentication_error', 'authentication', 'null');
@@ -67,7 +68,9 @@ describe('authentication (401)', () => {
 
   it('a revoked key stops working at once in the process that revoked it', async () => {
     const k = await gw.createKey();
-    expect((await chat(k.secret, chatBody)).status).toBe(200);
+    const ok = await chat(k.secret, chatBody);
+    expect(ok.status).toBe(200);
+    expect(ok.headers.get('content-type')).toBe('application/json; charset=utf-8');
     await gw.store.revokeKey(k.record.id);
     gw.gateway.keys.forget(k.record.id);
     expect((await chat(k.secret, chatBody)).status).toBe(401);
