@@ -51,6 +51,8 @@ export function startTelemetry(config: GatewayConfig['telemetry'], extraProcesso
   const defaults = loadDefaultConfig();
   const sampler = (process.env.OTEL_TRACES_SAMPLER ?? 'parentbased_always_on') === 'parentbased_always_on' ? null : defaults.sampler;
   const tracer = new LeanTracer({ resource, scope, sampler, limits: defaults.spanLimits as Required<typeof defaults.spanLimits>, sinks });
+  // Code that asks the API for a tracer (`trace.getTracer(…)`) gets this one too.
+  trace.setGlobalTracerProvider({ getTracer: () => tracer });
   // No context manager: no AsyncLocalStorage. On Node 20 it runs promise hooks on every promise of every
   // request; the gateway hands the trace context along explicitly (GatewayState.traceContext) instead.
   propagation.setGlobalPropagator(
@@ -60,6 +62,7 @@ export function startTelemetry(config: GatewayConfig['telemetry'], extraProcesso
     tracer,
     shutdown: async () => {
       await tracer.shutdown();
+      trace.disable();
       propagation.disable();
     },
   };

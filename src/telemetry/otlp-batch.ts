@@ -77,7 +77,7 @@ export class OtlpBatch implements SpanSink {
     if (!this.frame) {
       if (this.options.resource.asyncAttributesPending) {
         this.inFlight++;
-        void this.options.resource.waitForAsyncAttributes?.().finally(() => {
+        void (this.options.resource.waitForAsyncAttributes?.() ?? Promise.resolve()).finally(() => {
           this.inFlight--;
           this.frame = requestFrame(this.options.resource, this.options.scope);
           this.send();

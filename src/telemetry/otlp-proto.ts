@@ -173,15 +173,7 @@ export function writeSpan(w: ProtoWriter, span: LeanSpan): void {
   w.tag(2, 2);
   const at = w.begin();
   const ctx = span.spanContext();
-  w.tag(1, 2);
-  w.hex(ctx.traceId);
-  w.tag(2, 2);
-  w.hex(ctx.spanId);
-  const traceState = ctx.traceState?.serialize();
-  if (traceState) {
-    w.tag(3, 2);
-    w.string(traceState);
-  }
+  writeContext(w, ctx);
   const parent = span.parentSpanContext;
   if (parent?.spanId) {
     w.tag(4, 2);
@@ -218,6 +210,19 @@ export function writeSpan(w: ProtoWriter, span: LeanSpan): void {
   w.end(at);
 }
 
+/** `trace_id`, `span_id` and `trace_state` (fields 1–3 of both a span and a link). */
+function writeContext(w: ProtoWriter, ctx: SpanContext): void {
+  w.tag(1, 2);
+  w.hex(ctx.traceId);
+  w.tag(2, 2);
+  w.hex(ctx.spanId);
+  const traceState = ctx.traceState?.serialize();
+  if (traceState) {
+    w.tag(3, 2);
+    w.string(traceState);
+  }
+}
+
 function flagsOf(ctx: SpanContext, isRemote: boolean | undefined): number {
   return (ctx.traceFlags & 0xff) | SPAN_FLAGS_HAS_IS_REMOTE | (isRemote ? SPAN_FLAGS_IS_REMOTE : 0);
 }
@@ -239,15 +244,7 @@ function writeLink(w: ProtoWriter, link: Link): void {
   w.tag(13, 2);
   const at = w.begin();
   const ctx = link.context;
-  w.tag(1, 2);
-  w.hex(ctx.traceId);
-  w.tag(2, 2);
-  w.hex(ctx.spanId);
-  const traceState = ctx.traceState?.serialize();
-  if (traceState) {
-    w.tag(3, 2);
-    w.string(traceState);
-  }
+  writeContext(w, ctx);
   if (link.attributes) writeAttributes(w, link.attributes, 4);
   w.tag(5, 0);
   w.varint(link.droppedAttributesCount ?? 0);

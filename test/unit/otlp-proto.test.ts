@@ -210,6 +210,8 @@ describe('startTelemetry with exporter otlp', () => {
     await new Promise<void>((r) => server!.listen(0, '127.0.0.1', r));
     const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/traces`;
     telemetry = startTelemetry({ exporter: 'otlp', endpoint: url, service_name: 'svc-under-test', max_queue: 100 });
+    // The API's global tracer is the gateway's while telemetry runs.
+    expect(trace.getTracer('any')).toBe(telemetry.tracer);
     const span = telemetry.tracer.startSpan('exported', { attributes: { k: 'v' } }, ROOT_CONTEXT);
     span.end();
     await telemetry.shutdown();
