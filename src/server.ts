@@ -162,6 +162,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const liveness = new Router();
   liveness.get('/healthz', (ctx) => {
     ctx.body = { status: 'ok' };
+    // Still alive while draining, but a kept-alive prober connection should not hold the shutdown up.
+    if (drain.started) ctx.set('Connection', 'close');
   });
   // Readiness: 503 from the moment a shutdown begins, so load balancers stop sending traffic.
   liveness.get('/readyz', (ctx) => {

@@ -62,7 +62,9 @@ describe('SIGTERM drains a real gateway process', () => {
     const stream = await openStream(url, key, SLOW);
     proc.child.kill('SIGTERM');
     expect(await readinessAfterSigterm(url)).toEqual({ status: 503, body: { status: 'draining' } });
-    expect((await fetch(`${origin}/healthz`)).status).toBe(200); // liveness: still alive while draining
+    const health = await fetch(`${origin}/healthz`);
+    expect(health.status).toBe(200); // liveness: still alive while draining
+    expect(health.headers.get('connection')).toBe('close');
 
     const chat = await post(`${url}/chat/completions`, key, { model: 'fake/gpt', messages: [{ role: 'user', content: 'new' }] });
     expect(chat.status).toBe(503);
