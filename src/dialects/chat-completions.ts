@@ -52,6 +52,15 @@ export function stampChunk(data: string, stamp: { id: string; model: string; pro
   return `{"id":${stamp.id},"provider":${stamp.provider}${data.slice(idEnd + 1, modelStart - 1)}${stamp.model}${data.slice(modelEnd + 1)}`;
 }
 
+/**
+ * Whether `data` has the key whose name and `":"` are `keyTail` (the key without its opening quote), with
+ * that quote checked: `"finish_reason":"` exactly, not a longer key ending the same way.
+ */
+function hasKeyWithString(data: string, keyTail: string): boolean {
+  for (let i = data.indexOf(keyTail); i >= 0; i = data.indexOf(keyTail, i + 1)) if (i > 0 && data.charCodeAt(i - 1) === 34) return true;
+  return false;
+}
+
 export const chatCompletions: DialectAdapter = {
   upstreamBody(body, { upstreamModel, hashUser }) {
     const out = stripGatewayFields(body, upstreamModel);
@@ -91,10 +100,13 @@ export const chatCompletions: DialectAdapter = {
           return DONE;
         }
         // Content chunks (nearly all of a stream) take the string path; usage and error chunks are parsed.
-        if (!ev.data.includes('"usage"') && !ev.data.includes('"error"')) {
+        // The searches leave out the key's opening quote: JSON is full of quotes, and a search that starts
+        // with one stops at each (three searches cost ~700 ns a chunk with it, ~190 without). A looser match
+        // only sends a chunk down the parsing path, which is always right.
+        if (!ev.data.includes('usage"') && !ev.data.includes('error"')) {
           const fast = stampChunk(ev.data, stamp);
           if (fast !== null) {
-            if (!finished && ev.data.includes('"finish_reason":"')) finished = true;
+            if (!finished && hasKeyWithString(ev.data, 'finish_reason":"')) finished = true;
             return { data: fast };
           }
         }

@@ -1,3 +1,4 @@
+import { StringDecoder } from 'node:string_decoder';
 import type { SseEvent } from '../pipeline/types';
 import { withoutCredentials } from './credentials';
 
@@ -19,7 +20,9 @@ export async function* parseSse(body: AsyncIterable<Uint8Array | string>, redact
  * async-iteration step per event on the gateway's stream path (see `BatchedEvents`).
  */
 export async function* parseSseBatches(body: AsyncIterable<Uint8Array | string>, redact: readonly string[] = []): AsyncGenerator<SseEvent[]> {
-  const decoder = new TextDecoder();
+  // Node's StringDecoder: like a streaming TextDecoder (a character split between chunks is kept for the
+  // next one, invalid bytes become U+FFFD) at about a quarter of its cost per chunk.
+  const decoder = new StringDecoder('utf8');
   let buffer = '';
   let event: string | undefined;
   /** The event's data lines so far, joined with '\n' (null: no data line yet). */
@@ -49,7 +52,7 @@ export async function* parseSseBatches(body: AsyncIterable<Uint8Array | string>,
     return undefined;
   };
   for await (const chunk of body) {
-    buffer += typeof chunk === 'string' ? chunk : decoder.decode(chunk, { stream: true });
+    buffer += typeof chunk === 'string' ? chunk : decoder.write(chunk);
     let start = 0;
     const hasCr = buffer.includes('\r');
     let batch: SseEvent[] | undefined;
@@ -68,7 +71,7 @@ export async function* parseSseBatches(body: AsyncIterable<Uint8Array | string>,
     if (batch) yield batch;
   }
   // End of stream: the unfinished line still counts, and an event without its blank line is delivered.
-  buffer += decoder.decode();
+  buffer += decoder.end();
   const rest: SseEvent[] = [];
   for (const text of buffer.split(/\r\n|\r|\n/)) {
     const ev = line(text);

@@ -188,6 +188,13 @@ describe('parseSse', () => {
     expect(await parseAll(byteByByte(text))).toEqual([{ data: '{"t":"é日🎉ß"}' }]);
   });
 
+  it('turns invalid UTF-8 into U+FFFD, also a truncated character at the very end', async () => {
+    const bad = new Uint8Array([...encoder.encode('data: a'), 0xff, ...encoder.encode('b\n\n')]);
+    expect(await parseAll([bad])).toEqual([{ data: 'a\uFFFDb' }]);
+    const cut = encoder.encode('data: x🎉').slice(0, -2); // the emoji's last two bytes never come
+    expect(await parseAll([cut])).toEqual([{ data: 'x\uFFFD' }]);
+  });
+
   it('passes [DONE] through as plain data', async () => {
     const events = await parseAll(['data: {"a":1}\n\ndata: [DONE]\n\n']);
     expect(events.at(-1)).toEqual({ data: '[DONE]' });
