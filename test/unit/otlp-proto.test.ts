@@ -104,6 +104,43 @@ describe('the lean tracer', () => {
     expect(memory.getFinishedSpans()).toHaveLength(0);
   });
 
+  it('startActiveSpan runs the function with the span and returns its result; root ignores the parent', () => {
+    const memory = new InMemorySpanExporter();
+    const tracer = tracerWith([new SimpleSpanProcessor(memory)]);
+    const parent = tracer.startSpan('parent', {}, ROOT_CONTEXT);
+    const result = tracer.startActiveSpan('active', { attributes: { a: 1 } }, trace.setSpan(ROOT_CONTEXT, parent), (span) => {
+      span.end();
+      return 42;
+    });
+    expect(result).toBe(42);
+    expect(tracer.startActiveSpan('bare', (span) => (span.end(), 'ok'))).toBe('ok');
+    tracer.startSpan('rooted', { root: true }, trace.setSpan(ROOT_CONTEXT, parent)).end();
+    parent.end();
+    const byName = Object.fromEntries(memory.getFinishedSpans().map((s) => [s.name, s]));
+    expect(byName.active.parentSpanContext?.spanId).toBe(parent.spanContext().spanId);
+    expect(byName.active.attributes).toEqual({ a: 1 });
+    expect(byName.rooted.parentSpanContext).toBeUndefined();
+    expect(byName.rooted.spanContext().traceId).not.toBe(parent.spanContext().traceId);
+  });
+
+  it('takes start and end times as epoch ms, Date, [s, ns] or performance timestamps, never ending before it starts', () => {
+    const memory = new InMemorySpanExporter();
+    const tracer = tracerWith([new SimpleSpanProcessor(memory)]);
+    tracer.startSpan('epoch', { startTime: 1_790_000_000_000 }, ROOT_CONTEXT).end(new Date(1_790_000_000_250));
+    tracer.startSpan('hr', { startTime: [1_790_000_000, 500_000_000] }, ROOT_CONTEXT).end([1_790_000_001, 0]);
+    // A number not later than performance.now() is a performance timestamp (as in the SDK).
+    const perfStart = performance.now() - 10;
+    tracer.startSpan('perf', { startTime: perfStart }, ROOT_CONTEXT).end(perfStart + 5);
+    tracer.startSpan('backwards', { startTime: 1_790_000_000_000 }, ROOT_CONTEXT).end(1_789_999_999_000);
+    const byName = Object.fromEntries(memory.getFinishedSpans().map((s) => [s.name, s]));
+    expect(byName.epoch.startTime).toEqual([1_790_000_000, 0]);
+    expect(byName.epoch.duration).toEqual([0, 250_000_000]);
+    expect(byName.hr.duration).toEqual([0, 500_000_000]);
+    expect(Math.abs(byName.perf.startTime[0] * 1e3 - Date.now())).toBeLessThan(60_000);
+    expect(byName.perf.duration).toEqual([0, 5_000_000]);
+    expect(byName.backwards.duration).toEqual([0, 0]);
+  });
+
   it('records nothing under the suppressTracing context of the SDK', () => {
     const memory = new InMemorySpanExporter();
     const span = tracerWith([new SimpleSpanProcessor(memory)]).startSpan('hidden', {}, suppressTracing(ROOT_CONTEXT));
