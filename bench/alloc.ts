@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -7,8 +7,9 @@ import { request } from 'undici';
 import { gatewayYaml } from './config';
 import { connectInspector } from './inspector';
 import { load } from './load';
-import { functionOf, placeOf, type CallFrame } from './places';
+import { Shares, type CallFrame } from './places';
 import { pinTo, startNode, type Started } from './processes';
+import { writeResults } from './report';
 
 /**
  * `npm run bench:alloc [-- --scenario chat|chat-stream] [--seconds 6] [--no-export] [--survivors] [--extra '<yaml>']
@@ -88,31 +89,22 @@ async function main(): Promise<void> {
     await loading;
     inspector.close();
 
-    const byFunction = new Map<string, number>();
-    const byPlace = new Map<string, number>();
-    let total = 0;
+    const shares = new Shares();
     const walk = (n: SamplingNode) => {
-      const fn = functionOf(n.callFrame);
-      const place = placeOf(n.callFrame);
-      byFunction.set(fn, (byFunction.get(fn) ?? 0) + n.selfSize);
-      byPlace.set(place, (byPlace.get(place) ?? 0) + n.selfSize);
-      total += n.selfSize;
+      shares.add(n.callFrame, n.selfSize);
       for (const c of n.children) walk(c);
     };
     walk(profile.head);
-    const top = (m: Map<string, number>, k: number) => [...m.entries()].sort((a, b) => b[1] - a[1]).slice(0, k).map(([name, v]) => `${((100 * v) / total).toFixed(1).padStart(5)}%  ${name}`);
     const report = [
-      `${values.scenario}${telemetry ? ' (no span export)' : ''}${values.extra ? ` (${values.extra})` : ''}: ${(total / 1024 / Math.max(1, served)).toFixed(1)} KB ${values.survivors ? 'surviving a young GC' : 'allocated'} per request (${served} requests sampled)`,
+      `${values.scenario}${telemetry ? ' (no span export)' : ''}${values.extra ? ` (${values.extra})` : ''}: ${(shares.total / 1024 / Math.max(1, served)).toFixed(1)} KB ${values.survivors ? 'surviving a young GC' : 'allocated'} per request (${served} requests sampled)`,
       '',
       'allocated by place:',
-      ...top(byPlace, 20),
+      ...shares.top('place', 20),
       '',
       'allocated by function:',
-      ...top(byFunction, Number(values.top)),
+      ...shares.top('function', Number(values.top)),
     ].join('\n');
-    const dir = path.join(ROOT, 'bench', 'results');
-    mkdirSync(dir, { recursive: true });
-    writeFileSync(path.join(dir, `alloc-${values.scenario}-${new Date().toISOString().replace(/[:.]/g, '-')}.txt`), `${report}\n`);
+    writeResults(`alloc-${values.scenario}-`, { txt: `${report}\n` });
     process.stdout.write(`${report}\n`);
   } finally {
     for (const p of procs.reverse()) await p.stop();

@@ -1,11 +1,13 @@
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
+import { gatewayYaml } from './config';
 import { load } from './load';
-import { functionOf, placeOf, type CallFrame } from './places';
+import { Shares, type CallFrame } from './places';
 import { pinTo, startNode, type Started } from './processes';
+import { writeResults } from './report';
 
 /**
  * `npm run bench:profile [-- --scenario chat|chat-stream|messages|messages-stream] [--seconds 10]`
@@ -30,20 +32,7 @@ async function main(): Promise<void> {
     procs.push(fake);
     const origin = `http://127.0.0.1:${fake.match[1]}`;
     const config = path.join(tmp, 'gateway.yaml');
-    writeFileSync(
-      config,
-      `server: { port: 0, watch_config: false }
-storage: { driver: sqlite, path: ${path.join(tmp, 'gw.db')} }
-telemetry: { exporter: otlp, endpoint: ${origin}/v1/traces }
-providers:
-  - { id: o, kind: openai, base_url: ${origin}/v1 }
-  - { id: a, kind: anthropic, base_url: ${origin}/v1, api_key: x }
-models:
-  - { id: bench/chat, endpoints: [{ provider: o, upstream_model: bench-upstream, pricing: { prompt: 1, completion: 2 } }] }
-  - { id: bench/messages, endpoints: [{ provider: a, upstream_model: bench-upstream, pricing: { prompt: 1, completion: 2 } }] }
-pipelines: { default: [auth, validate, upstream] }
-`,
-    );
+    writeFileSync(config, gatewayYaml(origin, tmp));
     const main = path.join(ROOT, 'dist/src/main.js');
     const key = execFileSync(process.execPath, [main, 'keys', 'create', '--name', 'p', '--config', config], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
     const gw = await startNode(['--cpu-prof', `--cpu-prof-dir=${tmp}`, main, 'serve', '--config', config], {
@@ -64,35 +53,11 @@ pipelines: { default: [auth, validate, upstream] }
     const file = readdirSync(tmp).find((f) => f.endsWith('.cpuprofile'));
     if (!file) throw new Error('no .cpuprofile written');
     const profile = JSON.parse(readFileSync(path.join(tmp, file), 'utf8')) as { nodes: ProfileNode[]; samples: number[] };
-    const self = new Map<string, number>();
-    let total = 0;
-    for (const n of profile.nodes) {
-      const hits = n.hitCount ?? 0;
-      total += hits;
-      const k = functionOf(n.callFrame);
-      self.set(k, (self.get(k) ?? 0) + hits);
-    }
-    const top = [...self.entries()].sort((a, b) => b[1] - a[1]).slice(0, Number(values.top));
-    // Self time by where the code lives: a package, a folder of ours, or node's internals.
-    const byPlace = new Map<string, number>();
-    for (const n of profile.nodes) {
-      const place = placeOf(n.callFrame);
-      byPlace.set(place, (byPlace.get(place) ?? 0) + (n.hitCount ?? 0));
-    }
-    const places = [...byPlace.entries()].sort((a, b) => b[1] - a[1]).slice(0, 25);
-    const pct = (v: number) => `${((100 * v) / total).toFixed(1).padStart(5)}%`;
-    const report = [
-      'self time by place:',
-      ...places.map(([k, v]) => `${pct(v)}  ${k}`),
-      '',
-      'self time by function:',
-      ...top.map(([k, v]) => `${pct(v)}  ${k}`),
-    ].join('\n');
-    const dir = path.join(ROOT, 'bench', 'results');
-    mkdirSync(dir, { recursive: true });
-    const stamp = new Date().toISOString().replace(/[:.]/g, '-');
-    writeFileSync(path.join(dir, `profile-${scenario}-${stamp}.cpuprofile`), readFileSync(path.join(tmp, file)));
-    writeFileSync(path.join(dir, `profile-${scenario}-${stamp}.txt`), report + '\n');
+    // Self time by function, and by where the code lives: a package, a folder of ours, or node's internals.
+    const shares = new Shares();
+    for (const n of profile.nodes) shares.add(n.callFrame, n.hitCount ?? 0);
+    const report = ['self time by place:', ...shares.top('place', 25), '', 'self time by function:', ...shares.top('function', Number(values.top))].join('\n');
+    writeResults(`profile-${scenario}-`, { cpuprofile: readFileSync(path.join(tmp, file)), txt: `${report}\n` });
     process.stdout.write(`${report}\n`);
   } finally {
     for (const p of procs.reverse()) await p.stop();

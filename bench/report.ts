@@ -1,3 +1,6 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+
 /** One line of the benchmark table. */
 export interface Row {
   scenario: string;
@@ -27,4 +30,16 @@ export function renderMarkdown(rows: Row[], rss: Record<string, number | undefin
   );
   const facts = Object.entries({ ...rss, ...meta }).map(([k, v]) => `- ${k}: ${v ?? '–'}`);
   return [head, sep, ...lines, '', ...facts, ''].join('\n');
+}
+
+/**
+ * Writes a benchmark's outputs as `bench/results/<prefix><date>.<ext>` (the folder is git-ignored) and
+ * returns that base name, e.g. `writeResults('soak-', { md, json })` → `soak-2026-11-22T18-58-30-915Z`.
+ */
+export function writeResults(prefix: string, files: Record<string, string | Buffer>, date = new Date().toISOString()): string {
+  const dir = path.resolve(__dirname, '..', '..', 'bench', 'results');
+  mkdirSync(dir, { recursive: true });
+  const name = `${prefix}${date.replace(/[:.]/g, '-')}`;
+  for (const [ext, content] of Object.entries(files)) writeFileSync(path.join(dir, `${name}.${ext}`), content);
+  return name;
 }

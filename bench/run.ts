@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -8,7 +8,7 @@ import { load, median, round, type LoadResult } from './load';
 import { portkeyHeaders, startPortkey } from './peer-portkey';
 import { probe, type ProbeResult, type ProbeTarget } from './probe';
 import { cpuUs, pinTo, rssMiB, rssSampler, startNode, type Started } from './processes';
-import { renderMarkdown, type Row } from './report';
+import { renderMarkdown, writeResults, type Row } from './report';
 
 /**
  * `npm run bench [-- --peer portkey] [--seconds 10] [--warmup 5] [--runs 3] [--connections 50] [--probe 2000]`
@@ -175,11 +175,7 @@ async function main(): Promise<void> {
       peer: values.peer ?? null,
     };
     const md = renderMarkdown(rows, rss, meta);
-    const dir = path.join(ROOT, 'bench', 'results');
-    mkdirSync(dir, { recursive: true });
-    const stamp = meta.date.replace(/[:.]/g, '-');
-    writeFileSync(path.join(dir, `${stamp}.md`), md);
-    writeFileSync(path.join(dir, `${stamp}.json`), JSON.stringify({ meta, rss, rows }, null, 2));
+    const stamp = writeResults('', { md, json: JSON.stringify({ meta, rss, rows }, null, 2) }, meta.date);
     process.stdout.write(`\n${md}\nwritten to bench/results/${stamp}.{md,json}\n`);
   } finally {
     for (const p of procs.reverse()) await p.stop();

@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -9,6 +9,7 @@ import { gatewayYaml } from './config';
 import { connectInspector } from './inspector';
 import { round } from './load';
 import { pinTo, rssMiB, startNode, type Started } from './processes';
+import { writeResults } from './report';
 
 /**
  * `npm run bench:soak [-- --requests 6000 --warmup 1000 --rounds 6 --concurrency 50 --pace 3]`
@@ -119,11 +120,10 @@ async function main(): Promise<void> {
     await gw.stop(); // SIGTERM: the gateway drains and flushes its ledger
     const rows = ledgerRows(path.join(tmp, 'gateway.db'));
     const report = render({ before, samples, tally, rows, sent, concurrency, warmup });
-    const out = path.join(ROOT, 'bench', 'results');
-    mkdirSync(out, { recursive: true });
-    const stamp = `soak-${new Date().toISOString().replace(/[:.]/g, '-')}`;
-    writeFileSync(path.join(out, `${stamp}.md`), report.md);
-    writeFileSync(path.join(out, `${stamp}.json`), JSON.stringify({ before, samples, tally: Object.fromEntries(tally), rows, slopes: report.slopes }, null, 2));
+    const stamp = writeResults('soak-', {
+      md: report.md,
+      json: JSON.stringify({ before, samples, tally: Object.fromEntries(tally), rows, slopes: report.slopes }, null, 2),
+    });
     process.stdout.write(`\n${report.md}\nwritten to bench/results/${stamp}.{md,json}\n`);
     if (!report.ok) process.exitCode = 1;
   } finally {

@@ -9,6 +9,7 @@ import { gatewayYaml } from './config';
 import { load, median, round, type LoadResult } from './load';
 import { probe, type ProbeResult, type ProbeTarget } from './probe';
 import { pinTo, startNode, type Started } from './processes';
+import { writeResults } from './report';
 
 /**
  * `npm run bench:spend [-- --seconds 8 --runs 3 --connections 50 --probe 1000 --redis redis://127.0.0.1:6379/0]`
@@ -116,11 +117,7 @@ async function main(): Promise<void> {
       ...rows.map((r) => `| ${r.variant} | ${r.rps} | ${r.rpsRatioToBaseline} | ${r.unloadedP50Us} | ${r.addedP50Us} | ${r.loadedP50Ms} | ${r.loadedP99Ms} |`),
       '',
     ].join('\n');
-    const out = path.join(ROOT, 'bench', 'results');
-    mkdirSync(out, { recursive: true });
-    const stamp = `spend-${date.replace(/[:.]/g, '-')}`;
-    writeFileSync(path.join(out, `${stamp}.md`), md);
-    writeFileSync(path.join(out, `${stamp}.json`), JSON.stringify({ date, rows }, null, 2));
+    const stamp = writeResults('spend-', { md, json: JSON.stringify({ date, rows }, null, 2) }, date);
     process.stdout.write(`\n${md}\nwritten to bench/results/${stamp}.{md,json}\n`);
   } finally {
     for (const p of procs.reverse()) await p.stop();

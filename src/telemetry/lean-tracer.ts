@@ -27,7 +27,6 @@ const SUPPRESS_TRACING = Symbol.for('OpenTelemetry SDK Context Key SUPPRESS_TRAC
 export interface SpanSink {
   onStart?(span: LeanSpan, parentContext: Context): void;
   onEnd(span: LeanSpan): void;
-  forceFlush(): Promise<void>;
   shutdown(): Promise<void>;
 }
 
@@ -108,10 +107,6 @@ export class LeanTracer implements Tracer, SpanHome {
 
   ended(span: LeanSpan): void {
     for (const sink of this.sinks) sink.onEnd(span);
-  }
-
-  async forceFlush(): Promise<void> {
-    await Promise.all(this.sinks.map((s) => s.forceFlush()));
   }
 
   async shutdown(): Promise<void> {
