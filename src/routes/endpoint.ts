@@ -218,7 +218,7 @@ function finish(runtime: Runtime, state: GatewayState, span: Span, status: numbe
   const { logger, ledger } = runtime.services;
   try {
     const row = ledgerRowOf(state, runtime.services.spend.clock());
-    // The row replaces the request's journal entry in one transaction (README "Ledger durability").
+    // The row releases the request's journal entry when it is written (README "Ledger durability").
     const pendingId = state.pendingLedger?.id ?? null;
     if (row) ledger.add(row, pendingId);
     else if (pendingId) ledger.release(pendingId);

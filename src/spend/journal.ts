@@ -5,6 +5,8 @@ import type { GatewayState } from '../pipeline/types';
 import type { Candidate } from '../routing/candidates';
 import type { PendingLedgerRow, Store } from '../store/types';
 
+const RECORDED: Promise<void> = Promise.resolve();
+
 export interface JournalDeps {
   store: Store;
   logger: Logger;
@@ -38,13 +40,15 @@ export function pendingRowOf(state: GatewayState, first: Candidate, isByok: bool
 /**
  * The ledger journal (README "Ledger durability"): before a request is sent upstream its pending row is
  * written durably, so a process killed with requests in flight (or with rows still queued in LedgerWriter)
- * loses none of them. The row's ledger row deletes it in the same transaction (LedgerWriter.add); pending rows
+ * loses none of them. The row's ledger row releases it when it is written (LedgerWriter.add); pending rows
  * a dead process left behind are finalised as `interrupted` (cost 0) by `sweep`, at start and periodically,
  * once they are older than the hold TTL (its holds have lapsed by then, and a live process's request never
  * runs that long).
  *
- * Writes use group commit: rows handed over while a write is under way (or in the same event-loop turn) go
- * in the next single transaction, and each request waits only for the commit that holds its row.
+ * A store whose pending rows are durable once a synchronous call returns (the SQLite store's journal files,
+ * `Store.insertPendingLedgerNow`) writes each row at once. Otherwise writes use group commit: rows handed over
+ * while a write is under way (or in the same event-loop turn) go in the next single transaction, and each
+ * request waits only for the commit that holds its row.
  *
  * @example const journal = new LedgerJournal({ store, logger, holdTtlMs: () => 1_800_000 }); journal.start();
  *          await journal.record(row); … await journal.close();
@@ -63,6 +67,15 @@ export class LedgerJournal {
 
   /** Resolves once the row is committed; rejects with a typed 503 when the store cannot take it. */
   record(row: PendingLedgerRow): Promise<void> {
+    const now = this.deps.store.insertPendingLedgerNow;
+    if (now) {
+      try {
+        now([row]);
+        return RECORDED;
+      } catch (err) {
+        return Promise.reject(this.refusal(err, 1));
+      }
+    }
     return new Promise((resolve, reject) => {
       this.batch.push(row);
       this.waiters.push({ resolve, reject });
@@ -105,6 +118,11 @@ export class LedgerJournal {
     await this.sweeping;
   }
 
+  private refusal(err: unknown, rows: number): GatewayError {
+    this.deps.logger.error({ err, rows }, 'ledger: writing pending rows failed');
+    return new GatewayError('server', 'The ledger is unavailable', { status: 503, headers: { 'Retry-After': '1' }, cause: err });
+  }
+
   private write(): Promise<void> {
     this.scheduled = false;
     if (this.writing || this.batch.length === 0) return this.writing ?? Promise.resolve();
@@ -115,8 +133,7 @@ export class LedgerJournal {
     this.writing = this.deps.store.insertPendingLedger(rows).then(
       () => waiters.forEach((w) => w.resolve()),
       (err) => {
-        this.deps.logger.error({ err, rows: rows.length }, 'ledger: writing pending rows failed');
-        const refusal = new GatewayError('server', 'The ledger is unavailable', { status: 503, headers: { 'Retry-After': '1' }, cause: err });
+        const refusal = this.refusal(err, rows.length);
         waiters.forEach((w) => w.reject(refusal));
       },
     );

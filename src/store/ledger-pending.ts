@@ -51,8 +51,18 @@ export function sqlitePendingLedger(db: Database.Database) {
   );
   const deleteStale = db.prepare('DELETE FROM ledger_pending WHERE created_at < ? AND owner <> ?');
   const list = db.prepare('SELECT * FROM ledger_pending ORDER BY created_at, generation_id');
+  const interrupted = db.prepare(
+    `INSERT INTO ${LEDGER_TARGET} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, 0, 0, 0, 0, ?, 'interrupted', ?) ON CONFLICT (generation_id) DO NOTHING`,
+  );
   return {
     release,
+    /** Interrupted ledger rows for pending rows kept outside the table (pending-files.ts); an existing row stays. */
+    writeInterrupted: db.transaction((rows: PendingLedgerRow[]) => {
+      for (const r of rows) {
+        const v = values(r);
+        interrupted.run([...v.slice(0, 9), Number(r.isByok), v[11]]);
+      }
+    }),
     insert: db.transaction((rows: PendingLedgerRow[]) => {
       for (const r of rows) insert.run(values(r).map((v) => (typeof v === 'boolean' ? Number(v) : v)));
     }),

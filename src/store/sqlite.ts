@@ -17,6 +17,7 @@ import {
   usageSelect,
 } from './migrations';
 import { sqlitePendingLedger } from './ledger-pending';
+import { PendingFiles } from './pending-files';
 import { sqlitePresets } from './presets-sqlite';
 import { sqliteVideoJobs } from './video-jobs';
 import type {
@@ -130,7 +131,7 @@ function prepareAll(db: Database.Database) {
   // One debit per account per batch instead of one per row: half the statements on the hot write path.
   // An interrupted row replaced by the real one cost 0, so the real cost is debited in full.
   const insertLedgerBatch = db.transaction((rows: LedgerRow[], release: string[]): number => {
-    for (const id of release) pending.release.run(id);
+    for (const id of release) pending.release.run(id); // an empty list when the journal is in files
     const debits = new Map<string, number>();
     let inserted = 0;
     for (const row of rows) {
@@ -160,10 +161,17 @@ export class SqliteStore implements Store {
   readonly driver = 'sqlite' as const;
   private readonly db: Database.Database;
   private statements?: Statements;
+  /** The ledger journal of a database file (README "Ledger durability"); a `:memory:` store keeps it in its table. */
+  private readonly pendingFiles: PendingFiles | null = null;
+  /** Pending rows are durable when this returns (a write to the journal file): no transaction to wait for. */
+  readonly insertPendingLedgerNow?: (rows: PendingLedgerRow[]) => void;
 
   constructor(options: SqliteStoreOptions) {
     if (options.path !== ':memory:' && options.path !== '') {
       mkdirSync(dirname(resolve(options.path)), { recursive: true });
+      const files = new PendingFiles(`${resolve(options.path)}-pending`);
+      this.pendingFiles = files;
+      this.insertPendingLedgerNow = (rows) => files.append(rows);
     }
     this.db = new Database(options.path);
     // Busy timeout first: switching to WAL needs a lock that another process may be holding.
@@ -192,6 +200,7 @@ export class SqliteStore implements Store {
   }
 
   async close(): Promise<void> {
+    this.pendingFiles?.close();
     if (this.db.open) this.db.close();
   }
 
@@ -282,19 +291,30 @@ export class SqliteStore implements Store {
   }
 
   async insertLedgerBatch(rows: LedgerRow[], release: string[] = []): Promise<number> {
-    return rows.length || release.length ? this.s.insertLedgerBatch(rows, release) : 0;
+    const files = this.pendingFiles;
+    if (!files) return rows.length || release.length ? this.s.insertLedgerBatch(rows, release) : 0;
+    // Journal in files: released after the commit (a kill in between leaves a pending row whose ledger row exists).
+    const inserted = rows.length > 0 ? this.s.insertLedgerBatch(rows, []) : 0;
+    files.release(release);
+    return inserted;
   }
 
   async insertPendingLedger(rows: PendingLedgerRow[]): Promise<void> {
-    if (rows.length > 0) this.s.pending.insert(rows);
+    if (rows.length === 0) return;
+    if (this.pendingFiles) this.pendingFiles.append(rows);
+    else this.s.pending.insert(rows);
   }
 
   async finalizePendingLedger(input: { beforeMs: number; exceptOwner: string }): Promise<number> {
-    return this.s.pending.finalize(input.beforeMs, input.exceptOwner);
+    // The table too: rows a gateway version before the journal files left behind.
+    const fromTable = this.s.pending.finalize(input.beforeMs, input.exceptOwner);
+    const writeInterrupted = this.s.pending.writeInterrupted;
+    return fromTable + (this.pendingFiles?.finalize(input.beforeMs, input.exceptOwner, (rows) => writeInterrupted(rows)) ?? 0);
   }
 
   async listPendingLedger(): Promise<PendingLedgerRow[]> {
-    return this.s.pending.list();
+    const rows = this.s.pending.list();
+    return this.pendingFiles ? [...rows, ...this.pendingFiles.list()] : rows;
   }
 
   async getLedger(generationId: string): Promise<LedgerRow | null> {

@@ -80,8 +80,8 @@ export interface LedgerRow {
 }
 
 /**
- * A request sent upstream whose ledger row is not written yet (table `ledger_pending`): written durably before
- * the provider is called, deleted in the transaction that writes the ledger row. The route is the first
+ * A request sent upstream whose ledger row is not written yet (table `ledger_pending`, or a SQLite database
+ * file's journal files): written durably before the provider is called, released with the ledger row. The route is the first
  * candidate's (the one that answers is not known yet).
  */
 export interface PendingLedgerRow {
@@ -263,15 +263,22 @@ export interface Store {
   insertLedger(row: LedgerRow): Promise<boolean>;
   /**
    * Many rows in one transaction (same rules as insertLedger); returns how many were new. The pending rows
-   * named in `release` are deleted in the same transaction (a request's journal entry goes with its row).
+   * named in `release` are deleted in the same transaction, or, kept in files, marked released right after
+   * it commits (a request's journal entry goes with its row).
    * A row replaces an existing `interrupted` row of its generation id (which costs 0) and is debited then.
    */
   insertLedgerBatch(rows: LedgerRow[], release?: string[]): Promise<number>;
   /** Writes pending rows (one transaction); a known generation id is ignored. */
   insertPendingLedger(rows: PendingLedgerRow[]): Promise<void>;
   /**
+   * Present when pending rows are durable as soon as a synchronous call returns (the SQLite store's journal
+   * files): the journal then writes each row at once instead of grouping rows into transactions. Throws when
+   * the row cannot be written.
+   */
+  readonly insertPendingLedgerNow?: (rows: PendingLedgerRow[]) => void;
+  /**
    * Turns pending rows created before `beforeMs` by another owner into `interrupted` ledger rows (cost 0, no
-   * tokens; a generation id that already has a row keeps it) and deletes them, in one transaction. Returns
+   * tokens; a generation id that already has a row keeps it) and deletes them (one transaction for the table). Returns
    * how many pending rows were finalised.
    */
   finalizePendingLedger(input: { beforeMs: number; exceptOwner: string }): Promise<number>;

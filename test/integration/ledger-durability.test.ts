@@ -1,4 +1,4 @@
-import { rmSync } from 'node:fs';
+import { readdirSync, rmSync } from 'node:fs';
 import { Client } from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { openStore } from '../../src/store';
@@ -133,11 +133,14 @@ describe.each(['sqlite', 'postgres'] as const)('kill -9 with requests in flight 
       // What the dead process left: the pending rows of the requests in flight, no ledger rows for them.
       expect((await store.listPendingLedger()).map((p) => p.generationId).sort()).toEqual([...inFlight].sort());
       for (const id of inFlight) expect(await store.getLedger(id)).toBeNull();
+      // A database file keeps the journal in files next to it (README "Ledger durability"), not in its table.
+      if (driver === 'sqlite') expect(readdirSync(`${dbFile}-pending`).length).toBeGreaterThan(0);
 
       const second = await startServe(['--config', gw.file], { cwd: gw.dir });
       // Finalised once older than the hold TTL (1 s), by the restarted process's sweep.
       await expect.poll(async () => (await store.listPendingLedger()).length, { timeout: 10_000, interval: 200 }).toBe(0);
       for (const id of inFlight) expect(await store.getLedger(id)).toMatchObject({ status: 'interrupted', costUsd: 0, model: 'fake/slow' });
+      if (driver === 'sqlite') expect(readdirSync(`${dbFile}-pending`)).toEqual([]); // the dead process's segments are deleted
       for (const id of done) expect(await store.getLedger(id)).toMatchObject({ status: 'completed' });
       const keyId = (await store.getLedger(done[0]))!.keyId;
       const totals = await store.usageForKey(keyId);
