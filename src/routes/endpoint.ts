@@ -71,12 +71,17 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       ctx.status = response.status;
       if (response.kind === 'json') {
         setJsonBody(ctx, withPipelineRecords(state, response.body));
-      } else {
-        ctx.respond = false; // the stream is written here, event by event, not by Koa
-        firstWriteAt = await writeSse(ctx, response.status, response.events, runtime.services.logger);
-        if (state.abort.aborted && state.outcome === 'completed') state.outcome = 'cancelled';
-        span.setAttribute('gateway.outcome', state.outcome);
+        // Koa writes the answer in the promise callbacks that follow this return; the ledger row, the span's
+        // end, the log line and the metrics come right after those (a tick callback runs once the microtask
+        // queue is empty, before any I/O), so the caller waits for none of them and nothing can observe the
+        // answer without them.
+        process.nextTick(afterAnswer, state, span, response.status);
+        return;
       }
+      ctx.respond = false; // the stream is written here, event by event, not by Koa
+      firstWriteAt = await writeSse(ctx, response.status, response.events, runtime.services.logger);
+      if (state.abort.aborted && state.outcome === 'completed') state.outcome = 'cancelled';
+      span.setAttribute('gateway.outcome', state.outcome);
       finish(runtime, state, span, response.status);
     } catch (err) {
       // Cut at the drain timeout: the caller sees why (not the "client closed" the abort makes of it).
@@ -107,17 +112,32 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
         }
       }
     }
-    drain?.leave(abort);
-    runtime.services.metrics?.request({
-      endpoint: spec.id,
-      status: ctx.status,
-      errorType: error ? error.errorType : endedAs(state),
-      error,
-      startedAt: started,
-      endedAt: performance.now(),
-      firstWriteAt,
-      upstreamMs: state?.upstreamMs ?? -1,
-    });
+    settle();
+
+    /** Last: a shutdown waits for every request to leave before it closes the ledger. */
+    function settle(): void {
+      drain?.leave(abort);
+      runtime.services.metrics?.request({
+        endpoint: spec.id,
+        status: ctx.status,
+        errorType: error ? error.errorType : endedAs(state),
+        error,
+        startedAt: started,
+        endedAt: performance.now(),
+        firstWriteAt,
+        upstreamMs: state?.upstreamMs ?? -1,
+      });
+    }
+
+    function afterAnswer(answered: GatewayState, answerSpan: Span, status: number): void {
+      try {
+        finish(runtime, answered, answerSpan, status);
+      } catch (err) {
+        // The answer is out: nothing to turn into an error answer any more.
+        runtime.services.logger.error({ err, generation_id: answered.requestId }, 'finishing a request failed');
+      }
+      settle();
+    }
   };
 }
 
