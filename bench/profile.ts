@@ -10,13 +10,19 @@ import { pinTo, startNode, type Started } from './processes';
 import { writeResults } from './report';
 
 /**
- * `npm run bench:profile [-- --scenario chat|chat-stream|messages|messages-stream] [--seconds 10]`
+ * `npm run bench:profile [-- --scenario chat|chat-stream|messages|messages-stream] [--seconds 10] [--connections 50]`
  *
  * Runs the gateway under `node --cpu-prof` with load on one scenario, then prints the functions with the
  * most self time (and writes the .cpuprofile, loadable in Chrome DevTools, under bench/results/).
+ * `--connections 1` sends one request at a time: where an unloaded request's time goes.
  */
 const ROOT = path.resolve(__dirname, '..', '..');
-const { values } = parseArgs({ options: { scenario: { type: 'string', default: 'chat' }, seconds: { type: 'string', default: '10' }, top: { type: 'string', default: '35' } } });
+const { values } = parseArgs({ options: {
+    scenario: { type: 'string', default: 'chat' },
+    seconds: { type: 'string', default: '10' },
+    top: { type: 'string', default: '35' },
+    connections: { type: 'string', default: '50' },
+  }, });
 
 interface ProfileNode {
   id: number;
@@ -35,7 +41,7 @@ async function main(): Promise<void> {
     writeFileSync(config, gatewayYaml(origin, tmp));
     const main = path.join(ROOT, 'dist/src/main.js');
     const key = execFileSync(process.execPath, [main, 'keys', 'create', '--name', 'p', '--config', config], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
-    const gw = await startNode(['--cpu-prof', `--cpu-prof-dir=${tmp}`, main, 'serve', '--config', config], {
+    const gw = await startNode(['--cpu-prof', '--cpu-prof-interval=100', `--cpu-prof-dir=${tmp}`, main, 'serve', '--config', config], {
       pin: pinTo(1),
       ready: /listening on http:\/\/[\d.]+:(\d+)/,
       logFile: path.join(tmp, 'gw.log'),
@@ -46,7 +52,7 @@ async function main(): Promise<void> {
     if (scenario.endsWith('-stream')) body.stream = true;
     const res = await load(
       { origin: `http://127.0.0.1:${gw.match[1]}`, path: messages ? '/api/v1/messages' : '/api/v1/chat/completions', headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` }, body: JSON.stringify(body) },
-      { connections: 50, seconds: Number(values.seconds), pin: pinTo(0) },
+      { connections: Number(values.connections), seconds: Number(values.seconds), pin: pinTo(0) },
     );
     process.stdout.write(`${scenario}: ${Math.round(res.rps)} req/s under the profiler\n`);
     await gw.stop();
