@@ -30,7 +30,8 @@ interface Segment {
   file: string;
   owner: string;
   fd: number;
-  createdMs: number;
+  /** `performance.now()` when opened: the age that ends its pending rows is real time, whatever the wall clock does. */
+  openedAt: number;
   bytes: number;
   /** Rows of this segment written by this store and not yet released. */
   outstanding: number;
@@ -83,7 +84,7 @@ export class PendingFiles {
 
   /** Writes the rows durably (one write per owner); a generation id still pending here is ignored. Throws when the disk refuses. */
   append(rows: PendingLedgerRow[]): void {
-    const now = Date.now();
+    const now = performance.now();
     const lines = new Map<string, { text: string; ids: string[] }>();
     for (const r of rows) {
       if (this.open.has(r.generationId)) continue;
@@ -179,11 +180,11 @@ export class PendingFiles {
 
   private segmentFor(owner: string, now: number): Segment {
     const seg = this.current.get(owner);
-    if (seg && now - seg.createdMs < SEGMENT_MAX_AGE_MS && seg.bytes < SEGMENT_MAX_BYTES) return seg;
+    if (seg && now - seg.openedAt < SEGMENT_MAX_AGE_MS && seg.bytes < SEGMENT_MAX_BYTES) return seg;
     if (seg) this.retire(seg);
     if (this.byFile.size === 0) mkdirSync(this.dir, { recursive: true });
-    const file = path.join(this.dir, `${encodeURIComponent(owner)}-${now}-${++this.seq}.jsonl`);
-    const next: Segment = { file, owner, fd: openSync(file, 'a'), createdMs: now, bytes: 0, outstanding: 0 };
+    const file = path.join(this.dir, `${encodeURIComponent(owner)}-${Date.now()}-${++this.seq}.jsonl`);
+    const next: Segment = { file, owner, fd: openSync(file, 'a'), openedAt: now, bytes: 0, outstanding: 0 };
     this.current.set(owner, next);
     this.byFile.set(file, next);
     return next;

@@ -48,7 +48,7 @@ describe('PendingFiles', () => {
   });
 
   it('starts a new segment after SEGMENT_MAX_AGE_MS and deletes an old one once all its rows are released', () => {
-    vi.useFakeTimers({ toFake: ['Date'] });
+    vi.useFakeTimers({ toFake: ['Date', 'performance'] });
     const journal = new PendingFiles(dir);
     journal.append([row('gen-1'), row('gen-2')]);
     vi.advanceTimersByTime(SEGMENT_MAX_AGE_MS - 1);
@@ -128,7 +128,7 @@ describe('PendingFiles', () => {
   });
 
   it('close deletes empty segments and leaves those with unreleased rows for a sweep', () => {
-    vi.useFakeTimers({ toFake: ['Date'] });
+    vi.useFakeTimers({ toFake: ['Date', 'performance'] });
     const journal = new PendingFiles(dir);
     journal.append([row('gen-1')]);
     vi.advanceTimersByTime(SEGMENT_MAX_AGE_MS);
