@@ -37,4 +37,20 @@ describe('billing a stream by what was delivered', () => {
     done.end();
     expect(done.usage()).toMatchObject({ inputTokens: 7, outputTokens: 20 });
   });
+
+  it('counts every relayed event of a long cut stream exactly once, also above a usage the provider reported on the way', () => {
+    const body = { model: 'm', messages: [{ role: 'user', content: 'hello there' }] };
+    const cut = billedByDelivery(DIALECTS.chat_completions.streamRewriter(info), { dialect: 'chat_completions', info, body });
+    for (let i = 0; i < 150; i++) cut.rewrite(chunk({ content: 'abcd' })); // 4 characters a token
+    cut.end();
+    expect(cut.usage()!.outputTokens).toBe(150);
+    expect(cut.usage()!.outputTokens).toBe(150);
+
+    const partial = billedByDelivery(DIALECTS.chat_completions.streamRewriter(info), { dialect: 'chat_completions', info, body });
+    for (let i = 0; i < 100; i++) partial.rewrite(chunk({ content: 'abcdefgh' }));
+    partial.rewrite({ data: JSON.stringify({ id: 'x', model: 'u', choices: [], usage: { prompt_tokens: 7, completion_tokens: 5 } }) });
+    for (let i = 0; i < 100; i++) partial.rewrite(chunk({ content: 'abcdefgh' }));
+    partial.end();
+    expect(partial.usage()).toMatchObject({ inputTokens: 7, outputTokens: 400 });
+  });
 });
