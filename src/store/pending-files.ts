@@ -82,31 +82,30 @@ export class PendingFiles {
   /** The folder is made on the first write (a CLI command opening the store leaves none behind). */
   constructor(readonly dir: string) {}
 
-  /** Writes the rows durably (one write per owner); a generation id still pending here is ignored. Throws when the disk refuses. */
+  /**
+   * Writes the rows durably, one write each (a request writes one; this is on its way to the provider);
+   * a generation id still pending here is ignored. Throws when the disk refuses.
+   */
   append(rows: PendingLedgerRow[]): void {
     const now = performance.now();
-    const lines = new Map<string, { text: string; ids: string[] }>();
     for (const r of rows) {
       if (this.open.has(r.generationId)) continue;
-      const group = lines.get(r.owner) ?? { text: '', ids: [] };
-      group.text += `{"p":${JSON.stringify(entryOf(r))}}\n`;
-      group.ids.push(r.generationId);
-      lines.set(r.owner, group);
-    }
-    for (const [owner, { text, ids }] of lines) {
-      const seg = this.segmentFor(owner, now);
-      const bytes = Buffer.from(text);
-      let written = 0;
+      const seg = this.segmentFor(r.owner, now);
+      const line = `{"p":${JSON.stringify(entryOf(r))}}\n`;
+      let written = -1;
       try {
-        written = writeSync(seg.fd, bytes);
+        written = writeSync(seg.fd, line);
       } finally {
         // A failed or short write may have left part of a line: nothing more goes into that segment.
-        if (written !== bytes.length) this.retire(seg);
+        if (written !== Buffer.byteLength(line)) {
+          this.retire(seg);
+          written = -1;
+        }
       }
-      if (written !== bytes.length) throw new Error(`ledger journal: short write to ${seg.file}`);
+      if (written < 0) throw new Error(`ledger journal: short write to ${seg.file}`);
       seg.bytes += written;
-      seg.outstanding += ids.length;
-      for (const id of ids) this.open.set(id, seg);
+      seg.outstanding++;
+      this.open.set(r.generationId, seg);
     }
   }
 

@@ -36,7 +36,7 @@ describe('PendingFiles', () => {
     const journal = new PendingFiles(dir);
     expect(journal.list()).toEqual([]);
     expect(() => files()).toThrow(); // nothing created by opening the store
-    const a = row('gen-a', 'proc-a', 1_700_000_000_000);
+    const a = { ...row('gen-a', 'proc-a', 1_700_000_000_000), model: 'modèle/日本-“x”' }; // multi-byte text: the write is checked in bytes
     journal.append([a, row('gen-b'), row('gen-c')]);
     journal.append([row('gen-a')]); // a known id is ignored
     expect(files()).toHaveLength(1);
