@@ -14,7 +14,7 @@ export type * from './types';
 export { SqliteStore } from './sqlite';
 
 export type StorageConfig =
-  | { driver: 'sqlite'; path: string }
+  | { driver: 'sqlite'; path: string; cache_mib?: number }
   | { driver: 'postgres'; url: string; schema?: string; pool_max?: number };
 
 /** Constructs the configured store and applies pending migrations; the caller closes it. */
@@ -22,7 +22,7 @@ export async function openStore(config: StorageConfig): Promise<Store> {
   let store: Store;
   switch (config.driver) {
     case 'sqlite':
-      store = new SqliteStore({ path: config.path });
+      store = new SqliteStore({ path: config.path, cacheMib: config.cache_mib });
       break;
     case 'postgres': {
       // Loaded only when configured: the pg driver is ~15 MiB of resident memory an SQLite gateway never uses.

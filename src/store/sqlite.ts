@@ -49,7 +49,11 @@ const FREE_COUNT = "SELECT COUNT(*) FROM ledger WHERE account_id = ? AND created
 export interface SqliteStoreOptions {
   /** Database file; its folder is created when missing. `:memory:` for a throwaway store. */
   path: string;
+  /** SQLite's page cache (`storage.cache_mib`, default 2). */
+  cacheMib?: number;
 }
+
+const DEFAULT_CACHE_MIB = 2;
 
 /** Every statement, prepared once after the migrations have created the tables. */
 function prepareAll(db: Database.Database) {
@@ -180,6 +184,10 @@ export class SqliteStore implements Store {
     // With WAL, NORMAL never corrupts the file; a power loss may drop the last commits, not break the db.
     this.db.pragma('synchronous = NORMAL');
     this.db.pragma('foreign_keys = ON');
+    // Why set: better-sqlite3 builds SQLite with a 16 MiB page cache, which the ledger's writes fill within
+    // seconds of load (+20 MiB of resident memory measured); SQLite's own default is 2 MiB, and the pages the
+    // writes need (the right edge of the ledger's B-trees) fit in that.
+    this.db.pragma(`cache_size = ${-Math.round((options.cacheMib ?? DEFAULT_CACHE_MIB) * 1024)}`);
   }
 
   async init(): Promise<void> {

@@ -489,6 +489,19 @@ describe('engine specifics', () => {
     }
   });
 
+  it('sqlite: a 2 MiB page cache unless storage.cache_mib says otherwise (better-sqlite3 builds SQLite with 16 MiB)', async () => {
+    const cacheKib = async (cacheMib?: number) => {
+      const store = await openStore({ driver: 'sqlite', path: ':memory:', cache_mib: cacheMib });
+      try {
+        return (store as unknown as { db: Database.Database }).db.pragma('cache_size', { simple: true });
+      } finally {
+        await store.close();
+      }
+    };
+    expect(await cacheKib()).toBe(-2048);
+    expect(await cacheKib(64)).toBe(-65536);
+  });
+
   it('postgres: rejects a schema name that is not a plain identifier', () => {
     expect(() => new PostgresStore({ url: PG_URL, schema: 'x; DROP TABLE y' })).toThrow(/invalid postgres schema/);
     expect(() => new PostgresStore({ url: PG_URL, schema: 'Public' })).toThrow(/invalid postgres schema/);

@@ -69,7 +69,7 @@ describe('parseConfigText: defaults', () => {
       metrics: { enabled: true, auth: 'none' },
       drain_timeout_ms: 30000,
     });
-    expect(c.storage).toEqual({ driver: 'sqlite', path: './data/gateway.db' });
+    expect(c.storage).toEqual({ driver: 'sqlite', path: './data/gateway.db', cache_mib: 2 });
     expect(c.state).toEqual({ driver: 'memory', prefix: 'gw:', command_timeout_ms: 1000 });
     expect(c.spend.in_flight).toEqual({ enabled: true, fraction: 0.5, ceiling_usd: 25, applies_below_balance_usd: 100, settlement_ms: 5000, retry_after_s: 2 });
     expect(c.free_models).toEqual({ per_minute: 20, daily_requests: 50, daily_requests_purchased: 1000, purchase_threshold_usd: 10 });
@@ -137,7 +137,7 @@ describe('parseConfigText: defaults', () => {
   // Regression, same cause as above: `storage: { driver: sqlite }` kept `path` undefined (SqliteStore then
   // called resolve(undefined)); postgres got no pool_max.
   it('fills storage defaults inside the chosen driver', () => {
-    expect(parse(config({ extra: 'storage: { driver: sqlite }' })).storage).toEqual({ driver: 'sqlite', path: './data/gateway.db' });
+    expect(parse(config({ extra: 'storage: { driver: sqlite }' })).storage).toEqual({ driver: 'sqlite', path: './data/gateway.db', cache_mib: 2 });
     expect(parse(config({ extra: 'storage: { driver: postgres, url: "postgres://u@h/db" }' })).storage).toEqual({
       driver: 'postgres',
       url: 'postgres://u@h/db',
