@@ -17,12 +17,14 @@ import { writeResults } from './report';
  * `--connections 1` sends one request at a time: where an unloaded request's time goes.
  */
 const ROOT = path.resolve(__dirname, '..', '..');
-const { values } = parseArgs({ options: {
+const { values } = parseArgs({
+  options: {
     scenario: { type: 'string', default: 'chat' },
     seconds: { type: 'string', default: '10' },
     top: { type: 'string', default: '35' },
     connections: { type: 'string', default: '50' },
-  }, });
+  },
+});
 
 interface ProfileNode {
   id: number;

@@ -67,10 +67,10 @@ export class LedgerJournal {
 
   /** Resolves once the row is committed; rejects with a typed 503 when the store cannot take it. */
   record(row: PendingLedgerRow): Promise<void> {
-    const now = this.deps.store.insertPendingLedgerNow;
-    if (now) {
+    const store = this.deps.store;
+    if (store.insertPendingLedgerNow) {
       try {
-        now([row]);
+        store.insertPendingLedgerNow([row]);
         return RECORDED;
       } catch (err) {
         return Promise.reject(this.refusal(err, 1));
