@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { describe, expect, it, vi } from 'vitest';
 import { auth } from '../../plugins/auth';
 import { createKeyLookup } from '../../src/auth/key-cache';
@@ -86,5 +86,12 @@ describe('key lookup by hash', () => {
       }
     }
     expect(await run({ authorization: `Bearer ${real}` })).toEqual({ passed: true, error: null });
+  });
+
+  it('stores keys as the hex SHA-256 of their UTF-8 text, as every earlier version did (stored keys keep working)', () => {
+    for (const key of [generateKey(), 'sk-gw-v1-clé-ünïcode', '']) {
+      expect(hashKey(key)).toBe(createHash('sha256').update(key, 'utf8').digest('hex'));
+    }
+    expect(hashKey('abc')).toBe('ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad');
   });
 });
