@@ -364,7 +364,7 @@ export class PostgresStore implements Store {
   }
 
   async savePresetVersion(input: NewPresetVersion): Promise<PresetWithVersion> {
-    return savePresetVersionPg((fn) => this.transaction(fn), this.query, input);
+    return savePresetVersionPg((fn) => this.transaction(fn), input);
   }
 
   async findPreset(workspaceId: string, slug: string): Promise<PresetWithVersion | null> {

@@ -12,9 +12,9 @@ import { StoreConflictError, type NewPresetVersion, type PresetVersionRecord, ty
  */
 export async function savePresetVersionPg(
   transaction: <T>(fn: (client: PoolClient) => Promise<T>) => Promise<T>,
-  query: Query,
   input: NewPresetVersion,
 ): Promise<PresetWithVersion> {
+  let saved: PresetWithVersion | null = null;
   try {
     await transaction(async (c) => {
       const now = Date.now();
@@ -35,12 +35,16 @@ export async function savePresetVersionPg(
         [versionId, presetId, next, JSON.stringify(input.config), input.systemPrompt, input.creatorUserId, now],
       );
       await c.query('UPDATE presets SET designated_version_id = $1, updated_at = $2 WHERE id = $3', [versionId, now, presetId]);
+      // Read inside the transaction: it holds the preset row's lock, so this is the version just written.
+      // Read after the commit, a concurrent writer's newer version could be returned instead (two callers
+      // were then told the same version number).
+      saved = await findPresetPg((sql, params) => c.query(sql, params), input.workspaceId, input.slug);
     });
   } catch (err) {
     if ((err as { code?: string }).code === '23505') throw new StoreConflictError(`preset ${input.slug} was written concurrently`);
     throw err;
   }
-  return (await findPresetPg(query, input.workspaceId, input.slug))!;
+  return saved!;
 }
 
 /** A pooled query (outside any transaction). */
