@@ -45,7 +45,7 @@ export function sqlitePresets(db: Database.Database) {
     ),
     designate: db.prepare('UPDATE presets SET designated_version_id = ?, updated_at = ? WHERE id = ?'),
   };
-  const save = db.transaction((input: NewPresetVersion): void => {
+  const save = db.transaction((input: NewPresetVersion): PresetWithVersion => {
     const now = Date.now();
     const versionId = randomUUID();
     let presetId = s.bySlug.get(input.workspaceId, input.slug) as string | undefined;
@@ -56,16 +56,17 @@ export function sqlitePresets(db: Database.Database) {
     const version = Number(s.nextVersion.get(presetId));
     s.insertVersion.run(versionId, presetId, version, JSON.stringify(input.config), input.systemPrompt, input.creatorUserId, now, now);
     s.designate.run(versionId, now, presetId);
+    // Read before the commit: after it, another process writing the same slug could come in between.
+    return joinedPreset(s.find.get(bind(input.workspaceId, input.slug)) as Row);
   });
   return {
     save(input: NewPresetVersion): PresetWithVersion {
       try {
-        save.immediate(input);
+        return save.immediate(input);
       } catch (err) {
         if ((err as { code?: string }).code?.startsWith('SQLITE_CONSTRAINT')) throw new StoreConflictError(`preset ${input.slug} was written concurrently`);
         throw err;
       }
-      return joinedPreset(s.find.get(bind(input.workspaceId, input.slug)) as Row);
     },
     find(workspaceId: string, slug: string): PresetWithVersion | null {
       const row = s.find.get(bind(workspaceId, slug)) as Row | undefined;
