@@ -37,6 +37,14 @@ interface Segment {
   outstanding: number;
 }
 
+/** A segment file as read by `segments()`: whose it is, when it was last written, what is unreleased in it. */
+interface SegmentOnDisk {
+  file: string;
+  owner: string;
+  mtimeMs: number;
+  rows: PendingLedgerRow[];
+}
+
 type Entry = [string, string, string, string, string, string, string, string, string, 0 | 1, string, number];
 
 function entryOf(r: PendingLedgerRow): Entry {
@@ -203,8 +211,8 @@ export class PendingFiles {
   }
 
   /** Each segment file in the folder with its unreleased rows, read after its modification time. */
-  private segments(): { file: string; owner: string; mtimeMs: number; rows: PendingLedgerRow[] }[] {
-    const out: { file: string; owner: string; mtimeMs: number; rows: PendingLedgerRow[] }[] = [];
+  private segments(): SegmentOnDisk[] {
+    const out: SegmentOnDisk[] = [];
     let names: string[];
     try {
       names = readdirSync(this.dir);

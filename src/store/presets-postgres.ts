@@ -14,9 +14,8 @@ export async function savePresetVersionPg(
   transaction: <T>(fn: (client: PoolClient) => Promise<T>) => Promise<T>,
   input: NewPresetVersion,
 ): Promise<PresetWithVersion> {
-  let saved: PresetWithVersion | null = null;
   try {
-    await transaction(async (c) => {
+    return await transaction(async (c) => {
       const now = Date.now();
       const versionId = randomUUID();
       let presetId = (await c.query('SELECT id FROM presets WHERE workspace_id = $1 AND slug = $2', [input.workspaceId, input.slug])).rows[0]?.id as string | undefined;
@@ -38,16 +37,15 @@ export async function savePresetVersionPg(
       // Read inside the transaction: it holds the preset row's lock, so this is the version just written.
       // Read after the commit, a concurrent writer's newer version could be returned instead (two callers
       // were then told the same version number).
-      saved = await findPresetPg((sql, params) => c.query(sql, params), input.workspaceId, input.slug);
+      return (await findPresetPg((sql, params) => c.query(sql, params), input.workspaceId, input.slug))!;
     });
   } catch (err) {
     if ((err as { code?: string }).code === '23505') throw new StoreConflictError(`preset ${input.slug} was written concurrently`);
     throw err;
   }
-  return saved!;
 }
 
-/** A pooled query (outside any transaction). */
+/** A query: pooled, or on a transaction's client. */
 export type Query = (sql: string, params: unknown[]) => Promise<{ rows: Record<string, unknown>[] }>;
 
 export async function findPresetPg(query: Query, workspaceId: string, slug: string): Promise<PresetWithVersion | null> {
