@@ -6,6 +6,7 @@ import { ConfigError, loadConfig } from './config/load';
 import { configReloader } from './config/reload';
 import type { GatewayConfig } from './config/types';
 import { watchFile } from './config/watch';
+import { tuneHeap } from './heap-tuning';
 import { closeUpstreamPool, createGateway } from './server';
 import { generateKey, hashKey, maskKey } from './store/key-secret';
 import { openStore } from './store';
@@ -223,6 +224,7 @@ async function byokDelete(store: Store, v: Values): Promise<number> {
 
 async function serve(file: string): Promise<number> {
   const config = loadConfig(file, { registry });
+  tuneHeap();
   const logger = createLogger(config.logging.level);
   const telemetry = startTelemetry(config.telemetry);
   const store = await openStore(config.storage);

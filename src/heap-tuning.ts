@@ -1,0 +1,27 @@
+import v8 from 'node:v8';
+
+/**
+ * How far V8 lets the old generation grow past what survived the last full GC, in percent, when the
+ * operator has not chosen: 30 % instead of V8's own factor, which under the gateway's load was ~3.6×
+ * (`--trace-gc`: 26 MiB live, the next full GC at ~95 MiB). Under load most of that is promoted garbage
+ * (request objects that outlived two young-generation GCs) waiting for the next full GC, all of it resident.
+ * `npm run bench:ab` measured peak RSS 158.7 → 140.3 MiB with it set at run time, and no difference in CPU per
+ * request (221 vs 230 µs; see README, Performance).
+ */
+export const HEAP_GROWING_PERCENT = 30;
+
+/**
+ * Sets V8's `--heap-growing-percent` for this process, unless the operator passed a value of their own (on
+ * the command line or in `NODE_OPTIONS`), which wins. Unlike the young generation's size, which V8 fixes
+ * when the process starts, this factor is read each time V8 sets the next full GC's limit, so setting it
+ * at run time takes effect from the next full GC on. Returns the flag it set, or null.
+ */
+export function tuneHeap(
+  o: { execArgv?: readonly string[]; nodeOptions?: string; setFlags?: (flags: string) => void } = {},
+): string | null {
+  const given = [...(o.execArgv ?? process.execArgv), o.nodeOptions ?? process.env.NODE_OPTIONS ?? ''].join(' ');
+  if (/--heap[-_]growing[-_]percent\b/.test(given)) return null;
+  const flag = `--heap-growing-percent=${HEAP_GROWING_PERCENT}`;
+  (o.setFlags ?? v8.setFlagsFromString)(flag);
+  return flag;
+}
