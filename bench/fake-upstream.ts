@@ -36,7 +36,8 @@ function chatStream(withUsage: boolean): Buffer {
   const parts: string[] = [];
   for (let i = 0; i < 20; i++) {
     const delta = i === 0 ? { role: 'assistant', content: WORDS[i] } : { content: ` ${WORDS[i]}` };
-    parts.push(`data: ${JSON.stringify({ ...base, choices: [{ index: 0, delta, finish_reason: i === 19 ? 'stop' : null }] })}\n\n`);
+    // As OpenAI does: once `include_usage` is set (the gateway always sets it), every chunk has `"usage":null`.
+    parts.push(`data: ${JSON.stringify({ ...base, choices: [{ index: 0, delta, finish_reason: i === 19 ? 'stop' : null }], ...(withUsage ? { usage: null } : {}) })}\n\n`);
   }
   if (withUsage) parts.push(`data: ${JSON.stringify({ ...base, choices: [], usage: { prompt_tokens: 12, completion_tokens: 20, total_tokens: 32 } })}\n\n`);
   parts.push('data: [DONE]\n\n');

@@ -53,12 +53,26 @@ export function stampChunk(data: string, stamp: { id: string; model: string; pro
 }
 
 /**
- * Whether `data` has the key whose name and `":"` are `keyTail` (the key without its opening quote), with
- * that quote checked: `"finish_reason":"` exactly, not a longer key ending the same way.
+ * Where `data` has the key whose name and what follows are `keyTail` (the key without its opening quote),
+ * with that quote checked (`"finish_reason":"` exactly, not a longer key ending the same way): the index
+ * of the key's opening quote, or -1.
  */
-function hasKeyWithString(data: string, keyTail: string): boolean {
-  for (let i = data.indexOf(keyTail); i >= 0; i = data.indexOf(keyTail, i + 1)) if (i > 0 && data.charCodeAt(i - 1) === 34) return true;
-  return false;
+function keyAt(data: string, keyTail: string): number {
+  for (let i = data.indexOf(keyTail); i >= 0; i = data.indexOf(keyTail, i + 1)) if (i > 0 && data.charCodeAt(i - 1) === 34) return i - 1;
+  return -1;
+}
+
+const NULL_USAGE = '"usage":null';
+
+/**
+ * `data` without its `"usage":null` member (which starts at `at`), or null when it is not written the way
+ * providers write it (compact, between other members).
+ */
+function withoutNullUsage(data: string, at: number): string | null {
+  const end = at + NULL_USAGE.length;
+  if (data.charCodeAt(at - 1) === 44 /* , */) return data.slice(0, at - 1) + data.slice(end);
+  if (data.charCodeAt(end) === 44) return data.slice(0, at) + data.slice(end + 1);
+  return null;
 }
 
 export const chatCompletions: DialectAdapter = {
@@ -103,10 +117,16 @@ export const chatCompletions: DialectAdapter = {
         // The searches leave out the key's opening quote: JSON is full of quotes, and a search that starts
         // with one stops at each (three searches cost ~700 ns a chunk with it, ~190 without). A looser match
         // only sends a chunk down the parsing path, which is always right.
-        if (!ev.data.includes('usage"') && !ev.data.includes('error"')) {
-          const fast = stampChunk(ev.data, stamp);
+        // A content chunk may carry `"usage":null`: OpenAI puts it in every chunk once `include_usage` is
+        // set, which the gateway always asks for. Parsing each such chunk cost ~1.3 µs (a 20-chunk stream:
+        // 36 µs instead of 8); it is dropped as text instead when the client did not ask for usage.
+        const text = ev.data;
+        if (!text.includes('error"')) {
+          const u = keyAt(text, 'usage":');
+          const plain = u < 0 ? text : !text.startsWith(NULL_USAGE, u) ? null : info.clientWantsUsage ? text : withoutNullUsage(text, u);
+          const fast = plain === null ? null : stampChunk(plain, stamp);
           if (fast !== null) {
-            if (!finished && hasKeyWithString(ev.data, 'finish_reason":"')) finished = true;
+            if (!finished && keyAt(text, 'finish_reason":"') >= 0) finished = true;
             return { data: fast };
           }
         }
@@ -131,8 +151,9 @@ export const chatCompletions: DialectAdapter = {
           }
           const usageOnly = Array.isArray(chunk.choices) && chunk.choices.length === 0;
           if (usageOnly && !info.clientWantsUsage) return null;
-          if (!info.clientWantsUsage) delete chunk.usage;
         }
+        // The gateway asked the provider for usage; a client that did not ask gets none (not even a null).
+        if (!info.clientWantsUsage) delete chunk.usage;
         return { data: JSON.stringify(chunk) };
       },
       failure(err: GatewayError): SseEvent[] {

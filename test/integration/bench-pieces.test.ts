@@ -39,11 +39,14 @@ describe('bench fake upstream', () => {
     expect(res.text.length).toBeLessThan(450);
   });
 
-  it('streams 20 chat chunks, a usage chunk when asked, then [DONE]', async () => {
+  it('streams 20 chat chunks, a usage chunk when asked (and, as OpenAI does, "usage":null in the others), then [DONE]', async () => {
     const plain = await events((await call('/chat/completions', { stream: true })).text);
     expect(plain).toHaveLength(21);
     expect(plain.at(-1)!.data).toBe('[DONE]');
+    expect(plain.slice(0, 20).every((e) => !('usage' in JSON.parse(e.data)))).toBe(true);
     const withUsage = await events((await call('/chat/completions', { stream: true, stream_options: { include_usage: true } })).text);
+    expect(withUsage).toHaveLength(22);
+    expect(withUsage.slice(0, 20).every((e) => JSON.parse(e.data).usage === null)).toBe(true);
     expect(JSON.parse(withUsage.at(-2)!.data).usage.completion_tokens).toBe(20);
   });
 

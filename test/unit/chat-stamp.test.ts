@@ -27,4 +27,42 @@ describe('stampChunk (the string path for content chunks)', () => {
     const usage = rw.rewrite({ data: JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 5, model: 'u', choices: [], usage: { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 } }) })!;
     expect(JSON.parse(usage.data).usage).toMatchObject({ cost: 0.5, is_byok: false });
   });
+
+  describe('content chunks with "usage":null (OpenAI sends it in every chunk once include_usage is set)', () => {
+    const info = (clientWantsUsage: boolean) => ({ generationId: 'gen-1-abc', model: 'gw/model', provider: 'prov', isByok: false, costOf: () => 0.5, clientWantsUsage });
+    const chunk = (extra: object = {}) => ({ id: 'c', object: 'chat.completion.chunk', created: 5, model: 'u', choices: [{ index: 0, delta: { content: 'hi' }, finish_reason: null }], ...extra });
+    const stamped = { id: 'gen-1-abc', model: 'gw/model', provider: 'prov' };
+
+    it('a client that did not ask for usage gets none, on the string path and the parsing path alike', () => {
+      const rw = chatCompletions.streamRewriter(info(false));
+      const last = JSON.stringify(chunk({ usage: null }));
+      const first = `{"id":"c","usage":null,${JSON.stringify(chunk()).slice('{"id":"c",'.length)}`; // the member before a comma
+      const spaced = JSON.stringify(chunk({ usage: null }), null, 1); // not compact: parsed
+      for (const data of [last, first, spaced]) {
+        const out = rw.rewrite({ data })!.data;
+        expect(out).not.toContain('usage');
+        expect(JSON.parse(out)).toEqual({ ...chunk(), ...stamped });
+      }
+    });
+
+    it('a client that asked for usage keeps the null, as the provider sent it', () => {
+      const rw = chatCompletions.streamRewriter(info(true));
+      const out = rw.rewrite({ data: JSON.stringify(chunk({ usage: null })) })!.data;
+      expect(JSON.parse(out)).toEqual({ ...chunk({ usage: null }), ...stamped });
+    });
+
+    it('still reads the finish and the real usage chunk after them', () => {
+      const rw = chatCompletions.streamRewriter(info(false));
+      rw.rewrite({ data: JSON.stringify(chunk({ usage: null })) });
+      expect(rw.end()).toHaveLength(2); // no finish_reason yet: ending now is the in-band failure and [DONE]
+      const rw2 = chatCompletions.streamRewriter(info(false));
+      rw2.rewrite({ data: JSON.stringify({ ...chunk({ usage: null }), choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] }) });
+      const final = rw2.rewrite({ data: JSON.stringify({ ...chunk(), choices: [], usage: { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 } }) });
+      expect(final).toBeNull(); // the usage-only chunk is the gateway's, not the client's
+      expect(rw2.usage()).toMatchObject({ inputTokens: 1, outputTokens: 2 });
+      expect(rw2.cost()).toBe(0.5);
+      expect(rw2.end()).toEqual([{ data: '[DONE]' }]);
+    });
+  });
 });
+
