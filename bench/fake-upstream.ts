@@ -61,14 +61,15 @@ function messagesStream(): Buffer {
 
 const STREAMS = { chat: chatStream(false), chatUsage: chatStream(true), messages: messagesStream() };
 
-/** Starts the fake on `port` (0 = any). Also answers POST /v1/traces (OTLP) with 200 so telemetry can export. */
+/** Starts the fake on `port` (0 = any). Also answers POST /v1/traces (OTLP/HTTP protobuf) so telemetry can export. */
 export function startBenchUpstream(port = 0, host = '127.0.0.1'): Promise<{ server: Server; port: number; url: string }> {
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
       const url = req.url ?? '';
-      if (url.endsWith('/traces')) return void res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+      // An empty ExportTraceServiceResponse, as a collector answers a full success (the exporter decodes it).
+      if (url.endsWith('/traces')) return void res.writeHead(200, { 'content-type': 'application/x-protobuf', 'content-length': 0 }).end();
       const body = Buffer.concat(chunks).toString('latin1');
       // A substring test is enough for a fake and costs nothing next to a JSON parse.
       const stream = body.includes('"stream":true');

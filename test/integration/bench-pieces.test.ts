@@ -59,9 +59,11 @@ describe('bench fake upstream', () => {
     expect(evs.at(-1)!.event).toBe('message_stop');
   });
 
-  it('accepts OTLP trace exports', async () => {
+  it('accepts OTLP trace exports with the empty protobuf answer a collector gives', async () => {
     const res = await fetch(`${fake.url}/traces`, { method: 'POST', body: 'x' });
     expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toBe('application/x-protobuf');
+    expect((await res.arrayBuffer()).byteLength).toBe(0);
   });
 });
 
