@@ -22,7 +22,8 @@ function child(script: string): { lines: () => string[]; waitLine: (msg: string)
     waiters.forEach((w) => w());
   });
   const exited = new Promise<number | null>((resolve) => proc.on('close', resolve));
-  const lines = () => out.split('\n').filter(Boolean);
+  // Complete lines only: a read may end inside a line.
+  const lines = () => out.slice(0, out.lastIndexOf('\n') + 1).split('\n').filter(Boolean);
   return {
     lines,
     exited,
