@@ -65,10 +65,15 @@ function keyAt(data: string, keyTail: string): number {
 const NULL_USAGE = '"usage":null';
 
 /**
- * `data` without its `"usage":null` member (which starts at `at`), or null when it is not written the way
- * providers write it (compact, between other members).
+ * `data` as the string path stamps it: as it is when it has no usage member; with a `"usage":null` member
+ * kept when `keepNullUsage`, else cut out; null when it carries a real usage, or a null one not written the
+ * way providers write it (compact, between other members): the caller parses those.
  */
-function withoutNullUsage(data: string, at: number): string | null {
+function withUsageSettled(data: string, keepNullUsage: boolean): string | null {
+  const at = keyAt(data, 'usage":');
+  if (at < 0) return data;
+  if (!data.startsWith(NULL_USAGE, at)) return null;
+  if (keepNullUsage) return data;
   const end = at + NULL_USAGE.length;
   if (data.charCodeAt(at - 1) === 44 /* , */) return data.slice(0, at - 1) + data.slice(end);
   if (data.charCodeAt(end) === 44) return data.slice(0, at) + data.slice(end + 1);
@@ -123,8 +128,7 @@ export const chatCompletions: DialectAdapter = {
         // did not ask for usage.
         const text = ev.data;
         if (!text.includes('error"')) {
-          const u = keyAt(text, 'usage":');
-          const plain = u < 0 ? text : !text.startsWith(NULL_USAGE, u) ? null : info.clientWantsUsage ? text : withoutNullUsage(text, u);
+          const plain = withUsageSettled(text, info.clientWantsUsage);
           const fast = plain === null ? null : stampChunk(plain, stamp);
           if (fast !== null) {
             if (!finished && keyAt(text, 'finish_reason":"') >= 0) finished = true;

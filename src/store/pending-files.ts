@@ -100,17 +100,15 @@ export class PendingFiles {
       if (this.open.has(r.generationId)) continue;
       const seg = this.segmentFor(r.owner, now);
       const line = `{"p":${JSON.stringify(entryOf(r))}}\n`;
-      let written = -1;
+      const size = Buffer.byteLength(line);
+      let written = 0;
       try {
         written = writeSync(seg.fd, line);
       } finally {
         // A failed or short write may have left part of a line: nothing more goes into that segment.
-        if (written !== Buffer.byteLength(line)) {
-          this.retire(seg);
-          written = -1;
-        }
+        if (written !== size) this.retire(seg);
       }
-      if (written < 0) throw new Error(`ledger journal: short write to ${seg.file}`);
+      if (written !== size) throw new Error(`ledger journal: short write to ${seg.file}`);
       seg.bytes += written;
       seg.outstanding++;
       this.open.set(r.generationId, seg);
