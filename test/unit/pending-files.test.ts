@@ -1,4 +1,4 @@
-import { appendFileSync, mkdtempSync, readdirSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
+import { appendFileSync, closeSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
@@ -150,6 +150,26 @@ describe('PendingFiles', () => {
 });
 
 describe('LedgerJournal on a store that writes pending rows at once', () => {
+  it('a write that fails retires its segment: the error reaches the caller, the rows before stay, the next row goes to a new segment', () => {
+    const f = new PendingFiles(dir);
+    f.append([row('gen-1')]);
+    const [segment] = files();
+    // The disk refusing, as the process sees it: the segment's descriptor stops working (Linux: found by its path).
+    const fd = readdirSync('/proc/self/fd').map(Number).find((n) => {
+      try {
+        return readlinkSync(`/proc/self/fd/${n}`) === path.join(dir, segment);
+      } catch {
+        return false;
+      }
+    });
+    expect(fd).toBeDefined();
+    closeSync(fd!);
+    expect(() => f.append([row('gen-2')])).toThrow();
+    f.append([row('gen-3')]);
+    expect(files()).toHaveLength(2);
+    expect(ids(f.list()).sort()).toEqual(['gen-1', 'gen-3']);
+  });
+
   it('writes each row before record() returns and refuses with a typed 503 when the disk does', async () => {
     writeFileSync(path.join(root, 'not-a-folder'), '');
     const ok = new PendingFiles(dir);
