@@ -17,16 +17,17 @@ export interface ProbeResult {
   samples: number;
 }
 
+/** Raw timings of one target, microseconds: whole answers and first bytes, in the order taken. */
+interface Samples {
+  totals: number[];
+  firsts: number[];
+}
+
 const quantile = (sorted: number[], q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
 
-/**
- * Unloaded latency at microsecond resolution: `n` sequential requests on one keep-alive connection,
- * each timed with the monotonic clock, after `warmup` untimed ones.
- */
-export async function probe(target: ProbeTarget, n: number, warmup = Math.ceil(n / 10)): Promise<ProbeResult> {
+/** `n` sequential requests on one keep-alive connection after `warmup` untimed ones, added to `into`. */
+async function sample(target: ProbeTarget, n: number, warmup: number, into: Samples): Promise<void> {
   const pool = new Pool(target.origin, { connections: 1, pipelining: 1 });
-  const totals: number[] = [];
-  const firsts: number[] = [];
   try {
     for (let i = 0; i < warmup + n; i++) {
       const t0 = process.hrtime.bigint();
@@ -36,15 +37,46 @@ export async function probe(target: ProbeTarget, n: number, warmup = Math.ceil(n
       const t1 = process.hrtime.bigint();
       if (res.statusCode !== 200) throw new Error(`probe ${target.origin}${target.path} answered ${res.statusCode}`);
       if (i >= warmup) {
-        totals.push(Number(t1 - t0) / 1000);
-        firsts.push(Number((first || t1) - t0) / 1000);
+        into.totals.push(Number(t1 - t0) / 1000);
+        into.firsts.push(Number((first || t1) - t0) / 1000);
       }
     }
   } finally {
     await pool.close();
   }
-  totals.sort((a, b) => a - b);
-  firsts.sort((a, b) => a - b);
+}
+
+function summary({ totals, firsts }: Samples): ProbeResult {
+  const t = [...totals].sort((a, b) => a - b);
+  const f = [...firsts].sort((a, b) => a - b);
   const r = (x: number) => Math.round(x);
-  return { p50Us: r(quantile(totals, 0.5)), p99Us: r(quantile(totals, 0.99)), ttfbP50Us: r(quantile(firsts, 0.5)), ttfbP99Us: r(quantile(firsts, 0.99)), samples: n };
+  return { p50Us: r(quantile(t, 0.5)), p99Us: r(quantile(t, 0.99)), ttfbP50Us: r(quantile(f, 0.5)), ttfbP99Us: r(quantile(f, 0.99)), samples: t.length };
+}
+
+/**
+ * Unloaded latency at microsecond resolution: `n` sequential requests on one keep-alive connection,
+ * each timed with the monotonic clock, after `warmup` untimed ones.
+ */
+export async function probe(target: ProbeTarget, n: number, warmup = Math.ceil(n / 10)): Promise<ProbeResult> {
+  const s: Samples = { totals: [], firsts: [] };
+  await sample(target, n, warmup, s);
+  return summary(s);
+}
+
+/**
+ * `probe` of several targets that are to be compared (e.g. the fake upstream direct and the gateway in
+ * front of it), taken in `rounds` alternating slices of `n / rounds` requests each, so that whatever the
+ * machine does meanwhile (a slower first stretch, another process's background work) falls on all of them
+ * alike; each target's figures are over all of its slices.
+ *
+ * @example const r = await probeAlternating({ direct, gateway }, 2000, 4); r.gateway.p50Us - r.direct.p50Us
+ */
+export async function probeAlternating<K extends string>(targets: Record<K, ProbeTarget>, n: number, rounds: number): Promise<Record<K, ProbeResult>> {
+  const names = Object.keys(targets) as K[];
+  const samples = Object.fromEntries(names.map((k) => [k, { totals: [], firsts: [] } as Samples])) as Record<K, Samples>;
+  const slice = Math.max(1, Math.ceil(n / rounds));
+  for (let r = 0; r < rounds; r++) {
+    for (const k of names) await sample(targets[k], slice, Math.ceil(slice / 10), samples[k]);
+  }
+  return Object.fromEntries(names.map((k) => [k, summary(samples[k])])) as Record<K, ProbeResult>;
 }

@@ -6,7 +6,7 @@ import { parseArgs } from 'node:util';
 import { gatewayYaml } from './config';
 import { load, median, round, type LoadResult } from './load';
 import { portkeyHeaders, startPortkey } from './peer-portkey';
-import { probe, type ProbeResult, type ProbeTarget } from './probe';
+import { probeAlternating, type ProbeResult, type ProbeTarget } from './probe';
 import { cpuUs, pinTo, rssMiB, rssSampler, startNode, type Started } from './processes';
 import { renderMarkdown, writeResults, type Row } from './report';
 
@@ -61,6 +61,9 @@ function gatewayEnv(): NodeJS.ProcessEnv {
 
 type TargetName = 'direct' | 'gateway' | 'portkey';
 
+/** Each scenario's probes alternate between its targets in this many slices (see step 2). */
+const PROBE_ROUNDS = 4;
+
 async function main(): Promise<void> {
   const seconds = Number(values.seconds);
   const runs = Number(values.runs);
@@ -112,16 +115,16 @@ async function main(): Promise<void> {
 
     // 1. Warm-up under load (JIT, pools, caches), so no measurement sees a cold process.
     for (const s of SCENARIOS) for (const t of Object.values(targets(s))) await load(t!, { connections, seconds: Number(values.warmup), pin: loadPin });
-    // 2. Unloaded latency, sequential probes (microseconds). One untimed probe first: the driver's own first
-    // probe read slow whatever it measured (the fake alone: 179 µs, then 135 µs for the same probe repeated;
-    // not the gateway's leftover work: three idle seconds before it changed nothing), which flattered the
-    // first scenario's "added" figure.
-    await probe(targets(SCENARIOS[0]).direct!, probeN);
+    // 2. Unloaded latency, sequential probes (microseconds), each scenario's targets in alternating slices:
+    // probed one after the other, the first probe of a run read slow whatever it measured (the fake alone
+    // 190 µs against ~104 for the other scenarios' direct probes, even after an untimed probe first), which
+    // flattered that scenario's "added" figure; alternating puts such stretches on every target alike.
     const probes = new Map<string, ProbeResult>();
     for (const s of SCENARIOS) {
-      for (const [name, t] of Object.entries(targets(s))) {
-        probes.set(`${s.id}/${name}`, await probe(t!, probeN));
-        log(`probe ${s.id} ${name}: p50 ${probes.get(`${s.id}/${name}`)!.p50Us} µs`);
+      const results = await probeAlternating(targets(s) as Record<string, ProbeTarget>, probeN, PROBE_ROUNDS);
+      for (const [name, r] of Object.entries(results)) {
+        probes.set(`${s.id}/${name}`, r);
+        log(`probe ${s.id} ${name}: p50 ${r.p50Us} µs`);
       }
     }
     // 3. Alternating load runs.

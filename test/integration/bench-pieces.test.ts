@@ -3,7 +3,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBenchUpstream } from '../../bench/fake-upstream';
 import { startSoakUpstream } from '../../bench/soak-upstream';
 import { load } from '../../bench/load';
-import { probe } from '../../bench/probe';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { probe, probeAlternating } from '../../bench/probe';
 import { connectInspector } from '../../bench/inspector';
 import { cpuUs, pinTo, rssMiB } from '../../bench/processes';
 import { renderMarkdown } from '../../bench/report';
@@ -76,6 +78,28 @@ describe('bench driver pieces', () => {
     expect(r.p50Us).toBeGreaterThan(0);
     expect(r.ttfbP50Us).toBeLessThanOrEqual(r.p50Us);
     expect(r.p99Us).toBeGreaterThanOrEqual(r.p50Us);
+  });
+
+  it('alternating probes take each target in turn, a slice at a time, and count every timed request', async () => {
+    const seen: string[] = [];
+    const server = createServer((req, res) => {
+      seen.push(req.url!);
+      req.resume().on('end', () => res.end('{}'));
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const at = (path: string) => ({ origin, path, headers: { 'content-type': 'application/json' }, body: '{}' });
+    try {
+      const r = await probeAlternating({ a: at('/a'), b: at('/b') }, 8, 2);
+      expect(r.a.samples).toBe(8);
+      expect(r.b.samples).toBe(8);
+      expect(r.b.p50Us).toBeGreaterThan(0);
+      // Two rounds of 4 timed requests each, after one untimed one: a, b, a, b.
+      const runs = seen.join(' ').replace(/(\/\w)( \1)*/g, (m, p: string) => `${p}x${m.split(' ').length}`);
+      expect(runs).toBe('/ax5 /bx5 /ax5 /bx5');
+    } finally {
+      await new Promise<void>((r) => server.close(() => r()));
+    }
   });
 
   it('the load generator (autocannon in its own process) runs and reports', async () => {
