@@ -1,4 +1,5 @@
 import v8 from 'node:v8';
+import vm from 'node:vm';
 
 /**
  * How far V8 lets the old generation grow past what survived the last full GC, in percent, when the
@@ -24,4 +25,38 @@ export function tuneHeap(
   const flag = `--heap-growing-percent=${HEAP_GROWING_PERCENT}`;
   (o.setFlags ?? v8.setFlagsFromString)(flag);
   return flag;
+}
+
+/**
+ * One full garbage collection, run once when start-up is done and before the first request: what start-up
+ * left behind (parsed config, compiled schemas and module source it no longer needs) is freed, and V8
+ * sets the old generation's limit from what really survived. Until its first full GC, V8 works to an
+ * initial limit set before anything was loaded, so the first burst of traffic after a start grew the heap
+ * ~25 MiB further than any later one (first 12 s of 50-connection chat load: peak RSS 163–167 MiB without
+ * it, 137–144 with it, three starts each; later loads ~146 either way). It takes ~20 ms, once.
+ *
+ * Node has no call for it without `--expose-gc`, so the flag is switched on just long enough to take
+ * `gc` from a fresh context (a context made while the flag is on gets it; the gateway's own context never
+ * does) and switched off again; an operator's own `--expose-gc` is simply used. Returns the time it took
+ * in ms, or null if this Node does not allow it (then nothing happened).
+ */
+export function collectStartupGarbage(): number | null {
+  try {
+    const own = (globalThis as { gc?: () => void }).gc;
+    let gc = own;
+    if (typeof gc !== 'function') {
+      v8.setFlagsFromString('--expose-gc');
+      try {
+        gc = vm.runInNewContext('gc') as (() => void) | undefined;
+      } finally {
+        v8.setFlagsFromString('--no-expose-gc');
+      }
+    }
+    if (typeof gc !== 'function') return null;
+    const started = performance.now();
+    gc();
+    return performance.now() - started;
+  } catch {
+    return null;
+  }
 }
