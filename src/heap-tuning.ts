@@ -42,8 +42,7 @@ export function tuneHeap(
  */
 export function collectStartupGarbage(): number | null {
   try {
-    const own = (globalThis as { gc?: () => void }).gc;
-    let gc = own;
+    let gc = (globalThis as { gc?: () => void }).gc;
     if (typeof gc !== 'function') {
       v8.setFlagsFromString('--expose-gc');
       try {
