@@ -11,7 +11,7 @@ import { cpuUs, pinTo, rssMiB, rssSampler, startNode, type Started } from './pro
 import { renderMarkdown, writeResults, type Row } from './report';
 
 /**
- * `npm run bench [-- --peer portkey] [--seconds 10] [--warmup 5] [--runs 3] [--connections 50] [--probe 2000]`
+ * `npm run bench [-- --peer portkey] [--seconds 15] [--warmup 15] [--runs 3] [--connections 50] [--probe 2000]`
  *
  * Starts the fake upstream and the gateway (production build, SQLite, the default pipeline, OTLP telemetry
  * exporting to the fake), pins the load generator to core 0 and the servers to core 1 where taskset exists,
@@ -25,8 +25,8 @@ const FAKE = path.join(ROOT, 'dist', 'bench', 'fake-upstream.js');
 const { values } = parseArgs({
   options: {
     peer: { type: 'string' },
-    seconds: { type: 'string', default: '10' },
-    warmup: { type: 'string', default: '5' },
+    seconds: { type: 'string', default: '15' },
+    warmup: { type: 'string', default: '15' },
     runs: { type: 'string', default: '3' },
     connections: { type: 'string', default: '50' },
     probe: { type: 'string', default: '2000' },
