@@ -88,9 +88,11 @@ async function main(): Promise<void> {
     const rssStart = rssMiB(gw.child.pid);
 
     let portkey: Started | undefined;
+    let portkeyStart: number | undefined;
     if (values.peer === 'portkey') {
       portkey = await startPortkey(path.join(os.tmpdir(), 'gw-bench-portkey'), 18787, serverPin);
       procs.push(portkey);
+      portkeyStart = rssMiB(portkey.child.pid);
     } else if (values.peer) throw new Error(`unknown peer ${values.peer} (known: portkey)`);
 
     const targets = (s: Scenario): Partial<Record<TargetName, ProbeTarget>> => {
@@ -181,6 +183,7 @@ async function main(): Promise<void> {
       gatewayWarmupPeakMiB: firstLoadPeaks.gateway,
       gatewayPeakMiB: peaks.gateway,
       gatewayEndMiB: rssMiB(gw.child.pid),
+      portkeyStartMiB: portkeyStart,
       portkeyWarmupPeakMiB: firstLoadPeaks.portkey,
       portkeyPeakMiB: peaks.portkey,
     };
