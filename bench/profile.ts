@@ -10,11 +10,12 @@ import { pinTo, startNode, type Started } from './processes';
 import { writeResults } from './report';
 
 /**
- * `npm run bench:profile [-- --scenario chat|chat-stream|messages|messages-stream] [--seconds 10] [--connections 50]`
+ * `npm run bench:profile [-- --scenario chat|chat-stream|messages|messages-stream] [--seconds 10] [--connections 50] [--extra '<yaml>']`
  *
  * Runs the gateway under `node --cpu-prof` with load on one scenario, then prints the functions with the
  * most self time (and writes the .cpuprofile, loadable in Chrome DevTools, under bench/results/).
- * `--connections 1` sends one request at a time: where an unloaded request's time goes.
+ * `--connections 1` sends one request at a time: where an unloaded request's time goes. `--extra` adds
+ * top-level YAML (e.g. `telemetry: { exporter: none }`, which replaces the default section).
  */
 const ROOT = path.resolve(__dirname, '..', '..');
 const { values } = parseArgs({
@@ -23,6 +24,7 @@ const { values } = parseArgs({
     seconds: { type: 'string', default: '10' },
     top: { type: 'string', default: '35' },
     connections: { type: 'string', default: '50' },
+    extra: { type: 'string', default: '' },
   },
 });
 
@@ -40,7 +42,7 @@ async function main(): Promise<void> {
     procs.push(fake);
     const origin = `http://127.0.0.1:${fake.match[1]}`;
     const config = path.join(tmp, 'gateway.yaml');
-    writeFileSync(config, gatewayYaml(origin, tmp));
+    writeFileSync(config, gatewayYaml(origin, tmp, { extra: values.extra }));
     const main = path.join(ROOT, 'dist/src/main.js');
     const key = execFileSync(process.execPath, [main, 'keys', 'create', '--name', 'p', '--config', config], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
     const gw = await startNode(['--cpu-prof', '--cpu-prof-interval=100', `--cpu-prof-dir=${tmp}`, main, 'serve', '--config', config], {
