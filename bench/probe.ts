@@ -67,11 +67,11 @@ export async function probe(target: ProbeTarget, n: number, warmup = Math.ceil(n
  * `probe` of several targets that are to be compared (e.g. the fake upstream direct and the gateway in
  * front of it), taken in `rounds` alternating slices of `n / rounds` requests each, so that whatever the
  * machine does meanwhile (a slower first stretch, another process's background work) falls on all of them
- * alike; each target's figures are over all of its slices.
+ * alike; each target's figures are over all of its slices (four unless `rounds` says).
  *
- * @example const r = await probeAlternating({ direct, gateway }, 2000, 4); r.gateway.p50Us - r.direct.p50Us
+ * @example const r = await probeAlternating({ direct, gateway }, 2000); r.gateway.p50Us - r.direct.p50Us
  */
-export async function probeAlternating<K extends string>(targets: Record<K, ProbeTarget>, n: number, rounds: number): Promise<Record<K, ProbeResult>> {
+export async function probeAlternating<K extends string>(targets: Record<K, ProbeTarget>, n: number, rounds = 4): Promise<Record<K, ProbeResult>> {
   const names = Object.keys(targets) as K[];
   const samples = Object.fromEntries(names.map((k) => [k, { totals: [], firsts: [] } as Samples])) as Record<K, Samples>;
   const slice = Math.max(1, Math.ceil(n / rounds));

@@ -61,9 +61,6 @@ function gatewayEnv(): NodeJS.ProcessEnv {
 
 type TargetName = 'direct' | 'gateway' | 'portkey';
 
-/** Each scenario's probes alternate between its targets in this many slices (see step 2). */
-const PROBE_ROUNDS = 4;
-
 async function main(): Promise<void> {
   const seconds = Number(values.seconds);
   const runs = Number(values.runs);
@@ -113,18 +110,22 @@ async function main(): Promise<void> {
       }
       return out;
     };
-
     const pidOf: Record<TargetName, number | undefined> = { direct: fake.child.pid, gateway: gw.child.pid, portkey: portkey?.child.pid };
+    /** One load run of `name`'s target, with the CPU its process spent per request; its peak RSS is kept in `peaks`. */
+    const watchedLoad = async (name: TargetName, t: ProbeTarget, secs: number, peaks: Partial<Record<TargetName, number>>): Promise<LoadResult> => {
+      const sampler = rssSampler(pidOf[name]);
+      const cpuBefore = cpuUs(pidOf[name]);
+      const res = await load(t, { connections, seconds: secs, pin: loadPin });
+      res.cpuUsPerRequest = Math.round((cpuUs(pidOf[name]) - cpuBefore) / Math.max(1, res.total));
+      peaks[name] = Math.max(peaks[name] ?? 0, sampler.stop());
+      return res;
+    };
 
     // 1. Warm-up under load (JIT, pools, caches), so no measurement sees a cold process. Its RSS is sampled
     // too: a process's first loads after its start are where its heap grew most (README, Performance).
     const firstLoadPeaks: Partial<Record<TargetName, number>> = {};
     for (const s of SCENARIOS) {
-      for (const [name, t] of Object.entries(targets(s)) as [TargetName, ProbeTarget][]) {
-        const sampler = rssSampler(pidOf[name]);
-        await load(t, { connections, seconds: Number(values.warmup), pin: loadPin });
-        firstLoadPeaks[name] = Math.max(firstLoadPeaks[name] ?? 0, sampler.stop());
-      }
+      for (const [name, t] of Object.entries(targets(s)) as [TargetName, ProbeTarget][]) await watchedLoad(name, t, Number(values.warmup), firstLoadPeaks);
     }
     // 2. Unloaded latency, sequential probes (microseconds), each scenario's targets in alternating slices:
     // probed one after the other, the first probe of a run read slow whatever it measured (the fake alone
@@ -132,7 +133,7 @@ async function main(): Promise<void> {
     // flattered that scenario's "added" figure; alternating puts such stretches on every target alike.
     const probes = new Map<string, ProbeResult>();
     for (const s of SCENARIOS) {
-      const results = await probeAlternating(targets(s) as Record<string, ProbeTarget>, probeN, PROBE_ROUNDS);
+      const results = await probeAlternating(targets(s) as Record<string, ProbeTarget>, probeN);
       for (const [name, r] of Object.entries(results)) {
         probes.set(`${s.id}/${name}`, r);
         log(`probe ${s.id} ${name}: p50 ${r.p50Us} µs`);
@@ -144,11 +145,7 @@ async function main(): Promise<void> {
     for (let r = 0; r < runs; r++) {
       for (const s of SCENARIOS) {
         for (const [name, t] of Object.entries(targets(s)) as [TargetName, ProbeTarget][]) {
-          const sampler = rssSampler(pidOf[name]);
-          const cpuBefore = cpuUs(pidOf[name]);
-          const res = await load(t, { connections, seconds, pin: loadPin });
-          res.cpuUsPerRequest = Math.round((cpuUs(pidOf[name]) - cpuBefore) / Math.max(1, res.total));
-          peaks[name] = Math.max(peaks[name] ?? 0, sampler.stop());
+          const res = await watchedLoad(name, t, seconds, peaks);
           if (res.non2xx || res.errors) log(`warning: ${s.id} ${name} had ${res.non2xx} non-2xx and ${res.errors} errors`);
           (loads.get(`${s.id}/${name}`) ?? loads.set(`${s.id}/${name}`, []).get(`${s.id}/${name}`)!).push(res);
           log(`run ${r + 1}/${runs} ${s.id} ${name}: ${Math.round(res.rps)} req/s`);

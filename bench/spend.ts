@@ -82,8 +82,8 @@ async function main(): Promise<void> {
       });
     }
     for (const t of targets.values()) await load(t, { connections, seconds: Number(values.warmup), pin: loadPin });
-    // The variants' probes alternate (4 slices each), so a slow stretch of the machine falls on all alike.
-    const probes = new Map<string, ProbeResult>(Object.entries(await probeAlternating(Object.fromEntries(targets), Number(values.probe), 4)));
+    // The variants' probes alternate in slices, so a slow stretch of the machine falls on all alike.
+    const probes = new Map<string, ProbeResult>(Object.entries(await probeAlternating(Object.fromEntries(targets), Number(values.probe))));
     const loads = new Map<string, LoadResult[]>();
     for (let r = 0; r < Number(values.runs); r++) {
       for (const [id, t] of targets) {

@@ -1,10 +1,10 @@
 import { spawn } from 'node:child_process';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBenchUpstream } from '../../bench/fake-upstream';
 import { startSoakUpstream } from '../../bench/soak-upstream';
 import { load } from '../../bench/load';
-import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { probe, probeAlternating } from '../../bench/probe';
 import { connectInspector } from '../../bench/inspector';
 import { cpuUs, pinTo, rssMiB } from '../../bench/processes';
