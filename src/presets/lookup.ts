@@ -12,13 +12,16 @@ import { applyPreset, presetReference } from './apply';
  * @example await presets.applyTo(state); // state.body now has the preset under it
  */
 export class Presets {
-  private readonly cache: LRUCache<string, PresetWithVersion>;
+  /** Made on first use: lru-cache allocates its arrays for all entries up front, and most gateways use no preset. */
+  private cached: LRUCache<string, PresetWithVersion> | undefined;
 
   constructor(
     private readonly store: Store,
-    ttlMs = 5_000,
-  ) {
-    this.cache = new LRUCache({ max: 10_000, ttl: ttlMs });
+    private readonly ttlMs = 5_000,
+  ) {}
+
+  private get cache(): LRUCache<string, PresetWithVersion> {
+    return (this.cached ??= new LRUCache({ max: 10_000, ttl: this.ttlMs }));
   }
 
   async find(workspaceId: string, slug: string): Promise<PresetWithVersion | null> {

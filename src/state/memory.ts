@@ -20,7 +20,8 @@ export class MemoryState implements SharedState {
   private readonly counters = new Map<string, Counter>();
   private readonly holds = new Map<string, HoldGroup>();
   private readonly rates = new Map<string, { count: number; resetAt: number }>();
-  private readonly sticky = new LRUCache<string, string>({ max: 100_000, ttlAutopurge: false });
+  /** Made on the first sticky session: lru-cache allocates its arrays for all 100,000 entries up front (~2.7 MiB). */
+  private stickyCache: LRUCache<string, string> | undefined;
   private readonly sweeper: NodeJS.Timeout;
 
   constructor(private readonly clock: () => number = Date.now) {
@@ -105,17 +106,18 @@ export class MemoryState implements SharedState {
   }
 
   async stickyGet(session: string, ttlMs: number): Promise<string | undefined> {
-    const v = this.sticky.get(session);
-    if (v !== undefined) this.sticky.set(session, v, { ttl: ttlMs });
+    const v = this.stickyCache?.get(session);
+    if (v !== undefined) this.stickyCache!.set(session, v, { ttl: ttlMs });
     return v;
   }
 
   async stickySet(session: string, endpointKey: string, ttlMs: number): Promise<void> {
-    this.sticky.set(session, endpointKey, { ttl: ttlMs });
+    this.stickyCache ??= new LRUCache<string, string>({ max: 100_000, ttlAutopurge: false });
+    this.stickyCache.set(session, endpointKey, { ttl: ttlMs });
   }
 
   async stickyDelete(session: string): Promise<void> {
-    this.sticky.delete(session);
+    this.stickyCache?.delete(session);
   }
 
   async close(): Promise<void> {
