@@ -93,9 +93,13 @@ export function holdYoungGeneration(o: Flags = {}): boolean {
   return true;
 }
 
-/** The young generation's capacity now: both semi-spaces, in bytes (what `getHeapSpaceStatistics` reports). */
-function newSpaceBytes(): number {
-  for (const s of v8.getHeapSpaceStatistics()) if (s.space_name === 'new_space') return s.space_size;
+/**
+ * What one semi-space of the young generation holds now, in bytes: its objects plus its free space (V8's
+ * capacity, ~98 % of the semi-space's size; the rest is page headers). Not `space_size`: that is the memory
+ * committed, which counts only one semi-space at start and after a full GC.
+ */
+function semiSpaceBytes(): number {
+  for (const s of v8.getHeapSpaceStatistics()) if (s.space_name === 'new_space') return s.space_used_size + s.space_available_size;
   return 0;
 }
 
@@ -107,20 +111,21 @@ function newSpaceBytes(): number {
  * runs after a collection (V8's `gc` entries are delivered on the next turn of the event loop), and under
  * load one turn ran several collections, each doubling it. If V8 shrinks it later (it does when a process
  * goes quiet), the factor is set again to grow it back to the cap. Returns a stop function, or null (nothing
- * done) when the operator sized the young generation. `newSpace` is for tests.
+ * done) when the operator sized the young generation. `semiSpace` is for tests.
  */
 export function capYoungGeneration(
   semiMiB = YOUNG_SEMI_SPACE_MIB,
-  o: Flags & { newSpace?: () => number } = {},
+  o: Flags & { semiSpace?: () => number } = {},
 ): { stop(): void } | null {
   if (youngGenerationGiven(o)) return null;
   const setFlags = o.setFlags ?? v8.setFlagsFromString;
-  const newSpace = o.newSpace ?? newSpaceBytes;
-  const cap = semiMiB * 2 * 1024 * 1024;
+  const semiSpace = o.semiSpace ?? semiSpaceBytes;
+  const cap = semiMiB * 1024 * 1024;
   let factor = 0;
   const adjust = () => {
-    const now = newSpace();
-    const want = now >= cap || now <= 0 ? 1 : Math.max(1, Math.floor(cap / now));
+    const now = semiSpace();
+    // 95 %: the capacity reads ~98 % of the semi-space's size.
+    const want = now >= cap * 0.95 || now <= 0 ? 1 : Math.max(1, Math.round(cap / now));
     if (want === factor) return;
     setFlags(`--semi-space-growth-factor=${want}`);
     factor = want;

@@ -1,6 +1,6 @@
 import { lookup as dnsLookup } from 'node:dns/promises';
 import type { LookupAddress } from 'node:dns';
-import { Agent, request } from 'undici';
+import { Agent, request } from './undici-parts';
 import { addressVerdict, ipLiteralOf, isLoopback } from './address-policy';
 import { htmlToText } from './html-text';
 

@@ -1,4 +1,4 @@
-import { errors as undiciErrors } from 'undici';
+import { errors as undiciErrors } from '../net/undici-parts';
 import type { HttpVideoProviderConfig } from '../config/types';
 import { GatewayError } from '../errors/gateway-error';
 import { agentFor } from './http';

@@ -1,4 +1,5 @@
-import { Agent, errors as undiciErrors, type Dispatcher } from 'undici';
+import type { Dispatcher } from 'undici';
+import { Agent, errors as undiciErrors } from '../net/undici-parts';
 import { GatewayError } from '../errors/gateway-error';
 import type { AbortWatch } from '../pipeline/request-abort';
 import { credentialsIn, withoutCredentials } from './credentials';

@@ -1,4 +1,4 @@
-import { Agent, request } from 'undici';
+import { Agent, request } from '../net/undici-parts';
 
 /** One search result, the same shape whatever the backend. */
 export interface SearchResult {

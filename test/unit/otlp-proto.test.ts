@@ -1,6 +1,6 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, TraceFlags, type Span } from '@opentelemetry/api';
+import { diag, DiagLogLevel, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, TraceFlags, type Span } from '@opentelemetry/api';
 import { suppressTracing, TraceState } from '@opentelemetry/core';
 import { ProtobufTraceSerializer } from '@opentelemetry/otlp-transformer';
 import { resourceFromAttributes } from '@opentelemetry/resources';
@@ -259,5 +259,33 @@ describe('startTelemetry with exporter otlp', () => {
     expect(text).toContain('svc-under-test');
     expect(text).toContain('exported');
     expect(bodies[0].body.includes(Buffer.from(span.spanContext().spanId, 'hex'))).toBe(true);
+  });
+  it("reads a collector's partial-success answer (the deserializer loaded on the first answer with a body) and warns through diag", async () => {
+    // ExportTraceServiceResponse { partial_success: { rejected_spans: 2, error_message: "over quota" } }
+    const message = Buffer.concat([Buffer.from([0x08, 0x02, 0x12, 10]), Buffer.from('over quota')]);
+    const answer = Buffer.concat([Buffer.from([0x0a, message.length]), message]);
+    let answered = 0;
+    server = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        answered += 1;
+        res.writeHead(200, { 'content-type': 'application/x-protobuf' }).end(answer);
+      });
+    });
+    await new Promise<void>((r) => server!.listen(0, '127.0.0.1', r));
+    const warnings: string[] = [];
+    const record = (...args: unknown[]) => warnings.push(args.map(String).join(' '));
+    diag.setLogger({ error: record, warn: record, info: () => undefined, debug: () => undefined, verbose: () => undefined }, DiagLogLevel.WARN);
+    try {
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/traces`;
+      telemetry = startTelemetry({ exporter: 'otlp', endpoint: url, service_name: 'svc-under-test', max_queue: 100 });
+      telemetry.tracer.startSpan('exported', {}, ROOT_CONTEXT).end();
+      await telemetry.shutdown();
+      telemetry = undefined;
+    } finally {
+      diag.disable();
+    }
+    expect(answered).toBe(1);
+    expect(warnings.join('\n')).toMatch(/partial success[\s\S]*rejectedSpans[\s\S]*2[\s\S]*over quota/i);
   });
 });
