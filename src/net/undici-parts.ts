@@ -10,6 +10,9 @@ import type { Agent as UndiciAgent, errors as undiciErrors, request as undiciReq
  * so an upgrade that moves one fails there. Types come from the package itself.
  */
 export const Agent = require('undici/lib/dispatcher/agent') as typeof UndiciAgent;
+// What undici's index does to every dispatcher: its promise API (`request`, `stream`, `pipeline`, `upgrade`,
+// `connect`) as methods (the video adapter calls `agent.request`). The same functions, if the index loads later.
+Object.assign((require('undici/lib/dispatcher/dispatcher') as { prototype: object }).prototype, require('undici/lib/api'));
 export type Agent = UndiciAgent;
 export const errors = require('undici/lib/core/errors') as typeof undiciErrors;
 
