@@ -12,17 +12,22 @@ import vm from 'node:vm';
  */
 export const HEAP_GROWING_PERCENT = 30;
 
+/** The process's V8 flags as given (tests pass their own) and the setter (tests record instead). */
+type Flags = { execArgv?: readonly string[]; nodeOptions?: string; setFlags?: (flags: string) => void };
+
+/** The node flags the operator gave: the command line and `NODE_OPTIONS`. */
+function operatorFlags(o: Flags): string {
+  return [...(o.execArgv ?? process.execArgv), o.nodeOptions ?? process.env.NODE_OPTIONS ?? ''].join(' ');
+}
+
 /**
  * Sets V8's `--heap-growing-percent` for this process, unless the operator passed a value of their own (on
  * the command line or in `NODE_OPTIONS`), which wins. Unlike the young generation's size, which V8 fixes
  * when the process starts, this factor is read each time V8 sets the next full GC's limit, so setting it
  * at run time takes effect from the next full GC on. Returns the flag it set, or null.
  */
-export function tuneHeap(
-  o: { execArgv?: readonly string[]; nodeOptions?: string; setFlags?: (flags: string) => void } = {},
-): string | null {
-  const given = [...(o.execArgv ?? process.execArgv), o.nodeOptions ?? process.env.NODE_OPTIONS ?? ''].join(' ');
-  if (/--heap[-_]growing[-_]percent\b/.test(given)) return null;
+export function tuneHeap(o: Flags = {}): string | null {
+  if (/--heap[-_]growing[-_]percent\b/.test(operatorFlags(o))) return null;
   const flag = `--heap-growing-percent=${HEAP_GROWING_PERCENT}`;
   (o.setFlags ?? v8.setFlagsFromString)(flag);
   return flag;
@@ -71,12 +76,9 @@ export function collectStartupGarbage(): number | null {
  */
 export const YOUNG_SEMI_SPACE_MIB = 8;
 
-type Flags = { execArgv?: readonly string[]; nodeOptions?: string; setFlags?: (flags: string) => void };
-
 /** True when the operator sized the young generation with a flag of their own (which then wins). */
 function youngGenerationGiven(o: Flags): boolean {
-  const given = [...(o.execArgv ?? process.execArgv), o.nodeOptions ?? process.env.NODE_OPTIONS ?? ''].join(' ');
-  return /--(max|min)[-_]semi[-_]space[-_]size\b|--semi[-_]space[-_]growth[-_]factor\b/.test(given);
+  return /--(max|min)[-_]semi[-_]space[-_]size\b|--semi[-_]space[-_]growth[-_]factor\b/.test(operatorFlags(o));
 }
 
 /**
