@@ -42,7 +42,7 @@ function run(mode: 'free' | 'hold' | 'cap', nodeFlags: string[] = [], extra = ''
 beforeAll(() => ensureBuilt(), 120_000);
 
 describe('the young generation in a child process', () => {
-  it('grows to V8's default of 32 MiB under this workload when nothing holds it (the control)', () => {
+  it("grows to V8's default of 32 MiB under this workload when nothing holds it (the control)", () => {
     const r = run('free');
     expect(r.start).toBeLessThanOrEqual(2);
     expect(r.end).toBe(32);
