@@ -20,7 +20,7 @@ export class MemoryState implements SharedState {
   private readonly counters = new Map<string, Counter>();
   private readonly holds = new Map<string, HoldGroup>();
   private readonly rates = new Map<string, { count: number; resetAt: number }>();
-  /** Made on the first sticky session: lru-cache allocates its arrays for all 100,000 entries up front (~2.7 MiB). */
+  /** Made on first use: lru-cache allocates its arrays for all 100,000 entries up front (~2.7 MiB). */
   private stickyCache: LRUCache<string, string> | undefined;
   private readonly sweeper: NodeJS.Timeout;
 
@@ -105,19 +105,22 @@ export class MemoryState implements SharedState {
     return this.rate(key, now)?.count ?? 0;
   }
 
+  private get sticky(): LRUCache<string, string> {
+    return (this.stickyCache ??= new LRUCache<string, string>({ max: 100_000, ttlAutopurge: false }));
+  }
+
   async stickyGet(session: string, ttlMs: number): Promise<string | undefined> {
-    const v = this.stickyCache?.get(session);
-    if (v !== undefined) this.stickyCache!.set(session, v, { ttl: ttlMs });
+    const v = this.sticky.get(session);
+    if (v !== undefined) this.sticky.set(session, v, { ttl: ttlMs });
     return v;
   }
 
   async stickySet(session: string, endpointKey: string, ttlMs: number): Promise<void> {
-    this.stickyCache ??= new LRUCache<string, string>({ max: 100_000, ttlAutopurge: false });
-    this.stickyCache.set(session, endpointKey, { ttl: ttlMs });
+    this.sticky.set(session, endpointKey, { ttl: ttlMs });
   }
 
   async stickyDelete(session: string): Promise<void> {
-    this.stickyCache?.delete(session);
+    this.sticky.delete(session);
   }
 
   async close(): Promise<void> {

@@ -25,7 +25,7 @@ let n = 0;
 const work = (count) => { for (let i = 0; i < count; i++, n++) ring[n % ring.length] = { n, s: 'item ' + n }; };
 work(300000);
 const afterStart = newSpace();
-if (mode === 'cap' && process.argv[2] === 'after-gc') { require('node:v8').setFlagsFromString('--expose-gc'); require('node:vm').runInNewContext('gc')(); }
+if (mode === 'cap' && process.argv[2] === 'after-gc') { v8.setFlagsFromString('--expose-gc'); require('node:vm').runInNewContext('gc')(); }
 const capped = mode === 'cap' ? capYoungGeneration(2) !== null : null;
 (async () => {
   for (let turn = 0; turn < 1500; turn++) { work(2000); await new Promise((r) => setImmediate(r)); }

@@ -1,6 +1,6 @@
 import { spawnSync } from 'node:child_process';
-import { describe, expect, it } from 'vitest';
 import vm from 'node:vm';
+import { describe, expect, it } from 'vitest';
 import { collectStartupGarbage, HEAP_GROWING_PERCENT, tuneHeap } from '../../src/heap-tuning';
 
 describe('tuneHeap', () => {
