@@ -105,6 +105,26 @@ describe('generationId', () => {
     expect(new Set(ids).size).toBe(1000);
   });
 
+  it('sorts by time to the millisecond, as strings compare (ledger rows go in at the end of the index)', () => {
+    const start = 1_700_000_000_000;
+    const times = Array.from({ length: 2500 }, (_, i) => start + i); // 2.5 s, every millisecond
+    const ids = times.map((t) => generationId(t));
+    const sorted = [...ids].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+    expect(sorted).toEqual(ids);
+    // The millisecond part: 000 → '00', 61 → '0z', 62 → '10', 999 → 'G7'.
+    expect(generationId(start).slice(15, 17)).toBe('00');
+    expect(generationId(start + 61).slice(15, 17)).toBe('0z');
+    expect(generationId(start + 62).slice(15, 17)).toBe('10');
+    expect(generationId(start + 999).slice(15, 17)).toBe('G7');
+  });
+
+  it('keeps 18 random alphanumerics after the millisecond', () => {
+    const now = 1_700_000_000_123;
+    const tails = Array.from({ length: 500 }, () => generationId(now).slice(17));
+    expect(new Set(tails).size).toBe(500);
+    expect(new Set(tails.join('')).size).toBe(62);
+  });
+
   it('alphanumerics gives n characters from [A-Za-z0-9] and uses the whole alphabet', () => {
     expect(alphanumerics(0)).toBe('');
     expect(alphanumerics(1)).toMatch(/^[A-Za-z0-9]$/);
