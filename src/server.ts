@@ -146,16 +146,33 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   // Counts requests across reloads; server.* limits take effect at start (README "Edge limits").
   const inFlight = new InFlightLimit(options.config.server.max_in_flight, 1, () => metrics?.overloadRefused());
   const serve = (spec: EndpointSpec) => inFlight.around(spec.style, endpoint(spec, runtime));
-  const router = new Router({ prefix: options.config.server.base_path || undefined });
-  router.post('/messages', serve({ id: 'messages', style: 'messages', readsBody: true }));
-  router.post('/chat/completions', serve({ id: 'chat_completions', style: 'standard', readsBody: true }));
-  router.get('/key', serve({ id: 'key', style: 'standard', readsBody: false }));
-  router.get('/models', serve({ id: 'models', style: 'standard', readsBody: false }));
+  const basePath = options.config.server.base_path;
+  const router = new Router({ prefix: basePath || undefined });
+  // The routes without parameters, by exact method and path, ahead of the router: the hot endpoints skip its
+  // matching (every layer's regular expressions, ~1.5 % of a chat request's CPU). Any other spelling (a
+  // trailing slash, other letter case, HEAD) still goes to the router, which answers it as before.
+  const exact = new Map<string, Koa.Middleware>();
+  const post = (path: string, handler: Koa.Middleware) => {
+    router.post(path, handler);
+    exact.set(`POST ${basePath}${path}`, handler);
+  };
+  const get = (path: string, handler: Koa.Middleware) => {
+    router.get(path, handler);
+    exact.set(`GET ${basePath}${path}`, handler);
+  };
+  app.use((ctx, next) => {
+    const handler = exact.get(`${ctx.method} ${ctx.path}`);
+    return handler ? handler(ctx, next) : next();
+  });
+  post('/messages', serve({ id: 'messages', style: 'messages', readsBody: true }));
+  post('/chat/completions', serve({ id: 'chat_completions', style: 'standard', readsBody: true }));
+  get('/key', serve({ id: 'key', style: 'standard', readsBody: false }));
+  get('/models', serve({ id: 'models', style: 'standard', readsBody: false }));
   router.post('/presets/:slug/messages', serve({ id: 'preset_write', style: 'standard', readsBody: true }));
-  router.get('/presets', serve({ id: 'preset_list', style: 'standard', readsBody: false }));
+  get('/presets', serve({ id: 'preset_list', style: 'standard', readsBody: false }));
   router.get('/presets/:slug', serve({ id: 'preset_get', style: 'standard', readsBody: false }));
   router.get('/presets/:slug/versions', serve({ id: 'preset_versions', style: 'standard', readsBody: false }));
-  router.post('/videos', serve({ id: 'videos_create', style: 'standard', readsBody: true }));
+  post('/videos', serve({ id: 'videos_create', style: 'standard', readsBody: true }));
   router.get('/videos/:jobId', serve({ id: 'videos_get', style: 'standard', readsBody: false }));
   router.post('/videos/:jobId/cancel', serve({ id: 'videos_cancel', style: 'standard', readsBody: false }));
   app.use(router.routes());

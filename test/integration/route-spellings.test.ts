@@ -1,0 +1,77 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { post, startTestGateway, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+
+/**
+ * The routes without parameters are looked up by exact method and path before the router runs
+ * (src/server.ts). Every other spelling must still get what the router gives it.
+ */
+const CHAT = { model: 'sim/chat', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] };
+
+async function call(method: string, url: string, key: string): Promise<{ status: number; json: any }> {
+  const res = await fetch(url, { method, headers: { authorization: `Bearer ${key}` } });
+  const text = await res.text();
+  return { status: res.status, json: text ? JSON.parse(text) : undefined };
+}
+
+describe('route spellings (exact lookup ahead of the router)', () => {
+  let t: TestGateway;
+  let origin: string;
+  beforeAll(async () => {
+    t = await startTestGateway();
+    origin = t.url.slice(0, -'/api/v1'.length);
+  });
+  afterAll(() => t.close());
+
+  it('serves the exact path, a trailing slash, other letter case and a query string alike', async () => {
+    for (const path of ['/api/v1/chat/completions', '/api/v1/chat/completions/', '/API/V1/Chat/Completions', '/api/v1/chat/completions?x=1']) {
+      const res = await post(`${origin}${path}`, t.key, CHAT);
+      expect(res.status, path).toBe(200);
+      expect(res.json.object, path).toBe('chat.completion');
+    }
+  });
+
+  it('answers a route with the wrong method, or a path it does not know, 404 in the standard envelope', async () => {
+    for (const [method, path] of [
+      ['GET', '/api/v1/chat/completions'],
+      ['PUT', '/api/v1/messages'],
+      ['POST', '/api/v1/key'],
+      ['POST', '/api/v1//chat/completions'],
+      ['POST', '/chat/completions'],
+    ]) {
+      const res = await fetch(`${origin}${path}`, { method, headers: { authorization: `Bearer ${t.key}`, 'content-type': 'application/json' }, body: method === 'GET' ? undefined : JSON.stringify(CHAT) });
+      expect(res.status, `${method} ${path}`).toBe(404);
+      const body = await res.json();
+      expect(body.error.message, `${method} ${path}`).toBe(`No route for ${method} ${path}`);
+    }
+  });
+
+  it('answers GET and HEAD of /key, with and without a trailing slash', async () => {
+    for (const path of ['/api/v1/key', '/api/v1/key/']) {
+      const got = await call('GET', `${origin}${path}`, t.key);
+      expect(got.status, path).toBe(200);
+      expect(got.json.data.label, path).toBeTypeOf('string');
+      const head = await fetch(`${origin}${path}`, { method: 'HEAD', headers: { authorization: `Bearer ${t.key}` } });
+      expect(head.status, `HEAD ${path}`).toBe(200);
+    }
+  });
+});
+
+describe('route spellings under another base_path', () => {
+  let t: TestGateway;
+  beforeAll(async () => {
+    t = await startTestGateway({ yaml: testConfigYaml().replace('server: { port: 0,', 'server: { port: 0, base_path: /gw,') });
+  });
+  afterAll(() => t.close());
+
+  it('serves the routes under the base path only', async () => {
+    expect(t.url).toMatch(/\/gw$/);
+    const origin = t.url.slice(0, -'/gw'.length);
+    expect((await post(`${origin}/gw/chat/completions`, t.key, CHAT)).status).toBe(200);
+    expect((await call('GET', `${origin}/gw/key`, t.key)).status).toBe(200);
+    for (const path of ['/api/v1/chat/completions', '/chat/completions']) {
+      const res = await post(`${origin}${path}`, t.key, CHAT);
+      expect(res.status, path).toBe(404);
+      expect(res.json.error.message).toBe(`No route for POST ${path}`);
+    }
+  });
+});
