@@ -99,9 +99,7 @@ function prepareAll(db: Database.Database) {
       `INSERT INTO ledger (generation_id, key_id, user_id, workspace_id, account_id, endpoint, model, provider,
          upstream_model, prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens, reasoning_tokens, cost_usd,
          is_byok, status, created_at)
-       VALUES (@generation_id, @key_id, @user_id, @workspace_id, @account_id, @endpoint, @model, @provider,
-         @upstream_model, @prompt_tokens, @completion_tokens, @cached_tokens, @cache_write_tokens, @reasoning_tokens,
-         @cost_usd, @is_byok, @status, @created_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT (generation_id) DO UPDATE SET key_id = excluded.key_id, user_id = excluded.user_id,
          workspace_id = excluded.workspace_id, account_id = excluded.account_id, endpoint = excluded.endpoint,
          model = excluded.model, provider = excluded.provider, upstream_model = excluded.upstream_model,
@@ -126,9 +124,8 @@ function prepareAll(db: Database.Database) {
   };
   /** The ledger row and the balance change commit together, or neither does. */
   const insertLedger = db.transaction((row: LedgerRow): boolean => {
-    const params = ledgerParams(row);
-    if (s.ledgerInsert.run(params).changes !== 1) return false;
-    if (!row.isByok) s.accountDebit.run(params);
+    if (s.ledgerInsert.run(ledgerParams(row)).changes !== 1) return false;
+    if (!row.isByok) s.accountDebit.run({ account_id: row.accountId, cost_usd: row.costUsd });
     return true;
   });
   const pending = sqlitePendingLedger(db);
@@ -412,26 +409,28 @@ export class SqliteStore implements Store {
   }
 }
 
-function ledgerParams(row: LedgerRow): Record<string, string | number> {
+function ledgerParams(row: LedgerRow): (string | number)[] {
   if (!Number.isFinite(row.costUsd)) throw new Error(`ledger cost must be a finite number, got ${row.costUsd}`);
-  return {
-    generation_id: row.generationId,
-    key_id: row.keyId,
-    user_id: row.userId,
-    workspace_id: row.workspaceId,
-    account_id: row.accountId,
-    endpoint: row.endpoint,
-    model: row.model,
-    provider: row.provider,
-    upstream_model: row.upstreamModel,
-    prompt_tokens: row.promptTokens,
-    completion_tokens: row.completionTokens,
-    cached_tokens: row.cachedTokens,
-    cache_write_tokens: row.cacheWriteTokens,
-    reasoning_tokens: row.reasoningTokens,
-    cost_usd: row.costUsd,
-    is_byok: row.isByok ? 1 : 0,
-    status: row.status,
-    created_at: toMillis(row.createdAt),
-  };
+  // Positional, in the INSERT's column order: better-sqlite3 binds an object by looking up each parameter's
+  // name on it, ~3 µs of a row's ~18 (perf of a loop of 50-row batches).
+  return [
+    row.generationId,
+    row.keyId,
+    row.userId,
+    row.workspaceId,
+    row.accountId,
+    row.endpoint,
+    row.model,
+    row.provider,
+    row.upstreamModel,
+    row.promptTokens,
+    row.completionTokens,
+    row.cachedTokens,
+    row.cacheWriteTokens,
+    row.reasoningTokens,
+    row.costUsd,
+    row.isByok ? 1 : 0,
+    row.status,
+    toMillis(row.createdAt),
+  ];
 }
