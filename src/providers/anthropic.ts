@@ -1,4 +1,5 @@
 import type { AnthropicProviderConfig } from '../config/types';
+import { credentialsIn } from './credentials';
 import { sendJson, timeoutsOf, upstreamTarget, withHeader } from './http';
 import type { Dialect, Provider, UpstreamCall, UpstreamReply } from './types';
 
@@ -13,8 +14,9 @@ const FORWARDED = ['anthropic-beta'];
  */
 export function createAnthropicProvider(config: AnthropicProviderConfig): Provider {
   const target = upstreamTarget(config.base_url, '/messages');
-  const headers: Record<string, string> = { ...config.headers, 'anthropic-version': config.anthropic_version };
+  const headers: Record<string, string> = { 'content-type': 'application/json', ...config.headers, 'anthropic-version': config.anthropic_version };
   if (config.api_key) headers['x-api-key'] = config.api_key;
+  const credentials = credentialsIn(headers);
   const timeouts = timeoutsOf(config);
   return {
     id: config.id,
@@ -29,7 +31,8 @@ export function createAnthropicProvider(config: AnthropicProviderConfig): Provid
         const v = call.forwardHeaders?.[name];
         if (v) h[name] = v;
       }
-      return sendJson({ target, headers: h, call, timeouts, providerId: config.id });
+      // The forwarded headers carry no credentials: the provider's own are worked out once, above.
+      return sendJson({ target, headers: h, credentials: call.apiKey ? undefined : credentials, call, timeouts, providerId: config.id });
     },
   };
 }

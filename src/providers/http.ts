@@ -198,7 +198,8 @@ export async function postUpstream(input: PostInput): Promise<UpstreamExchange> 
         origin: input.target.origin,
         path: input.target.path,
         method: 'POST',
-        headers: { 'content-type': 'application/json', ...input.headers },
+        // Providers build their headers with the content type once; other callers get it added here.
+        headers: input.headers['content-type'] === undefined ? { 'content-type': 'application/json', ...input.headers } : input.headers,
         body: input.body,
         headersTimeout: input.timeouts.headersMs,
         bodyTimeout: input.timeouts.idleMs,
@@ -218,6 +219,8 @@ export async function postUpstream(input: PostInput): Promise<UpstreamExchange> 
 export async function sendJson(input: {
   target: UpstreamTarget;
   headers: Record<string, string>;
+  /** `credentialsIn(headers)`, when the caller has it already (a provider's own headers: worked out once). */
+  credentials?: string[];
   call: UpstreamCall;
   timeouts: Timeouts;
   providerId: string;
@@ -232,7 +235,7 @@ export async function sendJson(input: {
     providerId,
   });
   // An answer may carry the key back too (an in-band error event, or a 2xx body holding an error).
-  const credentials = credentialsIn(input.headers);
+  const credentials = input.credentials ?? credentialsIn(input.headers);
   if (call.stream) return { stream: true, events: batched(() => parseSseBatches(exchange.bytes(), credentials)), abort: (reason) => exchange.abort(reason) };
   let text: string;
   try {

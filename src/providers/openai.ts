@@ -1,4 +1,5 @@
 import type { OpenAIProviderConfig } from '../config/types';
+import { credentialsIn } from './credentials';
 import { sendJson, timeoutsOf, upstreamTarget, withHeader } from './http';
 import type { Dialect, Provider, UpstreamCall, UpstreamReply } from './types';
 
@@ -11,8 +12,9 @@ const DIALECTS: ReadonlySet<Dialect> = new Set(['chat_completions']);
  */
 export function createOpenAIProvider(config: OpenAIProviderConfig): Provider {
   const target = upstreamTarget(config.base_url, '/chat/completions');
-  const headers: Record<string, string> = { ...config.headers };
+  const headers: Record<string, string> = { 'content-type': 'application/json', ...config.headers };
   if (config.api_key) headers.authorization = `Bearer ${config.api_key}`;
+  const credentials = credentialsIn(headers);
   const timeouts = timeoutsOf(config);
   return {
     id: config.id,
@@ -22,6 +24,8 @@ export function createOpenAIProvider(config: OpenAIProviderConfig): Provider {
     region: config.region,
     dialects: DIALECTS,
     send: (call: UpstreamCall): Promise<UpstreamReply> =>
-      sendJson({ target, headers: call.apiKey ? withHeader(headers, 'authorization', `Bearer ${call.apiKey}`) : headers, call, timeouts, providerId: config.id }),
+      call.apiKey
+        ? sendJson({ target, headers: withHeader(headers, 'authorization', `Bearer ${call.apiKey}`), call, timeouts, providerId: config.id })
+        : sendJson({ target, headers, credentials, call, timeouts, providerId: config.id }),
   };
 }

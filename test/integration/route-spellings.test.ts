@@ -40,7 +40,7 @@ describe('route spellings (exact lookup ahead of the router)', () => {
     ]) {
       const res = await fetch(`${origin}${path}`, { method, headers: { authorization: `Bearer ${t.key}`, 'content-type': 'application/json' }, body: method === 'GET' ? undefined : JSON.stringify(CHAT) });
       expect(res.status, `${method} ${path}`).toBe(404);
-      const body = await res.json();
+      const body = (await res.json()) as { error: { message: string } };
       expect(body.error.message, `${method} ${path}`).toBe(`No route for ${method} ${path}`);
     }
   });
