@@ -1,6 +1,7 @@
 import compose from 'koa-compose';
-import { trace, SpanStatusCode, type Tracer } from '@opentelemetry/api';
+import { SpanStatusCode, type Tracer } from '@opentelemetry/api';
 import type { GatewayContext, Stage, StageRegistry } from './types';
+import { withSpan } from '../telemetry/linked-context';
 
 export interface BuildPipelineInput<S> {
   stageIds: readonly string[];
@@ -35,7 +36,7 @@ function traced(id: string, stage: Stage, tracer: Tracer): Stage {
     const span = tracer.startSpan(name, { attributes: { 'gateway.stage': id } }, parent);
     // Stages nest strictly (koa-compose), so the stage that runs next sees this span as its parent and
     // the context goes back to this stage's parent once this stage is done.
-    state.traceContext = trace.setSpan(parent, span);
+    state.traceContext = withSpan(parent, span);
     try {
       await stage(ctx, next);
     } catch (err) {

@@ -21,6 +21,7 @@ import type { Runtime } from '../runtime';
 import { routingMetadata } from '../routing/metadata';
 import { sessionOf } from '../routing/sticky';
 import { ledgerRowOf } from '../spend/ledger';
+import { withSpan } from '../telemetry/linked-context';
 import { readJson } from './body';
 import { RequestState } from './request-state';
 
@@ -62,7 +63,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       const parent = parentContext(ctx, body);
       span = tracer.startSpan(spanName(spec.id, body), { attributes: spanAttributes(ctx, body) }, parent);
       state = newState({ spec, body, abort, span, ctx, startedAt: started });
-      state.traceContext = trace.setSpan(parent, span);
+      state.traceContext = withSpan(parent, span);
       ctx.state.gateway = state;
       await runtime.pipelines[spec.id](ctx);
       const response = state.response;

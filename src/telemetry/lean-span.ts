@@ -34,6 +34,8 @@ export interface SpanLimits {
 }
 
 const UNSET: SpanStatus = Object.freeze({ code: SpanStatusCode.UNSET });
+const NO_EVENTS: TimedEvent[] = Object.freeze([]) as unknown as TimedEvent[];
+const NO_LINKS: Link[] = Object.freeze([]) as unknown as Link[];
 
 /**
  * A span that is both the API's `Span` (what the gateway and plugins call) and the SDK's `ReadableSpan`
@@ -42,9 +44,16 @@ const UNSET: SpanStatus = Object.freeze({ code: SpanStatusCode.UNSET });
  * `lean-tracer.ts` for why the gateway does not use the SDK's own span class.
  */
 export class LeanSpan implements Span, ReadableSpan {
-  attributes: Attributes = {};
+  /**
+   * The attributes as two lists in the order they were first set (what an object keeps too): the OTLP
+   * encoder walks them, and no span carries an object whose shape depends on which attributes it got (the
+   * encoder's property reads went megamorphic on those). `attributes` makes the object when read.
+   */
+  readonly attributeKeys: string[] = [];
+  readonly attributeValues: AttributeValue[] = [];
   links: Link[];
-  events: TimedEvent[] = [];
+  /** Shared and empty until the first event: most spans have none. */
+  events: TimedEvent[] = NO_EVENTS;
   status: SpanStatus = UNSET;
   ended = false;
   /** Epoch ms; 0 until the span ends. */
@@ -52,7 +61,6 @@ export class LeanSpan implements Span, ReadableSpan {
   droppedAttributesCount = 0;
   droppedEventsCount = 0;
   droppedLinksCount = 0;
-  private attributeCount = 0;
   /** Epoch ms = `performance.now()` + this offset, fixed at start (as the SDK does, against clock drift). */
   private readonly clockOffset: number;
   readonly startMs: number;
@@ -71,7 +79,7 @@ export class LeanSpan implements Span, ReadableSpan {
     this.clockOffset = wall - performance.now();
     this.startMs = startTime === undefined ? wall : this.toMs(startTime);
     if (attributes) this.setAttributes(attributes);
-    this.links = links && links.length > 0 ? links.slice(0, home.limits.linkCountLimit) : [];
+    this.links = links && links.length > 0 ? links.slice(0, home.limits.linkCountLimit) : NO_LINKS;
     if (links && links.length > this.links.length) this.droppedLinksCount = links.length - this.links.length;
   }
 
@@ -85,6 +93,13 @@ export class LeanSpan implements Span, ReadableSpan {
 
   get instrumentationScope(): InstrumentationScope {
     return this.home.scope;
+  }
+
+  /** The attributes as the SDK's `ReadableSpan` has them (a new object at each read). */
+  get attributes(): Attributes {
+    const out: Attributes = {};
+    for (let i = 0; i < this.attributeKeys.length; i++) out[this.attributeKeys[i]] = this.attributeValues[i];
+    return out;
   }
 
   get startTime(): HrTime {
@@ -106,13 +121,17 @@ export class LeanSpan implements Span, ReadableSpan {
       diag.warn(`Invalid attribute ${key.length === 0 ? 'key' : `value set for key: ${key}`}`);
       return this;
     }
-    const isNew = !Object.prototype.hasOwnProperty.call(this.attributes, key);
-    if (isNew && this.attributeCount >= this.home.limits.attributeCountLimit) {
+    const at = this.attributeKeys.indexOf(key);
+    if (at < 0 && this.attributeKeys.length >= this.home.limits.attributeCountLimit) {
       this.droppedAttributesCount++;
       return this;
     }
-    this.attributes[key] = truncated(value, this.home.limits.attributeValueLengthLimit);
-    if (isNew) this.attributeCount++;
+    const kept = truncated(value, this.home.limits.attributeValueLengthLimit);
+    if (at >= 0) this.attributeValues[at] = kept;
+    else {
+      this.attributeKeys.push(key);
+      this.attributeValues.push(kept);
+    }
     return this;
   }
 
@@ -128,6 +147,7 @@ export class LeanSpan implements Span, ReadableSpan {
       this.droppedEventsCount++;
       return this;
     }
+    if (this.events === NO_EVENTS) this.events = [];
     if (this.events.length >= eventCountLimit) {
       this.events.shift();
       this.droppedEventsCount++;
@@ -154,7 +174,10 @@ export class LeanSpan implements Span, ReadableSpan {
   addLink(link: Link): this {
     if (this.ended) return this;
     if (this.links.length >= this.home.limits.linkCountLimit) this.droppedLinksCount++;
-    else this.links.push(link);
+    else {
+      if (this.links === NO_LINKS) this.links = [];
+      this.links.push(link);
+    }
     return this;
   }
 

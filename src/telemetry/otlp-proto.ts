@@ -187,7 +187,7 @@ export function writeSpan(w: ProtoWriter, span: LeanSpan): void {
   w.hrTime(msToHrTime(span.startMs));
   w.tag(8, 1);
   w.hrTime(msToHrTime(span.endMs));
-  writeAttributes(w, span.attributes, 9);
+  writeAttributeList(w, span.attributeKeys, span.attributeValues, 9);
   w.tag(10, 0);
   w.varint(span.droppedAttributesCount);
   for (const event of span.events) writeEvent(w, event);
@@ -264,6 +264,21 @@ export function writeAttributes(w: ProtoWriter, attributes: Attributes, field: n
     w.tag(2, 2);
     const value = w.begin();
     writeAnyValue(w, attributes[key]);
+    w.end(value);
+    w.end(kv);
+  }
+}
+
+/** A span's attributes (`LeanSpan`'s two lists) as repeated `KeyValue` in field `field`. */
+function writeAttributeList(w: ProtoWriter, keys: string[], values: unknown[], field: number): void {
+  for (let i = 0; i < keys.length; i++) {
+    w.tag(field, 2);
+    const kv = w.begin();
+    w.tag(1, 2);
+    w.string(keys[i]);
+    w.tag(2, 2);
+    const value = w.begin();
+    writeAnyValue(w, values[i]);
     w.end(value);
     w.end(kv);
   }

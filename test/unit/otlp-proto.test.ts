@@ -11,6 +11,7 @@ import { LeanTracer, type SpanSink } from '../../src/telemetry/lean-tracer';
 import { OtlpBatch, type BatchSender, type EncodedBatch } from '../../src/telemetry/otlp-batch';
 import { exportRequest, ProtoWriter, requestFrame, writeSpan } from '../../src/telemetry/otlp-proto';
 import { startTelemetry, type Telemetry } from '../../src/telemetry/otel';
+import { LinkedContext, withSpan } from '../../src/telemetry/linked-context';
 
 /**
  * The gateway's own span encoding against the official one: the same spans must give the same bytes as
@@ -28,7 +29,7 @@ function tracerWith(sinks: SpanSink[], sampler: Sampler | null = null) {
 /** Spans that exercise every field: nesting, a remote parent with trace state, every attribute type, events, links, errors. */
 function manySpans(tracer: LeanTracer): void {
   const root = tracer.startSpan('gateway.request chat_completions', { attributes: { 'http.request.method': 'POST', 'url.path': '/api/v1/chat/completions' } }, ROOT_CONTEXT);
-  const ctx = trace.setSpan(ROOT_CONTEXT, root);
+  const ctx = withSpan(ROOT_CONTEXT, root);
   const stage = tracer.startSpan('gateway.stage auth', { attributes: { 'gateway.stage': 'auth' } }, ctx);
   stage.setStatus({ code: SpanStatusCode.ERROR, message: 'Invalid API key — “quoted”' });
   stage.setAttribute('gateway.error_type', 'authentication');
@@ -39,6 +40,7 @@ function manySpans(tracer: LeanTracer): void {
   attempt.addLink({ context: { traceId: 'aa'.repeat(16), spanId: 'bb'.repeat(8), traceFlags: TraceFlags.SAMPLED, isRemote: true }, attributes: { why: 'fusion' } });
   attempt.end();
   root.setAttribute('http.response.status_code', 200);
+  root.setAttribute('http.request.method', 'PUT'); // set again: keeps its first place, as an object's key does
   root.setAttribute('long.text', 'x'.repeat(300));
   root.end();
   const remote = trace.setSpanContext(ROOT_CONTEXT, { traceId: '4bf92f3577b34da6a3ce929d0e0e4736', spanId: '00f067aa0ba902b7', traceFlags: TraceFlags.SAMPLED, isRemote: true, traceState: new TraceState('vendor=abc,other=1') });
@@ -179,6 +181,46 @@ describe('the lean tracer', () => {
     expect(s.droppedAttributesCount).toBe(1);
     expect(s.status).toEqual({ code: SpanStatusCode.OK });
     expect(memory.getFinishedSpans()).toHaveLength(1);
+  });
+});
+
+describe('the linked context', () => {
+  it('is its parent plus one value: the span it was made with, everything else from the parent', () => {
+    const tracer = tracerWith([]);
+    const key = Symbol('caller value');
+    const parent = ROOT_CONTEXT.setValue(key, 'from the caller');
+    const span = tracer.startSpan('root', {}, parent);
+    const ctx = withSpan(parent, span);
+    expect(ctx).toBeInstanceOf(LinkedContext);
+    expect(trace.getSpan(ctx)).toBe(span);
+    expect(ctx.getValue(key)).toBe('from the caller');
+    expect(trace.getSpan(parent)).toBeUndefined();
+    // trace.setSpan on a linked context links on: the child sees its own span, the parent keeps its own.
+    const child = tracer.startSpan('child', {}, ctx);
+    const inner = trace.setSpan(ctx, child);
+    expect(inner).toBeInstanceOf(LinkedContext);
+    expect(trace.getSpan(inner)).toBe(child);
+    expect(trace.getSpan(ctx)).toBe(span);
+    expect(inner.getValue(key)).toBe('from the caller');
+    // deleteValue: the key reads as unset from there on, and only there.
+    const without = inner.deleteValue(key);
+    expect(without.getValue(key)).toBeUndefined();
+    expect(inner.getValue(key)).toBe('from the caller');
+    expect(trace.getSpan(without)).toBe(child);
+  });
+
+  it('makes the child a child of the span it holds, in the same trace', () => {
+    const memory = new InMemorySpanExporter();
+    const tracer = tracerWith([new SimpleSpanProcessor(memory)]);
+    const remote = trace.setSpanContext(ROOT_CONTEXT, { traceId: '4bf92f3577b34da6a3ce929d0e0e4736', spanId: '00f067aa0ba902b7', traceFlags: TraceFlags.SAMPLED, isRemote: true });
+    const root = tracer.startSpan('root', {}, remote);
+    const stage = tracer.startSpan('stage', {}, withSpan(remote, root));
+    stage.end();
+    root.end();
+    const [s, r] = memory.getFinishedSpans();
+    expect(r.parentSpanContext?.spanId).toBe('00f067aa0ba902b7');
+    expect(s.parentSpanContext?.spanId).toBe(r.spanContext().spanId);
+    expect(s.spanContext().traceId).toBe('4bf92f3577b34da6a3ce929d0e0e4736');
   });
 });
 
