@@ -32,6 +32,10 @@ export function planFor(state: GatewayState, deps: PlanDeps, stuck: string | und
   const body = state.body!;
   const candidates = candidatesFor({ body, dialect: state.endpoint as Dialect, models: deps.models, providers: deps.providers });
   const preferences = preferencesOf(body);
+  const allowedRegions = state.key?.allowedDataRegions ?? [];
+  // One endpoint, no provider preferences, no region limit: no filter applies and there is nothing to order
+  // (planRoute would give the same one-element plan, open breaker or not).
+  if (candidates.length === 1 && preferences === undefined && allowedRegions.length === 0) return candidates;
   const requested = Object.keys(body).filter((k) => !NOT_PARAMETERS.has(k));
   const plan = planRoute({
     candidates,
@@ -47,7 +51,7 @@ export function planFor(state: GatewayState, deps: PlanDeps, stuck: string | und
       supportedParameters: supportedThrough(c, state.endpoint as Dialect, requested),
     }),
     requestedParameters: requested,
-    allowedRegions: state.key?.allowedDataRegions ?? [],
+    allowedRegions,
   });
   if (stuck === undefined || preferences?.order) return plan;
   const index = plan.findIndex((c) => endpointKey(c) === stuck);
