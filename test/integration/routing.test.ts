@@ -71,6 +71,10 @@ describe('provider preferences', () => {
     expect((await ask({ model: 'r/pair', provider: { only: ['pb'] } })).json.provider).toBe('pb');
     expect((await ask({ model: 'r/pair', provider: { ignore: ['pa'] } })).json.provider).toBe('pb');
     expect((await ask({ model: 'r/pair', provider: { data_collection: 'deny' } })).json.provider).toBe('pa');
+    // A model with one endpoint is filtered too (route planning skips its work only when there are no preferences).
+    const solo = await ask({ model: 'r/solo', provider: { ignore: ['pa', 'pb', 'pc'] } });
+    expect(solo.status).toBe(503);
+    expect(solo.json.error.metadata).toMatchObject({ reason: 'ignore' });
   });
 
   it('answers 503 saying why when max_price leaves nothing', async () => {
