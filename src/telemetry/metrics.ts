@@ -1,9 +1,10 @@
-import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
 import type { GatewayConfig } from '../config/types';
 import { ERROR_STATUS, type GatewayError } from '../errors/gateway-error';
 import type { EndpointId } from '../pipeline/types';
 import type { EndpointHealth } from '../routing/health';
 import { rejectionReason } from '../spend/rejections';
+import { SeriesCounter, SeriesHistogram, type CounterSeries, type HistogramSeries } from './prom-series';
 
 /** What the scrape-time gauges read: objects that outlive config reloads, and the config current now. */
 export interface MetricsSources {
@@ -38,21 +39,20 @@ const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 1
 const OVERHEAD_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1];
 const TTFT_BUCKETS = [0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60];
 
-type CounterChild = { inc(value?: number): void };
-type HistogramChild = { observe(value: number): void };
+type CounterChild = { inc(): void };
 
 /** The label children of one endpoint, bound once (prom-client's `labels()` validates and allocates). */
 interface EndpointChildren {
-  duration: HistogramChild;
-  overhead: HistogramChild;
-  ttft: HistogramChild;
+  duration: HistogramSeries;
+  overhead: HistogramSeries;
+  ttft: HistogramSeries;
   /** status → error_type → child. */
-  requests: Map<number, Map<string, CounterChild>>;
+  requests: Map<number, Map<string, CounterSeries>>;
 }
 
 /**
  * The gateway's Prometheus metrics, on a registry of its own (two gateways in one process keep their own
- * numbers). Recording is a few Map lookups and prom-client child calls per request; the gauges (holds,
+ * numbers). Recording is a few Map lookups and additions per request (prom-series.ts); the gauges (holds,
  * circuit breakers) are read at scrape time, costing the request path nothing.
  *
  * @example const metrics = new GatewayMetrics({ health, inFlightHolds: () => spend.inFlightHolds(), config: () => current.config });
@@ -62,58 +62,50 @@ interface EndpointChildren {
 export class GatewayMetrics {
   readonly registry = new Registry();
   readonly contentType = this.registry.contentType;
-  private readonly requestsTotal: Counter<'endpoint' | 'status' | 'error_type'>;
-  private readonly attemptsTotal: Counter<'provider' | 'outcome'>;
+  // Recorded on every request: the gateway's own series types (prom-series.ts), same scrape text.
+  private readonly requestsTotal: SeriesCounter;
+  private readonly attemptsTotal: SeriesCounter;
+  private readonly duration: SeriesHistogram;
+  private readonly overhead: SeriesHistogram;
+  private readonly ttft: SeriesHistogram;
   private readonly rejectionsTotal: Counter<'reason' | 'status'>;
-  private readonly duration: Histogram<'endpoint'>;
-  private readonly overhead: Histogram<'endpoint'>;
-  private readonly ttft: Histogram<'endpoint'>;
   private readonly endpoints = new Map<string, EndpointChildren>();
-  private readonly attempts = new Map<string, Map<string, CounterChild>>();
+  private readonly attempts = new Map<string, Map<string, CounterSeries>>();
   private readonly rejections = new Map<string, CounterChild>();
   private readonly overloadTotal: Counter;
 
   constructor(sources: MetricsSources) {
     const registers = [this.registry];
-    this.requestsTotal = new Counter({
-      name: 'gateway_requests_total',
-      help: 'Requests answered, by endpoint, HTTP status and error_type (none for a success).',
-      labelNames: ['endpoint', 'status', 'error_type'],
-      registers,
-    });
-    this.attemptsTotal = new Counter({
-      name: 'gateway_upstream_attempts_total',
-      help: 'Upstream calls, by provider and outcome (success, or the error_type of the failure).',
-      labelNames: ['provider', 'outcome'],
-      registers,
-    });
+    this.requestsTotal = new SeriesCounter(this.registry, 'gateway_requests_total', 'Requests answered, by endpoint, HTTP status and error_type (none for a success).', [
+      'endpoint',
+      'status',
+      'error_type',
+    ]);
+    this.attemptsTotal = new SeriesCounter(this.registry, 'gateway_upstream_attempts_total', 'Upstream calls, by provider and outcome (success, or the error_type of the failure).', [
+      'provider',
+      'outcome',
+    ]);
     this.rejectionsTotal = new Counter({
       name: 'gateway_budget_rejections_total',
       help: 'Requests refused by the spend checks (402, 403) and platform rate limits (429), by reason.',
       labelNames: ['reason', 'status'],
       registers,
     });
-    this.duration = new Histogram({
-      name: 'gateway_request_duration_seconds',
-      help: 'Time from arrival to the end of the answer (a stream: its last event).',
-      labelNames: ['endpoint'],
-      buckets: DURATION_BUCKETS,
-      registers,
-    });
-    this.overhead = new Histogram({
-      name: 'gateway_overhead_seconds',
-      help: 'Time the gateway added: to the end of a JSON answer, or to the first event of a stream, minus the time spent waiting on upstream calls.',
-      labelNames: ['endpoint'],
-      buckets: OVERHEAD_BUCKETS,
-      registers,
-    });
-    this.ttft = new Histogram({
-      name: 'gateway_time_to_first_token_seconds',
-      help: 'Streams: time from arrival to the first SSE event written to the client.',
-      labelNames: ['endpoint'],
-      buckets: TTFT_BUCKETS,
-      registers,
-    });
+    this.duration = new SeriesHistogram(
+      this.registry,
+      'gateway_request_duration_seconds',
+      'Time from arrival to the end of the answer (a stream: its last event).',
+      ['endpoint'],
+      DURATION_BUCKETS,
+    );
+    this.overhead = new SeriesHistogram(
+      this.registry,
+      'gateway_overhead_seconds',
+      'Time the gateway added: to the end of a JSON answer, or to the first event of a stream, minus the time spent waiting on upstream calls.',
+      ['endpoint'],
+      OVERHEAD_BUCKETS,
+    );
+    this.ttft = new SeriesHistogram(this.registry, 'gateway_time_to_first_token_seconds', 'Streams: time from arrival to the first SSE event written to the client.', ['endpoint'], TTFT_BUCKETS);
     this.overloadTotal = new Counter({
       name: 'gateway_overload_refusals_total',
       help: 'Requests refused at once because server.max_in_flight requests were being served (503, 529 on /messages).',
