@@ -4,6 +4,7 @@ import { GatewayError } from '../errors/gateway-error';
 import type { GatewayState } from '../pipeline/types';
 import type { Candidate } from '../routing/candidates';
 import type { PendingLedgerRow, Store } from '../store/types';
+import { isoTime } from '../store/iso-time';
 
 const RECORDED: Promise<void> = Promise.resolve();
 
@@ -33,7 +34,7 @@ export function pendingRowOf(state: GatewayState, first: Candidate, isByok: bool
     upstreamModel: first.endpoint.upstream_model,
     isByok,
     owner,
-    createdAt: new Date().toISOString(),
+    createdAt: isoTime(Date.now()),
   };
 }
 

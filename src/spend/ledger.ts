@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { GatewayState } from '../pipeline/types';
 import type { LedgerRow, Store } from '../store/types';
+import { isoTime } from '../store/iso-time';
 
 /** The ledger row of a request that reached a provider, or null when it never did. */
 export function ledgerRowOf(state: GatewayState, now: number = Date.now()): LedgerRow | null {
@@ -25,7 +26,7 @@ export function ledgerRowOf(state: GatewayState, now: number = Date.now()): Ledg
     costUsd: state.costUsd ?? 0,
     isByok: route.isByok,
     status: state.outcome,
-    createdAt: new Date(now).toISOString(),
+    createdAt: isoTime(now),
   };
 }
 

@@ -16,6 +16,7 @@
 
 import { windowEnd, windowStart, type WindowInterval } from '../spend/windows';
 import type { Account, ByokKeyRecord, KeyRecord, LedgerRow, LimitReset, PresetRecord, PresetVersionRecord, SpendScope, UsageTotals, Workspace } from './types';
+import { isoMillis } from './iso-time';
 
 export interface Migration {
   id: number;
@@ -362,7 +363,7 @@ type Row = Record<string, unknown>;
 
 /** ISO string → epoch ms; rejects strings that are not timestamps instead of storing NaN. */
 export function toMillis(iso: string): number {
-  const ms = Date.parse(iso);
+  const ms = isoMillis(iso);
   if (Number.isNaN(ms)) throw new Error(`not an ISO 8601 timestamp: ${JSON.stringify(iso)}`);
   return ms;
 }

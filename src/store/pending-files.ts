@@ -19,6 +19,7 @@
 import { closeSync, fstatSync, mkdirSync, openSync, readdirSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
 import path from 'node:path';
 import type { LedgerRow, PendingLedgerRow } from './types';
+import { isoMillis } from './iso-time';
 
 /** A segment gets pending rows for at most this long after it is created (4× below the least hold TTL). */
 export const SEGMENT_MAX_AGE_MS = 250;
@@ -48,7 +49,7 @@ interface SegmentOnDisk {
 type Entry = [string, string, string, string, string, string, string, string, string, 0 | 1, string, number];
 
 function entryOf(r: PendingLedgerRow): Entry {
-  return [r.generationId, r.keyId, r.userId, r.workspaceId, r.accountId, r.endpoint, r.model, r.provider, r.upstreamModel, r.isByok ? 1 : 0, r.owner, Date.parse(r.createdAt)];
+  return [r.generationId, r.keyId, r.userId, r.workspaceId, r.accountId, r.endpoint, r.model, r.provider, r.upstreamModel, r.isByok ? 1 : 0, r.owner, isoMillis(r.createdAt)];
 }
 
 function rowOf(e: Entry): PendingLedgerRow {
