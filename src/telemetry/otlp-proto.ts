@@ -44,6 +44,11 @@ export class ProtoWriter {
 
   /** A varint: unsigned below 2^32, otherwise 64-bit (negative integers in two's complement, 10 bytes). */
   varint(value: number): void {
+    if (value >= 0 && value < 0x80) {
+      if (this.pos >= this.buf.length) this.room(1);
+      this.buf[this.pos++] = value;
+      return;
+    }
     this.room(10);
     if (value >= 0 && value <= 0xffffffff) {
       let v = value >>> 0;
@@ -74,8 +79,12 @@ export class ProtoWriter {
     this.buf[this.pos++] = low;
   }
 
+  /** A field's key; the keys used here fit one byte, written without the varint loop (and small enough to inline). */
   tag(field: number, wireType: number): void {
-    this.varint((field << 3) | wireType);
+    const key = (field << 3) | wireType;
+    if (key > 0x7f) return this.varint(key);
+    if (this.pos >= this.buf.length) this.room(1);
+    this.buf[this.pos++] = key;
   }
 
   string(s: string): void {
