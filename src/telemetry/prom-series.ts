@@ -1,5 +1,36 @@
 import type { Registry } from 'prom-client';
 
+/** What both kinds share: registration, and a child per label-values combination, made on first use. */
+abstract class Labelled<S extends { labels: Record<string, string> }> {
+  protected readonly series = new Map<string, S>();
+
+  constructor(
+    registry: Registry,
+    readonly name: string,
+    readonly help: string,
+    private readonly labelNames: readonly string[],
+  ) {
+    registry.registerMetric(this as never);
+  }
+
+  /** The child for these label values (in `labelNames` order). */
+  labels(...values: string[]): S {
+    const id = values.join('\u0000');
+    let s = this.series.get(id);
+    if (!s) {
+      s = this.child(labelsOf(this.labelNames, values));
+      this.series.set(id, s);
+    }
+    return s;
+  }
+
+  reset(): void {
+    this.series.clear();
+  }
+
+  protected abstract child(labels: Record<string, string>): S;
+}
+
 /**
  * A labelled counter and a labelled histogram for the request path, registered on a prom-client `Registry`
  * (which writes the exposition text). prom-client's own children validate their labels, hash them into a
@@ -12,39 +43,18 @@ import type { Registry } from 'prom-client';
  * @example const requests = new SeriesCounter(registry, 'x_total', 'Requests.', ['endpoint']);
  *          const child = requests.labels('chat'); child.inc();
  */
-export class SeriesCounter {
+export class SeriesCounter extends Labelled<CounterSeries> {
   readonly type = 'counter';
   readonly aggregator = 'sum';
-  private readonly series = new Map<string, CounterSeries>();
 
-  constructor(
-    registry: Registry,
-    readonly name: string,
-    readonly help: string,
-    private readonly labelNames: readonly string[],
-  ) {
-    registry.registerMetric(this as never);
-  }
-
-  /** The child for these label values (in `labelNames` order), made on first use. */
-  labels(...values: string[]): CounterSeries {
-    const id = values.join('\u0000');
-    let s = this.series.get(id);
-    if (!s) {
-      s = new CounterSeries(labelsOf(this.labelNames, values));
-      this.series.set(id, s);
-    }
-    return s;
+  protected child(labels: Record<string, string>): CounterSeries {
+    return new CounterSeries(labels);
   }
 
   async get(): Promise<object> {
     // As prom-client: a series exists once something was recorded in it, not when its child was bound.
     const values = [...this.series.values()].filter((s) => s.value > 0).map((s) => ({ value: s.value, labels: s.labels }));
     return { help: this.help, name: this.name, type: this.type, values, aggregator: this.aggregator };
-  }
-
-  reset(): void {
-    this.series.clear();
   }
 }
 
@@ -58,29 +68,16 @@ export class CounterSeries {
 }
 
 /** A labelled histogram; see `SeriesCounter`. */
-export class SeriesHistogram {
+export class SeriesHistogram extends Labelled<HistogramSeries> {
   readonly type = 'histogram';
   readonly aggregator = 'sum';
-  private readonly series = new Map<string, HistogramSeries>();
 
-  constructor(
-    registry: Registry,
-    readonly name: string,
-    readonly help: string,
-    private readonly labelNames: readonly string[],
-    private readonly upperBounds: readonly number[],
-  ) {
-    registry.registerMetric(this as never);
+  constructor(registry: Registry, name: string, help: string, labelNames: readonly string[], private readonly upperBounds: readonly number[]) {
+    super(registry, name, help, labelNames);
   }
 
-  labels(...values: string[]): HistogramSeries {
-    const id = values.join('\u0000');
-    let s = this.series.get(id);
-    if (!s) {
-      s = new HistogramSeries(labelsOf(this.labelNames, values), this.upperBounds);
-      this.series.set(id, s);
-    }
-    return s;
+  protected child(labels: Record<string, string>): HistogramSeries {
+    return new HistogramSeries(labels, this.upperBounds);
   }
 
   /** As prom-client's histogram: per series its cumulative buckets, `+Inf`, `_sum` and `_count`. */
@@ -107,10 +104,6 @@ export class SeriesHistogram {
   async get(): Promise<object> {
     const data = (await this.getForPromString()) as { values: { labels: Record<string, unknown>; sharedLabels: Record<string, string> }[] };
     return { ...data, values: data.values.map(({ sharedLabels, labels, ...rest }) => ({ ...rest, labels: { ...labels, ...sharedLabels } })) };
-  }
-
-  reset(): void {
-    this.series.clear();
   }
 }
 
