@@ -22,6 +22,12 @@ let redisProxy: TcpProxy;
 let direct: Store;
 let g: TestGateway;
 
+/**
+ * Redis's command timeout is generous: a cut connection makes every call reject at once (no offline queue),
+ * so the timeout only bounds a live command. With 300 ms this test failed once among 40 files run at once on
+ * a 2-core machine (the assertion was not captured); a live command slower than that under load, making a
+ * healthy request a 503, is the likely cause, and it should not depend on that.
+ */
 function yaml(): string {
   const pg = new URL(PG_URL);
   pg.port = String(pgProxy.port);
@@ -32,7 +38,7 @@ function yaml(): string {
   return `
 server: { port: 0, watch_config: false }
 storage: { driver: postgres, url: '${pg}', schema: ${schema}, pool_max: 4 }
-state: { driver: redis, url: '${redis}', prefix: '${prefix}', command_timeout_ms: 300 }
+state: { driver: redis, url: '${redis}', prefix: '${prefix}', command_timeout_ms: 2000 }
 logging: { level: warn }
 ledger: { flush_ms: 10 }
 accounts:
