@@ -51,18 +51,18 @@ function heldAsList(stream: Destination): Destination {
   const flushSync = stream.flushSync.bind(stream);
   const end = stream.end.bind(stream);
   let held: string[] = [];
-  let bytes = 0;
+  let size = 0; // UTF-16 units: close enough to bytes for a threshold
   const release = () => {
     if (held.length === 0) return;
     const text = held.length === 1 ? held[0] : held.join('');
     held = [];
-    bytes = 0;
+    size = 0;
     write(text);
   };
   stream.write = (line: string) => {
     held.push(line);
-    bytes += line.length;
-    if (bytes >= LOG_BUFFER_BYTES) release();
+    size += line.length;
+    if (size >= LOG_BUFFER_BYTES) release();
     return true;
   };
   stream.flush = (cb?: (err?: Error) => void) => {

@@ -41,7 +41,7 @@ const TTFT_BUCKETS = [0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60];
 
 type CounterChild = { inc(): void };
 
-/** The label children of one endpoint, bound once (prom-client's `labels()` validates and allocates). */
+/** The label children of one endpoint, bound once (`labels()` joins the values into a lookup key). */
 interface EndpointChildren {
   duration: HistogramSeries;
   overhead: HistogramSeries;

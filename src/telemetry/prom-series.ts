@@ -35,8 +35,8 @@ abstract class Labelled<S extends { labels: Record<string, string> }> {
  * A labelled counter and a labelled histogram for the request path, registered on a prom-client `Registry`
  * (which writes the exposition text). prom-client's own children validate their labels, hash them into a
  * string and look that up, and a histogram turns the bucket bound into a property name, at every `inc` and
- * `observe`: ~1.5 % of a chat request's CPU for four calls (README "Performance"). Here a child is bound to
- * its label values once and recording is an addition. `get()` and `getForPromString()` give what
+ * `observe`: 1883 ns for a request's five records, against 74 here (`npm run bench:metrics`; README
+ * "Metrics"). Here a child is bound to its label values once and recording is an addition. `get()` and `getForPromString()` give what
  * prom-client's `Counter` and `Histogram` give for the same numbers, so the scrape text is the same
  * (test/unit/prom-series.test.ts compares the two).
  *
