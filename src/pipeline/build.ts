@@ -30,10 +30,12 @@ export function buildPipeline<S>(input: BuildPipelineInput<S>): (ctx: GatewayCon
 
 function traced(id: string, stage: Stage, tracer: Tracer): Stage {
   const name = `gateway.stage ${id}`;
+  // The same for every request (the tracer copies the attributes into the span): made once.
+  const options = Object.freeze({ attributes: Object.freeze({ 'gateway.stage': id }) });
   return async (ctx, next) => {
     const state = ctx.state.gateway;
     const parent = state.traceContext;
-    const span = tracer.startSpan(name, { attributes: { 'gateway.stage': id } }, parent);
+    const span = tracer.startSpan(name, options, parent);
     // Stages nest strictly (koa-compose), so the stage that runs next sees this span as its parent and
     // the context goes back to this stage's parent once this stage is done.
     state.traceContext = withSpan(parent, span);

@@ -16,6 +16,9 @@ const shout: StageDefinition<{ header: string }> = {
     return async (ctx, next) => {
       ctx.set(config.header, 'before');
       await next();
+      // A stage may answer with a content type of its own (the endpoint keeps it).
+      const ownType = ctx.get('x-test-content-type');
+      if (ownType) ctx.set('Content-Type', ownType);
       const response = ctx.state.gateway.response;
       if (response?.kind === 'json') {
         const body = response.body as any;
@@ -53,6 +56,21 @@ describe('the stage contract', () => {
     expect(res.status).toBe(200);
     expect(res.headers.get('x-test-shout')).toBe('before');
     expect(res.json.choices[0].message.content).toBe('SIMULATED REPLY FROM SIM-1. YOU SAID: HELLO YOU');
+  });
+
+  it('gets a JSON answer whose length counts UTF-8 bytes, with the content type a stage set kept', async () => {
+    const body = { model: 'sim/chat', messages: [{ role: 'user', content: 'grüße 🦊' }] };
+    const plain = await post(`${gw.url}/chat/completions`, gw.key, body);
+    expect(plain.status).toBe(200);
+    expect(plain.json.choices[0].message.content).toBe('SIMULATED REPLY FROM SIM-1. YOU SAID: GRÜSSE 🦊');
+    expect(plain.headers.get('content-type')).toBe('application/json; charset=utf-8');
+    expect(Number(plain.headers.get('content-length'))).toBe(Buffer.byteLength(plain.text));
+    expect(plain.headers.get('x-test-shout')).toBe('before');
+    const own = await post(`${gw.url}/chat/completions`, gw.key, body, { 'x-test-content-type': 'application/vnd.test+json' });
+    expect(own.status).toBe(200);
+    expect(own.headers.get('content-type')).toBe('application/vnd.test+json');
+    expect(Number(own.headers.get('content-length'))).toBe(Buffer.byteLength(own.text));
+    expect(own.json.choices[0].message.content).toBe(plain.json.choices[0].message.content);
   });
 
   it('lets a plugin transform a stream as it flows, and the request is still billed', async () => {
