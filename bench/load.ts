@@ -14,11 +14,14 @@ export interface LoadResult {
   cpuUsPerRequest?: number;
 }
 
-/** Runs autocannon in its own process (pinned with `pin`, e.g. ['taskset', '-c', '0']) and reads its JSON. */
-export function load(target: ProbeTarget, options: { connections: number; seconds: number; pin: string[] }): Promise<LoadResult> {
+/** Runs autocannon in its own process for `seconds` or `amount` requests (pinned with `pin`, e.g. ['taskset', '-c', '0']) and reads its JSON. */
+export function load(target: ProbeTarget, options: { connections: number; seconds?: number; amount?: number; timeoutS?: number; pin: string[] }): Promise<LoadResult> {
   const bin = path.join(path.dirname(require.resolve('autocannon/package.json')), 'autocannon.js');
+  // A number of requests (`amount`) or a duration.
+  const howMuch = options.amount !== undefined ? ['-a', String(options.amount)] : ['-d', String(options.seconds ?? 10)];
+  if (options.timeoutS !== undefined) howMuch.push('-t', String(options.timeoutS));
   const args = [
-    bin, '--json', '-c', String(options.connections), '-d', String(options.seconds), '-m', 'POST', '-b', target.body,
+    bin, '--json', '-c', String(options.connections), ...howMuch, '-m', 'POST', '-b', target.body,
     ...Object.entries(target.headers).flatMap(([k, v]) => ['-H', `${k}=${v}`]),
     `${target.origin}${target.path}`,
   ];

@@ -19,15 +19,16 @@ export interface Started {
 }
 
 /**
- * Starts `node <args>` (pinned) with stdout and stderr going to `logFile` (so a chatty server under load
+ * Starts `node <args>` (pinned, under `wrapper` if given) with stdout and stderr going to `logFile` (so a chatty server under load
  * costs the driver nothing), and resolves once the log matches `ready`; rejects on exit or timeout. The
  * match is returned so a caller can read a port out of it.
  */
 export async function startNode(
   args: string[],
-  options: { pin: string[]; ready: RegExp; logFile: string; cwd?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number },
+  options: { pin: string[]; ready: RegExp; logFile: string; cwd?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number; wrapper?: string[] },
 ): Promise<Started & { match: RegExpMatchArray }> {
-  const [cmd, ...pre] = options.pin.length ? [...options.pin, process.execPath] : [process.execPath];
+  // `wrapper`: a program node runs under (e.g. valgrind and its options).
+  const [cmd, ...pre] = [...options.pin, ...(options.wrapper ?? []), process.execPath];
   const fd = openSync(options.logFile, 'w');
   const child = spawn(cmd, [...pre, ...args], { cwd: options.cwd, env: options.env ?? process.env, stdio: ['ignore', fd, fd] });
   closeSync(fd);

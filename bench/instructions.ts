@@ -1,0 +1,163 @@
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { gatewayYaml } from './config';
+import { load } from './load';
+import { portkeyHeaders, startPortkey } from './peer-portkey';
+import type { ProbeTarget } from './probe';
+import { pinTo, startNode, type Started } from './processes';
+
+/**
+ * `npm run bench:instructions [-- --scenario chat|chat-stream|messages|messages-stream] [--warm 2000]
+ * [--requests 1000] [--rounds 2] [--a-root=DIR] [--b-root=DIR] [--peer portkey]`
+ *
+ * Counts the instructions a request costs with valgrind's callgrind: the gateway runs under callgrind, is
+ * warmed up with `--warm` requests, its counters are zeroed, `--requests` requests are sent (50
+ * connections), and the counters are dumped. Counted per thread: the main thread (the event loop: the
+ * request's own work) and all threads together (V8's helper threads add JIT compilation and GC work, which
+ * move a lot between runs of one build). Instructions do not depend on what else the machine is doing, so
+ * a 1–3 % change shows, where CPU time on a shared VM moves ±15 % between runs. Two checkouts alternate
+ * when `--a-root` is given (a built `git worktree` of another commit), `--rounds` times each. `--peer portkey`
+ * adds the Portkey gateway (installed as `npm run bench -- --peer portkey` installs it) on chat completions,
+ * counted the same way.
+ *
+ * Caveats: under valgrind the gateway serves only tens of requests a second, so work done per batch or per
+ * time slice (ledger transactions every `ledger.flush_ms`, OTLP exports, journal segments) is spread over
+ * fewer requests than under load; and nothing else should run on the machine meanwhile, for the same reason.
+ * User-space instructions only: the kernel's work (socket writes) is not counted.
+ */
+const ROOT = path.resolve(__dirname, '..', '..');
+const { values } = parseArgs({
+  options: {
+    scenario: { type: 'string', default: 'chat' },
+    warm: { type: 'string', default: '2000' },
+    requests: { type: 'string', default: '1000' },
+    rounds: { type: 'string', default: '1' },
+    'a-root': { type: 'string', default: '' },
+    'b-root': { type: 'string', default: '' },
+    peer: { type: 'string', default: '' },
+  },
+});
+
+const CALLGRIND = ['valgrind', '--tool=callgrind', '--separate-threads=yes', '--smc-check=all-non-file'];
+const PORTKEY_PORT = 18788;
+
+interface Count {
+  main: number;
+  all: number;
+}
+
+/** Instructions per thread in the dump files callgrind wrote for `part` (`<out>.<part>-<thread>`). */
+function countsOf(dir: string, base: string, part: number): number[] {
+  const prefix = `${base}.${part}-`;
+  return readdirSync(dir)
+    .filter((f) => f.startsWith(prefix))
+    .sort()
+    .map((f) => Number(/^summary: (\d+)$/m.exec(readFileSync(path.join(dir, f), 'utf8'))?.[1] ?? NaN));
+}
+
+interface Target {
+  server: Started & { match: RegExpMatchArray };
+  request: ProbeTarget;
+}
+
+/** Starts this gateway's build in `root` under callgrind, with a key, and the request of the scenario. */
+async function startGateway(root: string, fakeOrigin: string, dir: string): Promise<Target> {
+  const config = path.join(dir, 'gateway.yaml');
+  writeFileSync(config, gatewayYaml(fakeOrigin, dir));
+  const main = path.join(root, 'dist', 'src', 'main.js');
+  const key = execFileSync(process.execPath, [main, 'keys', 'create', '--name', 'ir', '--config', config], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+  const server = await startNode([main, 'serve', '--config', config], {
+    pin: pinTo(1),
+    wrapper: [...CALLGRIND, `--callgrind-out-file=${path.join(dir, 'cg.out')}`],
+    ready: /listening on http:\/\/[\d.]+:(\d+)/,
+    logFile: path.join(dir, 'gw.log'),
+    timeoutMs: 300_000,
+  });
+  const scenario = values.scenario!;
+  const messages = scenario.startsWith('messages');
+  const body: Record<string, unknown> = { model: messages ? 'bench/messages' : 'bench/chat', max_tokens: 64, messages: [{ role: 'user', content: 'Write one short sentence about foxes.' }] };
+  if (scenario.endsWith('-stream')) body.stream = true;
+  const request = {
+    origin: `http://127.0.0.1:${server.match[1]}`,
+    path: messages ? '/api/v1/messages' : '/api/v1/chat/completions',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+    body: JSON.stringify(body),
+  };
+  return { server, request };
+}
+
+/** Starts Portkey under callgrind in front of the fake (chat completions only, as `npm run bench` does). */
+async function startPeer(fakeOrigin: string, dir: string): Promise<Target> {
+  const server = await startPortkey(path.join(os.tmpdir(), 'gw-bench-portkey'), PORTKEY_PORT, pinTo(1), [...CALLGRIND, `--callgrind-out-file=${path.join(dir, 'cg.out')}`]);
+  const body = { model: 'bench-upstream', max_tokens: 64, stream: values.scenario === 'chat-stream', messages: [{ role: 'user', content: 'Write one short sentence about foxes.' }] };
+  const request = {
+    origin: `http://127.0.0.1:${PORTKEY_PORT}`,
+    path: '/v1/chat/completions',
+    headers: { 'content-type': 'application/json', ...portkeyHeaders(`${fakeOrigin}/v1`) },
+    body: JSON.stringify(body),
+  };
+  return { server: server as Target['server'], request };
+}
+
+/** Warms the target up, zeroes its counters, sends the counted requests, dumps; instructions per request. */
+async function count(target: Target, dir: string): Promise<Count> {
+  try {
+    const requests = Number(values.requests);
+    // Under valgrind a request can take seconds (a JIT compilation or a ledger flush in between): no timeouts.
+    await load(target.request, { connections: 50, amount: Number(values.warm), timeoutS: 120, pin: pinTo(0) });
+    const pid = String(target.server.child.pid);
+    execFileSync('callgrind_control', ['-z', pid], { stdio: 'ignore' });
+    const res = await load(target.request, { connections: 50, amount: requests, timeoutS: 120, pin: pinTo(0) });
+    if (res.non2xx > 0 || res.errors > 0) throw new Error(`${res.non2xx} non-2xx answers and ${res.errors} errors under callgrind`);
+    execFileSync('callgrind_control', ['-d', pid], { stdio: 'ignore' });
+    const threads = countsOf(dir, 'cg.out', 1);
+    return { main: threads[0] / requests, all: threads.reduce((a, b) => a + b, 0) / requests };
+  } finally {
+    await target.server.stop();
+  }
+}
+
+async function main(): Promise<void> {
+  execFileSync('valgrind', ['--version'], { stdio: 'ignore' });
+  const tmp = mkdtempSync(path.join(os.tmpdir(), 'gw-ir-'));
+  const procs: Started[] = [];
+  try {
+    const fake = await startNode([path.join(ROOT, 'dist/bench/fake-upstream.js'), '0'], { pin: pinTo(1), ready: /listening on (\d+)/, logFile: path.join(tmp, 'fake.log') });
+    procs.push(fake);
+    const origin = `http://127.0.0.1:${fake.match[1]}`;
+    const b = values['b-root'] ? path.resolve(values['b-root']) : ROOT;
+    const roots: Record<string, string> = values['a-root'] ? { a: path.resolve(values['a-root']), b } : { b };
+    if (values.peer === 'portkey') {
+      if (!values.scenario!.startsWith('chat')) throw new Error('Portkey is measured on chat completions only');
+      roots.portkey = 'Portkey 1.15.2';
+    } else if (values.peer) throw new Error(`unknown peer ${values.peer}`);
+    const counts: Record<string, Count[]> = {};
+    for (let r = 0; r < Number(values.rounds); r++) {
+      for (const [id, root] of Object.entries(roots)) {
+        const dir = path.join(tmp, `${id}-${r}`);
+        mkdirSync(dir);
+        const c = await count(id === 'portkey' ? await startPeer(origin, dir) : await startGateway(root, origin, dir), dir);
+        (counts[id] ??= []).push(c);
+        process.stdout.write(`${id} round ${r + 1}: main thread ${Math.round(c.main)}, all threads ${Math.round(c.all)} instructions per ${values.scenario} request\n`);
+      }
+    }
+    for (const [id, root] of Object.entries(roots)) {
+      const cs = counts[id];
+      const k = (xs: number[]) => xs.map((x) => `${(x / 1000).toFixed(0)} k`).join(', ');
+      process.stdout.write(`${id} (${root}): main thread ${k(cs.map((c) => c.main))}; all threads ${k(cs.map((c) => c.all))}\n`);
+    }
+  } finally {
+    for (const p of procs.reverse()) await p.stop();
+    rmSync(tmp, { recursive: true, force: true });
+  }
+}
+
+if (require.main === module) {
+  main().catch((err) => {
+    process.stderr.write(`instructions failed: ${(err as Error).stack}\n`);
+    process.exit(1);
+  });
+}
