@@ -166,13 +166,21 @@ function writeJson(ctx: GatewayContext, body: unknown): void {
   if (ctx.method === 'HEAD') return setJsonBody(ctx, body);
   const res = ctx.res;
   const text = JSON.stringify(body);
-  ctx.respond = false;
   if (!ctx.writable) {
+    ctx.respond = false;
     res.end();
     return;
   }
+  // A stage that sent the headers itself gets the body after them (as Koa would).
+  if (res.headersSent) {
+    ctx.respond = false;
+    res.end(text);
+    return;
+  }
   const length = String(Buffer.byteLength(text));
+  // Koa stays in charge until the head is written: if writeHead throws, the error answer is Koa's to send.
   res.writeHead(res.statusCode, res.hasHeader('content-type') ? ['Content-Length', length] : ['Content-Type', JSON_TYPE, 'Content-Length', length]);
+  ctx.respond = false;
   res.end(text);
 }
 

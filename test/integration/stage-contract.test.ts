@@ -19,6 +19,11 @@ const shout: StageDefinition<{ header: string }> = {
       // A stage may answer with a content type of its own (the endpoint keeps it).
       const ownType = ctx.get('x-test-content-type');
       if (ownType) ctx.set('Content-Type', ownType);
+      // …or send the status and headers itself before the body.
+      if (ctx.get('x-test-flush')) {
+        ctx.status = 200;
+        ctx.res.flushHeaders();
+      }
       const response = ctx.state.gateway.response;
       if (response?.kind === 'json') {
         const body = response.body as any;
@@ -71,6 +76,9 @@ describe('the stage contract', () => {
     expect(own.headers.get('content-type')).toBe('application/vnd.test+json');
     expect(Number(own.headers.get('content-length'))).toBe(Buffer.byteLength(own.text));
     expect(own.json.choices[0].message.content).toBe(plain.json.choices[0].message.content);
+    const flushed = await post(`${gw.url}/chat/completions`, gw.key, body, { 'x-test-flush': '1' });
+    expect(flushed.status).toBe(200);
+    expect(flushed.json.choices[0].message.content).toBe(plain.json.choices[0].message.content);
   });
 
   it('lets a plugin transform a stream as it flows, and the request is still billed', async () => {
