@@ -211,7 +211,9 @@ function withPipelineRecords(state: GatewayState, body: unknown): unknown {
 async function writeSse(ctx: GatewayContext, status: number, events: AsyncIterable<SseEvent>, logger: Logger): Promise<number> {
   const res = ctx.res;
   const state = ctx.state.gateway;
-  res.writeHead(status, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
+  // A stage that sent its status and headers itself gets the events after them (writeHead would throw, and
+  // with Koa's answer already switched off the request would hang).
+  if (!res.headersSent) res.writeHead(status, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
   let pending = '';
   let scheduled = false;
   let blocked = false;

@@ -88,6 +88,12 @@ describe('the stage contract', () => {
     expect(text).toBe('SIMULATED REPLY FROM SIM-1. YOU SAID: HELLO YOU');
     const id = JSON.parse(events[0].data).id;
     expect((await gw.ledgerRow(id))?.completionTokens).toBe(8);
+    // A stage that sent the status and headers itself: the events still follow them.
+    const flushed = await post(`${gw.url}/chat/completions`, gw.key, { model: 'sim/chat', stream: true, messages: [{ role: 'user', content: 'hello you' }] }, { 'x-test-flush': '1' });
+    expect(flushed.status).toBe(200);
+    const again = sseEvents(flushed.text);
+    expect(again.slice(0, -1).map((e) => JSON.parse(e.data).choices[0]?.delta?.content ?? '').join('')).toBe(text);
+    expect(again.at(-1)?.data).toBe('[DONE]');
   });
 });
 
