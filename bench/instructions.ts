@@ -17,8 +17,10 @@ import { pinTo, startNode, type Started } from './processes';
  * warmed up with `--warm` requests, its counters are zeroed, `--requests` requests are sent (50
  * connections), and the counters are dumped. Counted per thread: the main thread (the event loop: the
  * request's own work) and all threads together (V8's helper threads add JIT compilation and GC work, which
- * move a lot between runs of one build). Instructions do not depend on what else the machine is doing, so
- * a 1–3 % change shows, where CPU time on a shared VM moves ±15 % between runs. Two checkouts alternate
+ * move a lot between runs of one build). Instructions move far less than CPU time, which on a shared VM
+ * moves ±15 % between runs; but the main thread's count of one build still differs by up to ~8 % between
+ * runs when the JIT settles differently (736 k and 793 k, the eleventh session), so alternate builds over
+ * rounds and compare the readings, not one pair. Two checkouts alternate
  * when `--a-root` is given (a built `git worktree` of another commit), `--rounds` times each. `--peer portkey`
  * adds the Portkey gateway (installed as `npm run bench -- --peer portkey` installs it) on chat completions,
  * counted the same way.
@@ -59,7 +61,7 @@ function countsOf(dir: string, base: string, part: number): number[] {
 }
 
 interface Target {
-  server: Started & { match: RegExpMatchArray };
+  server: Started;
   request: ProbeTarget;
 }
 
@@ -99,14 +101,14 @@ async function startPeer(fakeOrigin: string, dir: string): Promise<Target> {
     headers: { 'content-type': 'application/json', ...portkeyHeaders(`${fakeOrigin}/v1`) },
     body: JSON.stringify(body),
   };
-  return { server: server as Target['server'], request };
+  return { server, request };
 }
 
 /** Warms the target up, zeroes its counters, sends the counted requests, dumps; instructions per request. */
 async function count(target: Target, dir: string): Promise<Count> {
   try {
     const requests = Number(values.requests);
-    // Under valgrind a request can take seconds (a JIT compilation or a ledger flush in between): no timeouts.
+    // Under valgrind a request can take seconds (a JIT compilation or a ledger flush in between): long timeouts.
     await load(target.request, { connections: 50, amount: Number(values.warm), timeoutS: 120, pin: pinTo(0) });
     const pid = String(target.server.child.pid);
     execFileSync('callgrind_control', ['-z', pid], { stdio: 'ignore' });

@@ -142,6 +142,8 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
   };
 }
 
+const JSON_TYPE = 'application/json; charset=utf-8';
+
 /**
  * A JSON answer. The content type is set as a header first: Koa would otherwise look the type up by its
  * extension (`mime-types`) on every request to arrive at the same `application/json; charset=utf-8`.
@@ -151,16 +153,15 @@ function setJsonBody(ctx: GatewayContext, body: unknown): void {
   ctx.body = body;
 }
 
-const JSON_TYPE = 'application/json; charset=utf-8';
-
 /**
- * A JSON answer written here, not by Koa. Koa sets the content type and length with `setHeader` (each a
- * store into the response's header object that V8 hands to its runtime: ~1.5 % of a chat request's CPU time in a
- * `perf` profile) and looks at the body's kind and the status again in `respond`. Here the two headers go
- * to `writeHead` with the status, as one list; headers a stage set are kept (Node merges them). The bytes
- * and headers are Koa's: `content-type` (unless a stage set one) and `content-length`. A HEAD request (GET
- * /key, /models, /presets) goes through Koa, which sends the headers without the body; an answer to a client
- * that has gone away is only ended.
+ * A JSON answer written here, not by Koa. Koa sets the content type and length with `setHeader`, each a
+ * store into the response's header object that V8 hands to its runtime (~1.5 % of a chat request's CPU
+ * time in a `perf` profile), and looks at the body's kind and the status again in `respond`. Here the two
+ * headers go to `writeHead` with the status, as one list. The bytes and headers are Koa's: `Content-Type`
+ * (unless a stage set one; headers a stage set are kept, Node merges them) and `Content-Length`. A HEAD
+ * request (GET /key, /models, /presets) goes through Koa, which sends the headers without the body; a
+ * stage that sent its own head gets the body after it; an answer to a client that has gone away is only
+ * ended.
  */
 function writeJson(ctx: GatewayContext, body: unknown): void {
   if (ctx.method === 'HEAD') return setJsonBody(ctx, body);
@@ -171,7 +172,6 @@ function writeJson(ctx: GatewayContext, body: unknown): void {
     res.end();
     return;
   }
-  // A stage that sent the headers itself gets the body after them (as Koa would).
   if (res.headersSent) {
     ctx.respond = false;
     res.end(text);
