@@ -3,7 +3,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { gatewayYaml } from './config';
+import { BENCH_PROMPT, createKey, gatewayYaml } from './config';
 import { load } from './load';
 import { probe, type ProbeTarget } from './probe';
 import { cpuUs, pinTo, rssSampler, startNode, type Started } from './processes';
@@ -54,7 +54,7 @@ async function main(): Promise<void> {
       a: { extra: values.a!, node: values['a-node']!, root: values['a-root']! },
       b: { extra: values.b!, node: values['b-node']!, root: values['b-root']! },
     };
-    const body = (stream: boolean) => JSON.stringify({ model: 'bench/chat', max_tokens: 64, stream, messages: [{ role: 'user', content: 'Write one short sentence about foxes.' }] });
+    const body = (stream: boolean) => JSON.stringify({ model: 'bench/chat', max_tokens: 64, stream, messages: [{ role: 'user', content: BENCH_PROMPT }] });
     const targets: Record<string, { pid?: number; chat(stream: boolean): ProbeTarget }> = {};
     for (const id of ['a', 'b'] as const) {
       const v = variants[id];
@@ -63,7 +63,7 @@ async function main(): Promise<void> {
       const config = path.join(dir, 'gateway.yaml');
       writeFileSync(config, gatewayYaml(fakeOrigin, dir, { extra: v.extra }));
       const main = v.root ? path.join(path.resolve(v.root), 'dist', 'src', 'main.js') : MAIN;
-      const key = execFileSync(process.execPath, [main, 'keys', 'create', '--name', 'ab', '--config', config], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+      const key = createKey(main, config, 'ab');
       const flags = v.node.split(' ').filter(Boolean);
       const gw = await startNode([...flags, main, 'serve', '--config', config], { pin, ready: /listening on http:\/\/[\d.]+:(\d+)/, logFile: path.join(dir, 'gw.log') });
       procs.push(gw);

@@ -1,10 +1,9 @@
-import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { request } from 'undici';
-import { gatewayYaml } from './config';
+import { BENCH_PROMPT, createKey, gatewayYaml } from './config';
 import { connectInspector } from './inspector';
 import { load } from './load';
 import { Shares, type CallFrame } from './places';
@@ -60,7 +59,7 @@ async function main(): Promise<void> {
     const config = path.join(tmp, 'gateway.yaml');
     const telemetry = values['no-export'] ? '{ exporter: none }' : undefined;
     writeFileSync(config, gatewayYaml(`http://127.0.0.1:${fake.match[1]}`, tmp, { extra: values.extra, telemetry }));
-    const key = execFileSync(process.execPath, [MAIN, 'keys', 'create', '--name', 'alloc', '--config', config], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+    const key = createKey(MAIN, config, 'alloc');
     const gw = await startNode(['--inspect=127.0.0.1:0', ...values.node!.split(' ').filter(Boolean), MAIN, 'serve', '--config', config], {
       pin: pinTo(1),
       ready: /listening on http:\/\/[\d.]+:(\d+)/,
@@ -74,7 +73,7 @@ async function main(): Promise<void> {
       origin,
       path: '/api/v1/chat/completions',
       headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
-      body: JSON.stringify({ model: 'bench/chat', max_tokens: 64, stream, messages: [{ role: 'user', content: 'Write one short sentence about foxes.' }] }),
+      body: JSON.stringify({ model: 'bench/chat', max_tokens: 64, stream, messages: [{ role: 'user', content: BENCH_PROMPT }] }),
     };
     const seconds = Number(values.seconds);
     await load(target, { connections: 50, seconds: 3, pin: pinTo(0) }); // warm-up: JIT, pools

@@ -1,4 +1,30 @@
+import { execFileSync } from 'node:child_process';
 import path from 'node:path';
+import type { ProbeTarget } from './probe';
+
+/** The prompt every benchmark request sends. */
+export const BENCH_PROMPT = 'Write one short sentence about foxes.';
+
+/** Creates a gateway key with the CLI of the build `main` for the store of `config`; returns the secret. */
+export function createKey(main: string, config: string, name: string): string {
+  return execFileSync(process.execPath, [main, 'keys', 'create', '--name', name, '--config', config], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+}
+
+/**
+ * The request of a scenario (`chat`, `chat-stream`, `messages`, `messages-stream`) to the gateway at `origin`
+ * with `key`, on the bench models.
+ */
+export function scenarioRequest(scenario: string, origin: string, key: string): ProbeTarget {
+  const messages = scenario.startsWith('messages');
+  const body: Record<string, unknown> = { model: messages ? 'bench/messages' : 'bench/chat', max_tokens: 64, messages: [{ role: 'user', content: BENCH_PROMPT }] };
+  if (scenario.endsWith('-stream')) body.stream = true;
+  return {
+    origin,
+    path: messages ? '/api/v1/messages' : '/api/v1/chat/completions',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+    body: JSON.stringify(body),
+  };
+}
 
 /**
  * The gateway.yaml every benchmark starts from: SQLite, OTLP telemetry exporting every span to the fake

@@ -3,7 +3,7 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSyn
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { gatewayYaml } from './config';
+import { BENCH_PROMPT, createKey, gatewayYaml, scenarioRequest } from './config';
 import { load } from './load';
 import { portkeyHeaders, startPortkey } from './peer-portkey';
 import type { ProbeTarget } from './probe';
@@ -70,7 +70,7 @@ async function startGateway(root: string, fakeOrigin: string, dir: string): Prom
   const config = path.join(dir, 'gateway.yaml');
   writeFileSync(config, gatewayYaml(fakeOrigin, dir));
   const main = path.join(root, 'dist', 'src', 'main.js');
-  const key = execFileSync(process.execPath, [main, 'keys', 'create', '--name', 'ir', '--config', config], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+  const key = createKey(main, config, 'ir');
   const server = await startNode([main, 'serve', '--config', config], {
     pin: pinTo(1),
     wrapper: [...CALLGRIND, `--callgrind-out-file=${path.join(dir, 'cg.out')}`],
@@ -78,23 +78,13 @@ async function startGateway(root: string, fakeOrigin: string, dir: string): Prom
     logFile: path.join(dir, 'gw.log'),
     timeoutMs: 300_000,
   });
-  const scenario = values.scenario!;
-  const messages = scenario.startsWith('messages');
-  const body: Record<string, unknown> = { model: messages ? 'bench/messages' : 'bench/chat', max_tokens: 64, messages: [{ role: 'user', content: 'Write one short sentence about foxes.' }] };
-  if (scenario.endsWith('-stream')) body.stream = true;
-  const request = {
-    origin: `http://127.0.0.1:${server.match[1]}`,
-    path: messages ? '/api/v1/messages' : '/api/v1/chat/completions',
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
-    body: JSON.stringify(body),
-  };
-  return { server, request };
+  return { server, request: scenarioRequest(values.scenario!, `http://127.0.0.1:${server.match[1]}`, key) };
 }
 
 /** Starts Portkey under callgrind in front of the fake (chat completions only, as `npm run bench` does). */
 async function startPeer(fakeOrigin: string, dir: string): Promise<Target> {
   const server = await startPortkey(path.join(os.tmpdir(), 'gw-bench-portkey'), PORTKEY_PORT, pinTo(1), [...CALLGRIND, `--callgrind-out-file=${path.join(dir, 'cg.out')}`]);
-  const body = { model: 'bench-upstream', max_tokens: 64, stream: values.scenario === 'chat-stream', messages: [{ role: 'user', content: 'Write one short sentence about foxes.' }] };
+  const body = { model: 'bench-upstream', max_tokens: 64, stream: values.scenario === 'chat-stream', messages: [{ role: 'user', content: BENCH_PROMPT }] };
   const request = {
     origin: `http://127.0.0.1:${PORTKEY_PORT}`,
     path: '/v1/chat/completions',

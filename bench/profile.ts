@@ -1,9 +1,8 @@
-import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { gatewayYaml } from './config';
+import { createKey, gatewayYaml, scenarioRequest } from './config';
 import { load } from './load';
 import { Shares, type CallFrame } from './places';
 import { pinTo, startNode, type Started } from './processes';
@@ -44,20 +43,18 @@ async function main(): Promise<void> {
     const config = path.join(tmp, 'gateway.yaml');
     writeFileSync(config, gatewayYaml(origin, tmp, { extra: values.extra }));
     const main = path.join(ROOT, 'dist/src/main.js');
-    const key = execFileSync(process.execPath, [main, 'keys', 'create', '--name', 'p', '--config', config], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+    const key = createKey(main, config, 'p');
     const gw = await startNode(['--cpu-prof', '--cpu-prof-interval=100', `--cpu-prof-dir=${tmp}`, main, 'serve', '--config', config], {
       pin: pinTo(1),
       ready: /listening on http:\/\/[\d.]+:(\d+)/,
       logFile: path.join(tmp, 'gw.log'),
     });
     const scenario = values.scenario!;
-    const messages = scenario.startsWith('messages');
-    const body: Record<string, unknown> = { model: messages ? 'bench/messages' : 'bench/chat', max_tokens: 64, messages: [{ role: 'user', content: 'Write one short sentence about foxes.' }] };
-    if (scenario.endsWith('-stream')) body.stream = true;
-    const res = await load(
-      { origin: `http://127.0.0.1:${gw.match[1]}`, path: messages ? '/api/v1/messages' : '/api/v1/chat/completions', headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` }, body: JSON.stringify(body) },
-      { connections: Number(values.connections), seconds: Number(values.seconds), pin: pinTo(0) },
-    );
+    const res = await load(scenarioRequest(scenario, `http://127.0.0.1:${gw.match[1]}`, key), {
+      connections: Number(values.connections),
+      seconds: Number(values.seconds),
+      pin: pinTo(0),
+    });
     process.stdout.write(`${scenario}: ${Math.round(res.rps)} req/s under the profiler\n`);
     await gw.stop();
     const file = readdirSync(tmp).find((f) => f.endsWith('.cpuprofile'));

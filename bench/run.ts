@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { gatewayYaml } from './config';
+import { BENCH_PROMPT, createKey, gatewayYaml } from './config';
 import { load, median, round, type LoadResult } from './load';
 import { portkeyHeaders, startPortkey } from './peer-portkey';
 import { probeAlternating, type ProbeResult, type ProbeTarget } from './probe';
@@ -48,7 +48,7 @@ const SCENARIOS: Scenario[] = (values.scenarios ?? '').split(',').map((id) => ({
 }));
 
 function body(s: Scenario, model: string): string {
-  const b: Record<string, unknown> = { model, max_tokens: 64, messages: [{ role: 'user', content: 'Write one short sentence about foxes.' }] };
+  const b: Record<string, unknown> = { model, max_tokens: 64, messages: [{ role: 'user', content: BENCH_PROMPT }] };
   if (s.stream) b.stream = true;
   return JSON.stringify(b);
 }
@@ -78,7 +78,7 @@ async function main(): Promise<void> {
     const fakeOrigin = `http://127.0.0.1:${fake.match[1]}`;
     const config = path.join(tmp, 'gateway.yaml');
     writeFileSync(config, gatewayYaml(fakeOrigin, tmp));
-    const key = execFileSync(process.execPath, [MAIN, 'keys', 'create', '--name', 'bench', '--config', config], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+    const key = createKey(MAIN, config, 'bench');
     const gw = await startNode([MAIN, 'serve', '--config', config], { pin: serverPin, ready: /listening on http:\/\/[\d.]+:(\d+)/, logFile: path.join(tmp, 'gateway.log'), env: gatewayEnv() });
     procs.push(gw);
     const gwOrigin = `http://127.0.0.1:${gw.match[1]}`;

@@ -5,7 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import Redis from 'ioredis';
-import { gatewayYaml } from './config';
+import { BENCH_PROMPT, gatewayYaml } from './config';
 import { load, median, round, type LoadResult } from './load';
 import { probeAlternating, type ProbeResult, type ProbeTarget } from './probe';
 import { pinTo, startNode, type Started } from './processes';
@@ -78,7 +78,7 @@ async function main(): Promise<void> {
         origin: `http://127.0.0.1:${gw.match[1]}`,
         path: '/api/v1/chat/completions',
         headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
-        body: JSON.stringify({ model: 'bench/chat', max_tokens: 64, messages: [{ role: 'user', content: 'Write one short sentence about foxes.' }] }),
+        body: JSON.stringify({ model: 'bench/chat', max_tokens: 64, messages: [{ role: 'user', content: BENCH_PROMPT }] }),
       });
     }
     for (const t of targets.values()) await load(t, { connections, seconds: Number(values.warmup), pin: loadPin });
