@@ -1,4 +1,4 @@
-import type { IncomingMessage } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { GatewayError } from '../errors/gateway-error';
 import type { GatewayContext } from '../pipeline/types';
 import { hasLoneSurrogate, jsonDepthExceeds } from './json-checks';
@@ -17,7 +17,8 @@ const utf8 = new TextDecoder('utf-8', { fatal: true });
  * any stage runs:
  * - size: a declared Content-Length over the limit is refused before a byte is read, and an undeclared
  *   (chunked) body is cut off once it passes the limit → 413 `payload_too_large`; the rest of the body is
- *   drained, so the keep-alive connection stays usable;
+ *   drained, so the keep-alive connection stays usable, up to twice the limit in all (a longer body's
+ *   connection is closed);
  * - time: a body not complete within `body_timeout_ms` of the handler starting to read it (a slow-loris
  *   client) → 408 `timeout`, and the connection is closed;
  * - content: not UTF-8, empty, nested deeper than `max_json_depth`, not JSON, or a string with a lone
@@ -33,10 +34,12 @@ export async function readJson(ctx: GatewayContext, limits: BodyLimits): Promise
   const limit = limits.max_body_bytes;
   const declared = Number(ctx.get('content-length') || NaN);
   if (declared > limit) {
-    ctx.req.resume(); // drain without buffering so the connection can answer
-    throw tooLarge(limit);
+    // Drained without buffering so the connection can answer, up to twice the limit in all, as a chunked
+    // body is (below); a longer one ends the connection after the answer, and the client is told so.
+    discardRest(ctx.req, ctx.res, 2 * limit);
+    throw tooLarge(limit, declared > 2 * limit ? { connection: 'close' } : undefined);
   }
-  const raw = await readRaw(ctx.req, limit, limits.body_timeout_ms);
+  const raw = await readRaw(ctx.req, ctx.res, limit, limits.body_timeout_ms);
   let text: string;
   try {
     text = utf8.decode(raw);
@@ -61,15 +64,52 @@ export async function readJson(ctx: GatewayContext, limits: BodyLimits): Promise
   return body;
 }
 
-function tooLarge(limit: number): GatewayError {
-  return new GatewayError('payload_too_large', `Request body exceeds the limit of ${limit} bytes`, { metadata: { limit_bytes: limit } });
+function tooLarge(limit: number, headers?: Record<string, string>): GatewayError {
+  return new GatewayError('payload_too_large', `Request body exceeds the limit of ${limit} bytes`, { metadata: { limit_bytes: limit }, headers });
+}
+
+/** How long a connection whose refused body ran past the drain's budget stays open, unread, before it is closed. */
+const LINGER_MS = 1000;
+
+/**
+ * Reads and drops the rest of a refused body, so the keep-alive connection can serve the next request, but
+ * at most `budget` more bytes. Past that the connection is ended: reading stops, the end is sent once the
+ * 413 is written, and the socket is closed `LINGER_MS` later (closing it at once, with the client's bytes
+ * still arriving, would reset the connection, and a client that had not read the 413 yet would lose it).
+ * Without a cap a client could keep a connection busy for the whole `requestTimeout` sending data only to
+ * have it thrown away.
+ */
+function discardRest(req: IncomingMessage, res: ServerResponse, budget: number): void {
+  let left = budget;
+  const onData = (chunk: Buffer) => {
+    left -= chunk.length;
+    if (left >= 0) return;
+    done();
+    req.pause();
+    const socket = req.socket;
+    const end = () => {
+      socket.end();
+      setTimeout(() => socket.destroy(), LINGER_MS).unref();
+    };
+    if (res.writableFinished) end();
+    else res.once('finish', end).once('close', end);
+  };
+  const done = () => {
+    req.off('data', onData);
+    req.off('end', done);
+    req.off('close', done);
+  };
+  req.on('data', onData);
+  req.once('end', done);
+  req.once('close', done);
+  req.resume();
 }
 
 /**
  * The body's bytes, or a typed error. Listeners rather than `for await`: on a timeout the request stream is
  * left paused but not destroyed (destroying it would destroy the socket before the 408 can be written).
  */
-function readRaw(req: IncomingMessage, limit: number, timeoutMs: number): Promise<Buffer> {
+function readRaw(req: IncomingMessage, res: ServerResponse, limit: number, timeoutMs: number): Promise<Buffer> {
   return new Promise<Buffer>((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
@@ -80,7 +120,8 @@ function readRaw(req: IncomingMessage, limit: number, timeoutMs: number): Promis
       req.off('error', onError);
       req.off('close', onClose);
       if (!err) return resolve(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size));
-      if (err.errorType === 'payload_too_large') req.resume(); // drain the rest, keep the connection
+      // Past the limit already: as much again is drained (twice the limit in all), then the connection closes.
+      if (err.errorType === 'payload_too_large') discardRest(req, res, limit);
       else req.pause();
       reject(err);
     };

@@ -57,6 +57,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
     let state: GatewayState | undefined;
     let error: GatewayError | undefined;
     let firstWriteAt = 0;
+    let gone = false;
     try {
       if (refusal) throw refusal;
       body = spec.readsBody ? await readJson(ctx, runtime.config.server) : null;
@@ -86,15 +87,21 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       finish(runtime, state, span, response.status);
     } catch (err) {
       // Cut at the drain timeout: the caller sees why (not the "client closed" the abort makes of it).
-      const e = shutdownCut(abort) ?? toGatewayError(err);
+      const cut = shutdownCut(abort);
+      const e = cut ?? toGatewayError(err);
       error = e;
+      if (e.errorType === 'server') runtime.services.logger.error({ err: e.cause ?? e, path: ctx.path }, 'unexpected error');
+      if (!cut && abort.aborted) {
+        clientGone();
+        settle();
+        return;
+      }
       // A stream a later stage refused before any byte was written: stop the provider's stream now (unread,
       // it would run on and hold a pooled connection); the request was not served.
       if (state?.response?.kind === 'sse' && !ctx.res.headersSent) {
         abort.abort();
         if (state.outcome === 'completed') state.outcome = 'failed';
       }
-      if (e.errorType === 'server') runtime.services.logger.error({ err: e.cause ?? e, path: ctx.path }, 'unexpected error');
       const style = spec.style;
       ctx.status = statusFor(e, style);
       if (e.headers) ctx.set(e.headers);
@@ -115,13 +122,33 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
     }
     settle();
 
+    /**
+     * The client went away before its answer (an error, the timeout the abort surfaces as, is all that is left
+     * of the request). Nobody is there to read an error body, so none is written; the log line, the metrics and
+     * the spans say 499 `cancelled` (nginx's "client closed request"), not a 504 timeout an operator would
+     * alert on. A request that reached a provider gets its ledger row from `finish` (routing set it `cancelled`).
+     */
+    function clientGone(): void {
+      gone = true;
+      ctx.respond = false;
+      if (state && state.outcome === 'completed') state.outcome = 'cancelled';
+      if (!span) {
+        runtime.services.logger.info({ endpoint: spec.id, status: CLIENT_CLOSED, error_type: 'cancelled' }, 'request');
+        return;
+      }
+      span.setAttribute('gateway.outcome', 'cancelled');
+      if (state) return finish(runtime, state, span, CLIENT_CLOSED, 'cancelled');
+      span.setAttribute('http.response.status_code', CLIENT_CLOSED);
+      span.end();
+    }
+
     /** Last: a shutdown waits for every request to leave before it closes the ledger. */
     function settle(): void {
       drain?.leave(abort);
       runtime.services.metrics?.request({
         endpoint: spec.id,
-        status: ctx.status,
-        errorType: error ? error.errorType : endedAs(state),
+        status: gone ? CLIENT_CLOSED : ctx.status,
+        errorType: gone ? 'cancelled' : error ? error.errorType : endedAs(state),
         error,
         startedAt: started,
         endedAt: performance.now(),
@@ -143,6 +170,9 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
 }
 
 const JSON_TYPE = 'application/json; charset=utf-8';
+
+/** The status logged and counted for a request whose client went away before its answer (nginx's 499). */
+const CLIENT_CLOSED = 499;
 
 /**
  * A JSON answer. The content type is set as a header first: Koa would otherwise look the type up by its

@@ -4,6 +4,7 @@ import type { OwnKeys } from '../auth/byok-keys';
 import type { GatewayConfig, ModelConfig } from '../config/types';
 import { DIALECTS, type FinishInfo, type StreamRewriter } from '../dialects';
 import { translateRequest, translateResponse, translateStream } from '../dialects/translate';
+import { shutdownCut } from '../drain';
 import { GatewayError, toGatewayError } from '../errors/gateway-error';
 import type { GatewayResponse, GatewayState, SseEvent } from '../pipeline/types';
 import { batched, batchesOf } from '../providers/sse';
@@ -103,11 +104,11 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           return response;
         } catch (err) {
           const e = toGatewayError(err);
+          if (state.abort.aborted) throw cutShort(state, { c: candidate, isByok: apiKey !== undefined }, attempt, deps.metrics);
           endAttempt(attempt, e);
           deps.metrics?.attempt(candidate.provider.id, e.errorType);
           state.attempts.push({ provider: candidate.provider.id, model: candidate.model.id, upstreamModel: candidate.endpoint.upstream_model, outcome: 'error', errorType: e.errorType, status: e.status });
           last = e;
-          if (state.abort.aborted) throw new GatewayError('timeout', 'The client closed the request');
           if (!blamesCaller(e)) deps.health.recordFailure(endpointKey(candidate));
           const remaining = plan.slice(i + 1).filter((c) => !skipped.has(c));
           const step = nextStep(e, { retriedSame, lastCandidate: remaining.length === 0, retryWaitMaxMs: deps.routing.retry_wait_max_ms });
@@ -229,6 +230,24 @@ interface Served {
 function choose(state: GatewayState, { c, isByok }: Served): void {
   state.route = { model: c.model.id, provider: c.provider.id, upstreamModel: c.endpoint.upstream_model, isByok };
   state.attempts.push({ provider: c.provider.id, model: c.model.id, upstreamModel: c.endpoint.upstream_model, outcome: 'success' });
+}
+
+/**
+ * The client went away (or a shutdown cut the request) while a call was in flight, before it answered (a
+ * stream: before its first event). The request reached this endpoint, so its ledger row names it: status
+ * `cancelled` (`failed` when the shutdown cut it, as a cut stream is), no tokens and cost 0, as a stream cut
+ * before any output: nothing was delivered. The attempt counts as `cancelled`, not as the timeout the abort
+ * surfaces as, its span is not an error, and the endpoint's health is left alone (the client left, not the
+ * provider). No other endpoint is tried. Returns the error to throw.
+ */
+function cutShort(state: GatewayState, { c, isByok }: Served, attempt: Span, metrics: GatewayMetrics | null | undefined): GatewayError {
+  state.route = { model: c.model.id, provider: c.provider.id, upstreamModel: c.endpoint.upstream_model, isByok };
+  state.outcome = shutdownCut(state.abort) ? 'failed' : 'cancelled';
+  state.attempts.push({ provider: c.provider.id, model: c.model.id, upstreamModel: c.endpoint.upstream_model, outcome: 'error', errorType: 'timeout' });
+  attempt.setAttribute('gateway.outcome', 'cancelled');
+  attempt.end();
+  metrics?.attempt(c.provider.id, 'cancelled');
+  return new GatewayError('timeout', 'The client closed the request');
 }
 
 function finishInfo(state: GatewayState, { c, isByok }: Served): FinishInfo {

@@ -156,6 +156,68 @@ describe('body size limit', () => {
   }
 });
 
+/**
+ * Writes `head`, then body bytes as fast as the connection takes them, up to `total`; resolves with what
+ * came back, how much was written, and whether the server closed the connection before all of it was.
+ */
+function flood(port: number, head: string, piece: Buffer, total: number): Promise<{ text: string; sent: number; closedByServer: boolean }> {
+  return new Promise((resolve) => {
+    const sock: Socket = connect(port, '127.0.0.1');
+    let text = '';
+    let sent = 0;
+    let finished = false;
+    const end = (closedByServer: boolean) => {
+      if (finished) return;
+      finished = true;
+      clearTimeout(timer);
+      sock.destroy();
+      resolve({ text, sent, closedByServer });
+    };
+    const pump = () => {
+      while (!sock.destroyed && sent < total) {
+        sent += piece.length;
+        if (!sock.write(piece)) return void sock.once('drain', pump);
+      }
+      // Everything was written: a server still reading would have drained it all (give it a moment to answer).
+      if (sent >= total) setTimeout(() => end(false), 300);
+    };
+    sock.on('connect', () => {
+      sock.write(head);
+      pump();
+    });
+    sock.on('data', (d) => (text += d.toString('latin1')));
+    sock.on('error', () => {});
+    sock.on('close', () => end(sent < total));
+    const timer = setTimeout(() => end(false), 8000);
+  });
+}
+
+describe('a refused body is drained only so far', () => {
+  const LIMIT = 4096;
+  const TOTAL = 64 * 1024 * 1024;
+  const piece = Buffer.alloc(64 * 1024, 0x20);
+  const head = (gwKey: string, framing: string) =>
+    `POST /api/v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${gwKey}\r\nContent-Type: application/json\r\n${framing}\r\n\r\n`;
+
+  it('a declared Content-Length far over the limit: 413 with Connection: close, and the connection is closed without reading it all', async () => {
+    const gw = await t.start({ yaml: yaml(`max_body_bytes: ${LIMIT}`) });
+    const r = await flood(Number(new URL(gw.url).port), head(gw.key, `Content-Length: ${TOTAL}`), piece, TOTAL);
+    expect(r.text).toMatch(/^HTTP\/1\.1 413 /);
+    expect(r.text).toMatch(/\r\nconnection: close\r\n/i);
+    expect(r.closedByServer).toBe(true);
+    expect(r.sent).toBeLessThan(TOTAL);
+  });
+
+  it('a chunked body that goes on past the limit: 413, then the connection is closed once as much again was dropped', async () => {
+    const gw = await t.start({ yaml: yaml(`max_body_bytes: ${LIMIT}`) });
+    // One never-ending chunk: the body's framing stays valid while the client sends.
+    const r = await flood(Number(new URL(gw.url).port), `${head(gw.key, 'Transfer-Encoding: chunked')}${TOTAL.toString(16)}\r\n`, piece, TOTAL);
+    expect(r.text).toMatch(/^HTTP\/1\.1 413 /);
+    expect(r.closedByServer).toBe(true);
+    expect(r.sent).toBeLessThan(TOTAL);
+  });
+});
+
 describe('JSON depth, UTF-8 and surrogates', () => {
   it('a 100k-deep body is a fast 400 invalid_request on both endpoints, with no upstream call', async () => {
     const gw = await t.start({ yaml: yaml('max_body_bytes: 1048576') });

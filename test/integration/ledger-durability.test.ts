@@ -1,4 +1,5 @@
 import { readdirSync, rmSync } from 'node:fs';
+import net from 'node:net';
 import { Client } from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { openStore } from '../../src/store';
@@ -65,6 +66,82 @@ describe('streams cut short are billed for what was delivered', () => {
       expect(row).toMatchObject({ status: 'failed' });
       expect(row.completionTokens).toBeGreaterThan(0);
       expect(await gw.store.listPendingLedger()).toEqual([]);
+    } finally {
+      await gw.close();
+    }
+  });
+});
+
+describe('a client that leaves before its answer', () => {
+  /** Sends `body` to chat completions, waits until the upstream has it, then the client goes away. */
+  async function leaveWhileUpstreamHolds(gw: Awaited<ReturnType<typeof startTestGateway>>, body: Record<string, unknown>): Promise<() => void> {
+    let release!: () => void;
+    upstream.always.set('gpt-upstream', { kind: 'hold', until: new Promise<void>((r) => (release = r)) });
+    const seen = upstream.received.length;
+    const controller = new AbortController();
+    const answer = fetch(`${gw.url}/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${gw.key}` },
+      body: JSON.stringify(body),
+      signal: controller.signal,
+    }).catch((err: Error) => err);
+    await expect.poll(() => upstream.received.length, { timeout: 5000 }).toBeGreaterThan(seen);
+    controller.abort();
+    expect(await answer).toBeInstanceOf(Error);
+    return release;
+  }
+
+  /** The gateway's access log lines of requests (parsed). */
+  const requestLines = (gw: { logs: string[] }) =>
+    gw.logs.join('').split('\n').filter((l) => l.includes('"msg":"request"')).map((l) => JSON.parse(l) as Record<string, unknown>);
+
+  async function metricLines(gw: { url: string }): Promise<string[]> {
+    const text = await (await fetch(new URL('/metrics', gw.url))).text();
+    return text.split('\n').filter((l) => /^gateway_(requests|upstream_attempts)_total\{/.test(l));
+  }
+
+  it.each([
+    ['a JSON request', false],
+    ['a stream before its first event', true],
+  ])('%s: a cancelled row at cost 0 naming the provider, logged and counted as 499 cancelled, not a 504 timeout', async (_name, stream) => {
+    const gw = await startTestGateway({ yaml: testConfigYaml(upstream.url) });
+    try {
+      const release = await leaveWhileUpstreamHolds(gw, { model: 'fake/gpt', stream, messages: [{ role: 'user', content: 'hi' }] });
+      await expect.poll(() => requestLines(gw).length, { timeout: 5000 }).toBe(1);
+      const line = requestLines(gw)[0];
+      expect(line).toMatchObject({ status: 499, outcome: 'cancelled', error_type: 'cancelled', provider: 'fake-openai', model: 'fake/gpt' });
+      const row = (await gw.ledgerRow(String(line.generation_id)))!;
+      expect(row).toMatchObject({ status: 'cancelled', provider: 'fake-openai', upstreamModel: 'gpt-upstream', promptTokens: 0, completionTokens: 0, costUsd: 0 });
+      expect(await gw.store.listPendingLedger()).toEqual([]);
+      const metrics = await metricLines(gw);
+      expect(metrics).toContain('gateway_requests_total{endpoint="chat_completions",status="499",error_type="cancelled"} 1');
+      expect(metrics).toContain('gateway_upstream_attempts_total{provider="fake-openai",outcome="cancelled"} 1');
+      expect(metrics.join('\n')).not.toContain('timeout');
+      release();
+      // The endpoint's health was left alone: the next request goes to the same provider and is answered.
+      upstream.always.clear();
+      const next = await post(`${gw.url}/chat/completions`, gw.key, { model: 'fake/gpt', messages: [{ role: 'user', content: 'hi' }] });
+      expect(next.status).toBe(200);
+    } finally {
+      await gw.close();
+    }
+  });
+
+  it('a client that leaves before anything was sent upstream gets no row; the log line says 499 cancelled', async () => {
+    const gw = await startTestGateway({ yaml: testConfigYaml(upstream.url) });
+    try {
+      const url = new URL(`${gw.url}/chat/completions`);
+      const seen = upstream.received.length;
+      // Headers promise a body that never comes; the client then goes away.
+      const sock = net.connect(Number(url.port), url.hostname);
+      await new Promise((r) => sock.once('connect', r));
+      sock.write(`POST ${url.pathname} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${gw.key}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"model":`);
+      await new Promise((r) => setTimeout(r, 100));
+      sock.destroy();
+      await expect.poll(() => requestLines(gw).length, { timeout: 5000 }).toBe(1);
+      expect(requestLines(gw)[0]).toMatchObject({ status: 499, error_type: 'cancelled' });
+      expect(await metricLines(gw)).toContain('gateway_requests_total{endpoint="chat_completions",status="499",error_type="cancelled"} 1');
+      expect(upstream.received).toHaveLength(seen);
     } finally {
       await gw.close();
     }
