@@ -188,7 +188,8 @@ interface Ask {
 async function askCandidate({ state, dialect, model, body, forward, timeoutMs, services }: Ask): Promise<Candidate> {
   const started = performance.now();
   const abort = new AbortController();
-  const onParentAbort = () => abort.abort();
+  // The parent's reason goes with it (the client went away, or a shutdown): the candidate's call is counted as such.
+  const onParentAbort = () => abort.abort(state.signal.reason);
   state.signal.addEventListener('abort', onParentAbort, { once: true });
   let timedOut = false;
   let timer: NodeJS.Timeout | undefined;

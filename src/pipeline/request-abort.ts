@@ -10,6 +10,17 @@ export interface AbortWatch {
 }
 
 /**
+ * The reason a request's abort carries when its client went away (the connection closed before the answer
+ * was written), so code that sees the abort can tell it from a shutdown's cut or a stage's own timeout.
+ */
+export const CLIENT_CLOSED = new DOMException('The client closed the request', 'AbortError');
+
+/** True when the abort watched is the client going away. */
+export function clientClosed(watch: AbortWatch): boolean {
+  return watch.reason === CLIENT_CLOSED;
+}
+
+/**
  * A request's cancellation (the client went away, or a shutdown cut it) that makes an AbortSignal only when
  * something asks for `signal`. Node allocates every AbortSignal so that it is promoted out of V8's young
  * generation (~400 bytes of old space each, measured with `npm run bench:alloc -- --survivors`), and most

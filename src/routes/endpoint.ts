@@ -12,7 +12,7 @@ import type { Middleware } from 'koa';
 import type { Logger } from 'pino';
 import { errorBody, statusFor, type ApiStyle } from '../errors/envelope';
 import { GatewayError, toGatewayError } from '../errors/gateway-error';
-import { RequestAbort, type AbortWatch } from '../pipeline/request-abort';
+import { CLIENT_CLOSED, clientClosed, RequestAbort, type AbortWatch } from '../pipeline/request-abort';
 import type { EndpointId, GatewayContext, GatewayState, SseEvent } from '../pipeline/types';
 import { inBandError } from '../dialects/in-band-error';
 import { shutdownCut } from '../drain';
@@ -45,7 +45,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
     const tracer = runtime.services.tracer;
     const abort = new RequestAbort();
     const onClose = () => {
-      if (!ctx.res.writableFinished) abort.abort();
+      if (!ctx.res.writableFinished) abort.abort(CLIENT_CLOSED);
     };
     ctx.res.once('close', onClose);
     // While the gateway drains (shutdown), a new request is refused in its endpoint's envelope.
@@ -91,7 +91,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       const e = cut ?? toGatewayError(err);
       error = e;
       if (e.errorType === 'server') runtime.services.logger.error({ err: e.cause ?? e, path: ctx.path }, 'unexpected error');
-      if (!cut && abort.aborted) {
+      if (clientClosed(abort)) {
         clientGone();
         settle();
         return;
@@ -133,12 +133,12 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       ctx.respond = false;
       if (state && state.outcome === 'completed') state.outcome = 'cancelled';
       if (!span) {
-        runtime.services.logger.info({ endpoint: spec.id, status: CLIENT_CLOSED, error_type: 'cancelled' }, 'request');
+        runtime.services.logger.info({ endpoint: spec.id, status: CLIENT_CLOSED_STATUS, error_type: 'cancelled' }, 'request');
         return;
       }
       span.setAttribute('gateway.outcome', 'cancelled');
-      if (state) return finish(runtime, state, span, CLIENT_CLOSED, 'cancelled');
-      span.setAttribute('http.response.status_code', CLIENT_CLOSED);
+      if (state) return finish(runtime, state, span, CLIENT_CLOSED_STATUS, 'cancelled');
+      span.setAttribute('http.response.status_code', CLIENT_CLOSED_STATUS);
       span.end();
     }
 
@@ -147,7 +147,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       drain?.leave(abort);
       runtime.services.metrics?.request({
         endpoint: spec.id,
-        status: gone ? CLIENT_CLOSED : ctx.status,
+        status: gone ? CLIENT_CLOSED_STATUS : ctx.status,
         errorType: gone ? 'cancelled' : error ? error.errorType : endedAs(state),
         error,
         startedAt: started,
@@ -172,7 +172,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
 const JSON_TYPE = 'application/json; charset=utf-8';
 
 /** The status logged and counted for a request whose client went away before its answer (nginx's 499). */
-const CLIENT_CLOSED = 499;
+const CLIENT_CLOSED_STATUS = 499;
 
 /**
  * A JSON answer. The content type is set as a header first: Koa would otherwise look the type up by its

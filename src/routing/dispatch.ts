@@ -6,6 +6,7 @@ import { DIALECTS, type FinishInfo, type StreamRewriter } from '../dialects';
 import { translateRequest, translateResponse, translateStream } from '../dialects/translate';
 import { shutdownCut } from '../drain';
 import { GatewayError, toGatewayError } from '../errors/gateway-error';
+import { clientClosed } from '../pipeline/request-abort';
 import type { GatewayResponse, GatewayState, SseEvent } from '../pipeline/types';
 import { batched, batchesOf } from '../providers/sse';
 import type { Dialect, Provider, UpstreamCall, UpstreamReply } from '../providers/types';
@@ -104,7 +105,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           return response;
         } catch (err) {
           const e = toGatewayError(err);
-          if (state.abort.aborted) throw cutShort(state, { c: candidate, isByok: apiKey !== undefined }, attempt, deps.metrics);
+          if (state.abort.aborted) throw cutShort(state, { c: candidate, isByok: apiKey !== undefined }, attempt, e, deps.metrics);
           endAttempt(attempt, e);
           deps.metrics?.attempt(candidate.provider.id, e.errorType);
           state.attempts.push({ provider: candidate.provider.id, model: candidate.model.id, upstreamModel: candidate.endpoint.upstream_model, outcome: 'error', errorType: e.errorType, status: e.status });
@@ -233,21 +234,25 @@ function choose(state: GatewayState, { c, isByok }: Served): void {
 }
 
 /**
- * The client went away (or a shutdown cut the request) while a call was in flight, before it answered (a
- * stream: before its first event). The request reached this endpoint, so its ledger row names it: status
- * `cancelled` (`failed` when the shutdown cut it, as a cut stream is), no tokens and cost 0, as a stream cut
- * before any output: nothing was delivered. The attempt counts as `cancelled`, not as the timeout the abort
- * surfaces as, its span is not an error, and the endpoint's health is left alone (the client left, not the
- * provider). No other endpoint is tried. Returns the error to throw.
+ * The request was aborted while a call was in flight, before it answered (a stream: before its first event):
+ * the client went away, a shutdown cut it, or the stage that made it (fusion) gave up on it. The request
+ * reached this endpoint, so its ledger row names it: status `cancelled` (`failed` when the shutdown cut it, as
+ * a cut stream is), no tokens and cost 0, as a stream cut before any output: nothing was delivered. When the
+ * client went away the attempt counts as `cancelled`, not as the timeout the abort surfaces as, and its span
+ * is no error. The endpoint's health is left alone either way (the provider did not fail), and no other
+ * endpoint is tried. Returns the error to throw.
  */
-function cutShort(state: GatewayState, { c, isByok }: Served, attempt: Span, metrics: GatewayMetrics | null | undefined): GatewayError {
+function cutShort(state: GatewayState, { c, isByok }: Served, attempt: Span, e: GatewayError, metrics: GatewayMetrics | null | undefined): GatewayError {
   state.route = { model: c.model.id, provider: c.provider.id, upstreamModel: c.endpoint.upstream_model, isByok };
   state.outcome = shutdownCut(state.abort) ? 'failed' : 'cancelled';
-  state.attempts.push({ provider: c.provider.id, model: c.model.id, upstreamModel: c.endpoint.upstream_model, outcome: 'error', errorType: 'timeout' });
-  attempt.setAttribute('gateway.outcome', 'cancelled');
-  attempt.end();
-  metrics?.attempt(c.provider.id, 'cancelled');
-  return new GatewayError('timeout', 'The client closed the request');
+  state.attempts.push({ provider: c.provider.id, model: c.model.id, upstreamModel: c.endpoint.upstream_model, outcome: 'error', errorType: e.errorType, status: e.status });
+  const gone = clientClosed(state.abort);
+  if (gone) {
+    attempt.setAttribute('gateway.outcome', 'cancelled');
+    attempt.end();
+  } else endAttempt(attempt, e);
+  metrics?.attempt(c.provider.id, gone ? 'cancelled' : e.errorType);
+  return gone ? new GatewayError('timeout', 'The client closed the request') : e;
 }
 
 function finishInfo(state: GatewayState, { c, isByok }: Served): FinishInfo {

@@ -143,6 +143,10 @@ describe('fusion', () => {
     const record = r.json.gateway_metadata.pipeline.find((p: any) => p.type === 'fusion');
     expect(record.data.failed).toEqual([expect.objectContaining({ model: 'f/b', error_type: 'timeout' })]);
     expect(judgeTurn()).toContain('Answer 2:');
+    // Fusion's own timeout cut the call: a timeout of that provider, not a call the client cancelled.
+    const attempts = (await (await fetch(new URL('/metrics', g.url))).text()).split('\n').filter((l) => l.startsWith('gateway_upstream_attempts_total{'));
+    expect(attempts).toContain('gateway_upstream_attempts_total{provider="fake-openai",outcome="timeout"} 1');
+    expect(attempts.join('\n')).not.toContain('cancelled');
 
     for (const m of ['up-a', 'up-c']) t.upstream.always.set(m, { kind: 'hang' });
     const all = await post(`${g.url}/chat/completions`, g.key, { model: 'f/a', plugins: [{ id: 'fusion' }], messages: ASK });
