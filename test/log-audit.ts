@@ -4,10 +4,12 @@ import path from 'node:path';
 
 /**
  * Issue 8, "a test greps all output of a full test run's server logs for the test keys and finds none":
- * every gateway a test starts through `startTestGateway` writes its log lines and the secrets it knows
- * (the gateway keys created for it, the provider keys of its config) into this folder when it closes
- * (test/fixtures/gateway.ts); after the whole run this teardown searches every log line of every test for
- * every secret and fails the run if one appears.
+ * every gateway a test starts writes its log lines and the secrets it knows into this folder when it ends
+ * (test/fixtures/audit.ts): one started in process through `startTestGateway` (the gateway keys created for
+ * it, the provider keys of its config), and every CLI child process (test/fixtures/cli.ts: the keys a
+ * `keys create` printed, the secrets of its config file, environment and stdin; for `serve`, all it wrote).
+ * After the whole run this teardown searches every log line of every test for every secret and fails the
+ * run if one appears.
  */
 export function setup(): () => void {
   const dir = mkdtempSync(path.join(tmpdir(), 'gw-log-audit-'));
