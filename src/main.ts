@@ -171,7 +171,7 @@ async function byokSet(store: Store, config: GatewayConfig, v: Values): Promise<
   }
   const provider = config.providers.find((p) => p.id === v.provider);
   if (!provider) throw new UsageError(`no provider ${v.provider} in the config (known: ${config.providers.map((p) => p.id).join(', ')})`);
-  if (provider.kind === 'simulated') throw new UsageError(`provider ${provider.id} is simulated and takes no API key`);
+  if (provider.kind === 'simulated' || provider.kind === 'simulated-video') throw new UsageError(`provider ${provider.id} is simulated and takes no API key`);
   const workspace = await existingWorkspace(store, v.workspace, 'byok set');
   const plaintext = await readProviderKey();
   const sealed = sealProviderKey(plaintext, parseEncryptionKey(config.byok.encryption_key), byokContext(workspace.id, provider.id));

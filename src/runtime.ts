@@ -73,6 +73,7 @@ export function buildRuntime(input: RuntimeInput): Runtime {
     presets: input.presets,
     models,
     videos: buildVideoCatalog(config, input.spend.clock),
+    ownKeys: (workspaceId) => input.byok.forWorkspace(workspaceId, config.byok),
     logger: input.logger,
     tracer,
     metrics: input.metrics,

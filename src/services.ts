@@ -1,4 +1,5 @@
 import type { Tracer } from '@opentelemetry/api';
+import type { OwnKeys } from './auth/byok-keys';
 import type { Logger } from 'pino';
 import type { GatewayConfig, ModelConfig } from './config/types';
 import type { Dispatch } from './routing/dispatch';
@@ -37,6 +38,11 @@ export interface Services {
   models: ReadonlyMap<string, ModelConfig>;
   /** Video models and video providers (never used by chat routing). */
   videos: VideoCatalog;
+  /**
+   * A workspace's own provider keys (BYOK), opened, by provider id; cached a few seconds (auth/byok-keys.ts).
+   * Rejects with a typed 503 when the store cannot be read.
+   */
+  ownKeys(workspaceId: string): Promise<OwnKeys>;
   logger: Logger;
   tracer: Tracer;
   /** Prometheus metrics (README "Metrics"), one per gateway; null when `server.metrics.enabled` is false. */

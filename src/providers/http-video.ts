@@ -26,6 +26,8 @@ interface Call {
   path: string;
   body?: unknown;
   signal?: AbortSignal;
+  /** A workspace's own key (BYOK), sent instead of `api_key`. */
+  apiKey?: string;
 }
 
 /**
@@ -34,7 +36,7 @@ interface Call {
  * - `GET {base_url}/videos/{id}` answers `{status: queued|running|succeeded|failed|cancelled, output_urls?,
  *   error?, cost?, seconds?, expires_at? (unix seconds)}`;
  * - `POST {base_url}/videos/{id}/cancel` answers any 2xx.
- * `api_key` is sent as `Authorization: Bearer`. Every call has `timeout_ms` for its headers and between body
+ * `api_key` is sent as `Authorization: Bearer` (a workspace's own key instead, when the call has one). Every call has `timeout_ms` for its headers and between body
  * chunks (undici), on the shared keep-alive pools of the chat adapters.
  *
  * @example createHttpVideoProvider({ id: 'vid', kind: 'http-video', base_url: 'https://video.example/v1', timeout_ms: 30000, connect_timeout_ms: 10000, region: 'global', data_collection: 'deny' })
@@ -44,14 +46,18 @@ export function createHttpVideoProvider(config: HttpVideoProviderConfig): VideoP
   const headers: Record<string, string> = { ...config.headers, accept: 'application/json' };
   if (config.api_key) headers.authorization = `Bearer ${config.api_key}`;
 
-  async function call({ method, path, body, signal }: Call): Promise<{ status: number; json: Record<string, unknown> | null; text: string }> {
+  /** The headers of a call: the configured ones, with a workspace's own key as the bearer token when given. */
+  const headersFor = (apiKey: string | undefined) => (apiKey === undefined ? headers : { ...headers, authorization: `Bearer ${apiKey}` });
+
+  async function call({ method, path, body, signal, apiKey }: Call): Promise<{ status: number; json: Record<string, unknown> | null; text: string }> {
+    const sent = headersFor(apiKey);
     let res;
     try {
       res = await agentFor(config.connect_timeout_ms).request({
         origin: base.origin,
         path: `${base.pathname}${path}`,
         method,
-        headers: body === undefined ? headers : { ...headers, 'content-type': 'application/json' },
+        headers: body === undefined ? sent : { ...sent, 'content-type': 'application/json' },
         body: body === undefined ? undefined : JSON.stringify(body),
         headersTimeout: config.timeout_ms,
         bodyTimeout: config.timeout_ms,
@@ -76,8 +82,9 @@ export function createHttpVideoProvider(config: HttpVideoProviderConfig): VideoP
     return { status: res.statusCode, json, text };
   }
 
-  const failIfNot2xx = (r: { status: number; text: string }) => {
-    if (r.status < 200 || r.status >= 300) throw classifyUpstreamError(r.status, withoutCredentials(r.text, credentialsIn(headers)), config.id);
+  // An error body that echoes the key the call was sent with loses it, whichever key that was.
+  const failIfNot2xx = (r: { status: number; text: string }, apiKey: string | undefined) => {
+    if (r.status < 200 || r.status >= 300) throw classifyUpstreamError(r.status, withoutCredentials(r.text, credentialsIn(headersFor(apiKey))), config.id);
   };
   const badAnswer = (what: string) =>
     new GatewayError('provider_unavailable', `Provider ${config.id} returned ${what}`, { metadata: { provider_name: config.id } });
@@ -85,26 +92,26 @@ export function createHttpVideoProvider(config: HttpVideoProviderConfig): VideoP
   return {
     id: config.id,
     kind: 'http-video',
-    async submit(input: VideoSubmitInput, signal: AbortSignal) {
+    async submit(input: VideoSubmitInput, signal: AbortSignal, apiKey?: string) {
       const body: Record<string, unknown> = { ...input.params, model: input.model, prompt: input.prompt };
       if (input.previousUpstreamJobId) body.previous_job_id = input.previousUpstreamJobId;
-      const r = await call({ method: 'POST', path: '', body, signal });
-      failIfNot2xx(r);
+      const r = await call({ method: 'POST', path: '', body, signal, apiKey });
+      failIfNot2xx(r, apiKey);
       const id = r.json?.id;
       if (typeof id !== 'string' || id === '') throw badAnswer('no job id');
       return { upstreamJobId: id };
     },
-    async poll(upstreamJobId: string): Promise<VideoPollResult> {
-      const r = await call({ method: 'GET', path: `/${encodeURIComponent(upstreamJobId)}` });
+    async poll(upstreamJobId: string, apiKey?: string): Promise<VideoPollResult> {
+      const r = await call({ method: 'GET', path: `/${encodeURIComponent(upstreamJobId)}`, apiKey });
       // The upstream no longer knows the job: it will never finish.
       if (r.status === 404) return { status: 'failed', error: `Provider ${config.id} no longer knows this job` };
-      failIfNot2xx(r);
+      failIfNot2xx(r, apiKey);
       const status = STATUS[String(r.json?.status ?? '').toLowerCase()];
       if (!status) throw badAnswer(`an unknown job status ${JSON.stringify(r.json?.status ?? null)}`);
       return pollResult(status, r.json!);
     },
-    async cancel(upstreamJobId: string) {
-      failIfNot2xx(await call({ method: 'POST', path: `/${encodeURIComponent(upstreamJobId)}/cancel`, body: {} }));
+    async cancel(upstreamJobId: string, apiKey?: string) {
+      failIfNot2xx(await call({ method: 'POST', path: `/${encodeURIComponent(upstreamJobId)}/cancel`, body: {}, apiKey }), apiKey);
     },
   };
 }

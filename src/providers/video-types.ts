@@ -34,14 +34,15 @@ export interface VideoPollResult {
 
 /**
  * A video provider adapter. Errors are thrown as GatewayError classified like the chat adapters'
- * (`metadata.provider_name`, `provider_code`).
+ * (`metadata.provider_name`, `provider_code`). `apiKey`, when given, is a workspace's own key for this
+ * provider (BYOK), sent instead of the configured one; a job submitted with it is polled and cancelled with it.
  *
  * @example const { upstreamJobId } = await provider.submit({ model: 'v1', prompt: 'a cat', params: {} }, signal);
  */
 export interface VideoProvider {
   id: string;
   kind: string;
-  submit(input: VideoSubmitInput, signal: AbortSignal): Promise<{ upstreamJobId: string }>;
-  poll(upstreamJobId: string): Promise<VideoPollResult>;
-  cancel(upstreamJobId: string): Promise<void>;
+  submit(input: VideoSubmitInput, signal: AbortSignal, apiKey?: string): Promise<{ upstreamJobId: string }>;
+  poll(upstreamJobId: string, apiKey?: string): Promise<VideoPollResult>;
+  cancel(upstreamJobId: string, apiKey?: string): Promise<void>;
 }

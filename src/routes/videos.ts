@@ -9,6 +9,7 @@ import { creditsRejection } from '../spend/rejections';
 import type { KeyRecord, VideoJob } from '../store/types';
 import { expireIfDue } from '../videos/advance';
 import { jobObject, transition, videoJobId } from '../videos/job';
+import { jobKey } from '../videos/own-key';
 import { parseVideoRequest, type VideoRequest } from '../videos/request';
 import { isFinished } from '../videos/states';
 
@@ -26,9 +27,10 @@ async function workspaceJob(services: Services, id: string, key: KeyRecord): Pro
 
 /**
  * POST /videos (this gateway's addition; the spec shows no creation): any valid key. Validates the body,
- * checks the account balance, submits to the model's first video endpoint that accepts the job (the next
- * one on an upstream failure that is not the caller's fault), stores the job and answers 200 with it
- * (`status: pending`).
+ * checks the account balance (unless every endpoint would be called with the workspace's own key), submits
+ * to the model's first video endpoint that accepts the job (the next one on an upstream failure that is not
+ * the caller's fault), with the workspace's own key for that provider when it has one (BYOK), stores the job
+ * and answers 200 with it (`status: pending`).
  */
 export function videoCreateStage(services: Services): Stage {
   return async (ctx) => {
@@ -46,8 +48,14 @@ export function videoCreateStage(services: Services): Stage {
         metadata: { field: 'previous_job_id' },
       });
     }
-    await checkBalance(services, key);
-    const submitted = await submit(services, endpoints, req, previous, state.signal);
+    // The workspace's own keys (BYOK) are used where it has one for the endpoint's provider; a continuation is
+    // made under the same upstream account as the job it continues (its key, or the configured one).
+    const previousKey = previous ? await jobKey(services, previous) : undefined;
+    const own = previous ? null : await services.ownKeys(key.workspaceId);
+    const keyFor = (provider: string) => (own ? own.get(provider) : previousKey);
+    // Served with the workspace's own keys whichever endpoint takes it, a job spends no credit (as chat).
+    if (!endpoints.every((e) => keyFor(e.provider) !== undefined)) await checkBalance(services, key);
+    const submitted = await submit(services, endpoints, req, previous, state.signal, keyFor);
     const now = services.spend.clock();
     let job: VideoJob;
     try {
@@ -65,10 +73,11 @@ export function videoCreateStage(services: Services): Stage {
         previousJobId: previous?.id ?? null,
         request: { prompt: req.prompt, params: req.params, pricing: submitted.endpoint.pricing },
         createdAt: now,
+        isByok: submitted.apiKey !== undefined,
       });
     } catch (err) {
       // Nobody could ever poll or bill it: stop the upstream work rather than leave it running unseen.
-      submitted.provider.cancel(submitted.upstreamJobId).catch(() => undefined);
+      submitted.provider.cancel(submitted.upstreamJobId, submitted.apiKey).catch(() => undefined);
       throw err;
     }
     state.span.setAttribute('gateway.video_job_id', job.id);
@@ -102,19 +111,30 @@ interface Submitted {
   endpoint: VideoModelConfig['endpoints'][number];
   provider: VideoProvider;
   upstreamJobId: string;
+  /** The workspace's own key it was submitted with (BYOK), if any. */
+  apiKey: string | undefined;
 }
 
-async function submit(services: Services, endpoints: VideoModelConfig['endpoints'], req: VideoRequest, previous: VideoJob | null, signal: AbortSignal): Promise<Submitted> {
+async function submit(
+  services: Services,
+  endpoints: VideoModelConfig['endpoints'],
+  req: VideoRequest,
+  previous: VideoJob | null,
+  signal: AbortSignal,
+  keyFor: (provider: string) => string | undefined,
+): Promise<Submitted> {
   let last: GatewayError | undefined;
   for (const endpoint of endpoints) {
     const provider = services.videos.providers.get(endpoint.provider);
     if (!provider) continue;
+    const apiKey = keyFor(endpoint.provider);
     try {
       const { upstreamJobId } = await provider.submit(
         { model: endpoint.upstream_model, prompt: req.prompt, params: req.params, previousUpstreamJobId: previous?.upstreamJobId },
         signal,
+        apiKey,
       );
-      return { endpoint, provider, upstreamJobId };
+      return { endpoint, provider, upstreamJobId, apiKey };
     } catch (err) {
       last = toGatewayError(err);
       if (blamesCaller(last) || signal.aborted) throw last;
@@ -154,7 +174,10 @@ export function videoCancelStage(services: Services): Stage {
     requireManagementKey(key);
     const id = jobIdParam(ctx);
     let job = await workspaceJob(services, id, key);
-    if (!isFinished(job.status)) await services.videos.providers.get(job.provider)?.cancel(job.upstreamJobId);
+    if (!isFinished(job.status)) {
+      const provider = services.videos.providers.get(job.provider);
+      if (provider) await provider.cancel(job.upstreamJobId, await jobKey(services, job));
+    }
     // A poller may move the job (pending → in_progress) between the read and the write: read again and retry.
     for (let i = 0; i < 3 && !isFinished(job.status); i++) {
       job = (await transition(services.store, job, 'cancelled', {}, services.spend.clock())) ?? (await workspaceJob(services, id, key));

@@ -203,6 +203,7 @@ export interface VideoJob {
   generationId: string | null;
   urls: string[];
   costUsd: number | null;
+  /** Submitted with the workspace's own key for its provider (BYOK): polled and cancelled with it, billed as BYOK. */
   isByok: boolean;
   error: string | null;
   /** When the outputs stop being available (set on completion). */
@@ -214,7 +215,7 @@ export interface VideoJob {
   updatedAt: number;
 }
 
-export type NewVideoJob = Omit<VideoJob, 'generationId' | 'urls' | 'costUsd' | 'isByok' | 'error' | 'expiresAt' | 'completedAt' | 'billed' | 'updatedAt'>;
+export type NewVideoJob = Omit<VideoJob, 'generationId' | 'urls' | 'costUsd' | 'error' | 'expiresAt' | 'completedAt' | 'billed' | 'updatedAt'>;
 
 /** A position in the list of unfinished jobs: the last job of a page. */
 export interface VideoJobCursor {

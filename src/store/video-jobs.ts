@@ -44,8 +44,8 @@ export function rowToVideoJob(r: Row): VideoJob {
 
 export const VIDEO_JOB_QUERIES = {
   insert: `INSERT INTO video_jobs (id, workspace_id, key_id, account_id, user_id, model, provider, upstream_model,
-      upstream_job_id, status, previous_job_id, request, created_at, updated_at)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13) RETURNING *`,
+      upstream_job_id, status, previous_job_id, request, created_at, updated_at, is_byok)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13, $14) RETURNING *`,
   get: 'SELECT * FROM video_jobs WHERE id = $1 AND workspace_id = $2',
   // Why one statement: the status check and the write are atomic in both engines, so of two pollers that
   // saw the same status only one changes it; the other gets no row back.
@@ -62,10 +62,11 @@ export const VIDEO_JOB_QUERIES = {
     ORDER BY updated_at, id LIMIT $2`,
 };
 
-export function insertParams(job: NewVideoJob): unknown[] {
+/** `isByok` as the engine writes a boolean: SQLite's 0/1, PostgreSQL's boolean. */
+export function insertParams(job: NewVideoJob, isByok: unknown): unknown[] {
   return [
     job.id, job.workspaceId, job.keyId, job.accountId, job.userId, job.model, job.provider, job.upstreamModel,
-    job.upstreamJobId, job.status, job.previousJobId, JSON.stringify(job.request), job.createdAt,
+    job.upstreamJobId, job.status, job.previousJobId, JSON.stringify(job.request), job.createdAt, isByok,
   ];
 }
 
@@ -91,7 +92,7 @@ export function sqliteVideoJobs(db: Database.Database) {
     unfinished: db.prepare(VIDEO_JOB_QUERIES.unfinished('0')),
   };
   return {
-    create: (job: NewVideoJob) => rowToVideoJob(s.insert.get(bind(insertParams(job))) as Row),
+    create: (job: NewVideoJob) => rowToVideoJob(s.insert.get(bind(insertParams(job, job.isByok ? 1 : 0))) as Row),
     get: (id: string, workspaceId: string) => {
       const row = s.get.get(bind([id, workspaceId])) as Row | undefined;
       return row ? rowToVideoJob(row) : null;
@@ -115,7 +116,7 @@ export function postgresVideoJobs(query: Query) {
     return row ? rowToVideoJob(row) : null;
   };
   return {
-    create: async (job: NewVideoJob) => (await one(VIDEO_JOB_QUERIES.insert, insertParams(job)))!,
+    create: async (job: NewVideoJob) => (await one(VIDEO_JOB_QUERIES.insert, insertParams(job, job.isByok)))!,
     get: (id: string, workspaceId: string) => one(VIDEO_JOB_QUERIES.get, [id, workspaceId]),
     update: (id: string, expected: VideoJobStatus, patch: VideoJobPatch) => one(VIDEO_JOB_QUERIES.update, updateParams(id, expected, patch)),
     markBilled: async (id: string) => void (await query(VIDEO_JOB_QUERIES.markBilled('TRUE'), [id])),

@@ -5,6 +5,7 @@ import type { VideoJob, VideoJobPatch, VideoJobStatus } from '../store/types';
 import type { VideoPollResult } from '../providers/video-types';
 import { billVideoJob } from './billing';
 import { transition } from './job';
+import { jobKey } from './own-key';
 
 /** What one step of a job needs: the current config's services and the clock. */
 export interface AdvanceDeps {
@@ -45,13 +46,18 @@ async function followUpstream(deps: AdvanceDeps, job: VideoJob): Promise<VideoJo
   const provider = services.videos.providers.get(job.provider);
   const timeoutS = services.config.videos.job_timeout_s;
   if (now - job.createdAt >= timeoutS * 1000) {
-    provider?.cancel(job.upstreamJobId).catch((err) => services.logger.warn({ err, video_job_id: job.id }, 'cancelling a timed-out video job upstream failed'));
+    if (provider) {
+      jobKey(services, job)
+        .then((key) => provider.cancel(job.upstreamJobId, key))
+        .catch((err) => services.logger.warn({ err, video_job_id: job.id }, 'cancelling a timed-out video job upstream failed'));
+    }
     return transition(services.store, job, 'failed', { error: `The job did not finish within ${timeoutS} s` }, now);
   }
   if (!provider) return job; // its provider left the config: the job waits for it to come back, or times out
   let result: VideoPollResult;
   try {
-    result = await provider.poll(job.upstreamJobId);
+    // A BYOK job whose key was deleted waits like one whose upstream is down (the key may be stored again).
+    result = await provider.poll(job.upstreamJobId, await jobKey(services, job));
   } catch (err) {
     services.logger.warn({ err, video_job_id: job.id, provider: job.provider }, 'polling a video job failed; retrying at the next poll');
     return job;

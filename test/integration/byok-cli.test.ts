@@ -31,7 +31,7 @@ afterAll(async () => {
   dirs.forEach((d) => rmSync(d, { recursive: true, force: true }));
 });
 
-/** A temp folder with a gateway.yaml: a simulated, an OpenAI-kind and an Anthropic-kind provider, workspace `team`. */
+/** A temp folder with a gateway.yaml: a simulated, an OpenAI-kind, an Anthropic-kind and a simulated video provider, workspace `team`. */
 function setup(o: { encryption?: boolean } = {}): { dir: string; file: string; db: string } {
   const dir = mkdtempSync(path.join(tmpdir(), 'gw-byok-cli-'));
   dirs.push(dir);
@@ -44,6 +44,7 @@ function setup(o: { encryption?: boolean } = {}): { dir: string; file: string; d
     '  - { id: local, kind: simulated }',
     `  - { id: up-openai, kind: openai, base_url: ${upstream.url}, api_key: sk-operator-openai }`,
     `  - { id: up-anthropic, kind: anthropic, base_url: ${upstream.url}, api_key: sk-operator-anthropic }`,
+    '  - { id: sim-video, kind: simulated-video }',
     'models:',
     '  - { id: up/gpt, endpoints: [{ provider: up-openai, upstream_model: gpt-upstream, pricing: { prompt: 1, completion: 2 } }] }',
     'pipelines:',
@@ -119,8 +120,9 @@ describe('gateway byok', () => {
 
   it.each([
     ['no encryption key configured', { encryption: false }, ['set', '--workspace', 'default', '--provider', 'up-openai'], /byok\.encryption_key/],
-    ['an unknown provider', {}, ['set', '--workspace', 'default', '--provider', 'nope'], /no provider nope in the config \(known: local, up-openai, up-anthropic\)/],
+    ['an unknown provider', {}, ['set', '--workspace', 'default', '--provider', 'nope'], /no provider nope in the config \(known: local, up-openai, up-anthropic, sim-video\)/],
     ['a simulated provider', {}, ['set', '--workspace', 'default', '--provider', 'local'], /simulated and takes no API key/],
+    ['a simulated video provider', {}, ['set', '--workspace', 'default', '--provider', 'sim-video'], /simulated and takes no API key/],
     ['an unknown workspace', {}, ['set', '--workspace', 'ghost', '--provider', 'up-openai'], /no workspace ghost/],
     ['no --workspace', {}, ['set', '--provider', 'up-openai'], /byok set needs --workspace/],
     ['an unknown workspace to list', {}, ['list', '--workspace', 'ghost'], /no workspace ghost/],

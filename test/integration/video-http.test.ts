@@ -1,4 +1,6 @@
+import { randomBytes } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { byokContext, maskProviderKey, sealProviderKey } from '../../src/auth/byok-seal';
 import type { HttpVideoProviderConfig } from '../../src/config/types';
 import { GatewayError } from '../../src/errors/gateway-error';
 import { createHttpVideoProvider } from '../../src/providers/http-video';
@@ -85,6 +87,19 @@ describe('the http-video adapter against a fake job upstream', () => {
     await p.cancel(id);
     expect(upstream.received.at(-1)).toMatchObject({ method: 'POST', path: `/v1/videos/${id}/cancel` });
     expect(upstream.jobs.get(id)?.status).toBe('cancelled');
+  });
+
+  it('a workspace key given to a call is its bearer token instead of api_key, and is scrubbed from an error that echoes it', async () => {
+    const p = adapter();
+    const own = 'sk-own-workspace-video-key';
+    const { upstreamJobId: id } = await p.submit({ model: 'm', prompt: 'x', params: {} }, new AbortController().signal, own);
+    await p.poll(id, own);
+    await p.cancel(id, own);
+    expect(upstream.received.map((r) => r.headers.authorization)).toEqual([`Bearer ${own}`, `Bearer ${own}`, `Bearer ${own}`]);
+    expect(upstream.received[0].headers['x-team']).toBe('video');
+    upstream.faults.push({ status: 401, body: { error: { message: `bad key ${own}` } }, on: 'poll' });
+    const e = await failure(p.poll(id, own));
+    expect(JSON.stringify({ message: e.message, metadata: e.metadata })).not.toContain(own);
   });
 
   it('errors are classified once: 400 is the caller\'s, 5xx and 429 the provider\'s, a silent upstream a timeout, a missing id a bad answer', async () => {
@@ -181,5 +196,76 @@ describe('the gateway with an http-video provider', () => {
     await waitForStatus(gw, id, 'completed');
     expect(polls()).toBeGreaterThanOrEqual(6);
     expect(gw.logs.join('')).toContain('polling a video job failed');
+  });
+});
+
+describe('video jobs with the workspace\'s own provider key (BYOK)', () => {
+  const ENCRYPTION_KEY = randomBytes(32);
+  const OWN = `sk-own-video-${randomBytes(12).toString('hex')}`;
+  let g: TestGateway | undefined;
+  afterEach(async () => {
+    await g?.close();
+    g = undefined;
+  });
+
+  /** A gateway with an encryption key, no credit, and the workspace's own key for the http-video provider. */
+  async function start(): Promise<TestGateway> {
+    g = await startTestGateway({ yaml: `${videoConfigYaml({ upstreamUrl: upstream.url })}byok: { encryption_key: ${ENCRYPTION_KEY.toString('base64')} }\n` });
+    const ws = g.keyRecord.workspaceId;
+    await g.store.putByokKey({ workspaceId: ws, provider: 'job-upstream', secret: sealProviderKey(OWN, ENCRYPTION_KEY, byokContext(ws, 'job-upstream')), label: maskProviderKey(OWN) });
+    return g;
+  }
+
+  const bearers = () => upstream.received.map((r) => r.headers.authorization);
+
+  it('is submitted, polled and billed with it: no credit needed or spent, is_byok in the job and its ledger row', async () => {
+    const gw = await start();
+    const before = (await gw.store.findAccount(gw.keyRecord.accountId))!.balanceUsd;
+    expect(before).toBe(0); // a prepaid account without credit: only a job on its own key is accepted
+    const id = await startJob(gw, { model: 'http/video', prompt: 'a lighthouse' });
+    const upId = (await gw.store.getVideoJob(id, gw.keyRecord.workspaceId))!.upstreamJobId;
+    upstream.jobs.set(upId, { status: 'succeeded', output_urls: ['https://v.test/own.mp4'], cost: 0.3 });
+    const done = await waitForStatus(gw, id, 'completed');
+    expect(done.usage).toEqual({ cost: 0.3, is_byok: true });
+    expect(new Set(bearers())).toEqual(new Set([`Bearer ${OWN}`]));
+    expect(upstream.received.map((r) => r.method)).toEqual(expect.arrayContaining(['POST', 'GET']));
+    await expect.poll(async () => (await gw.store.getLedger(done.generation_id))?.isByok).toBe(true);
+    expect((await gw.store.findAccount(gw.keyRecord.accountId))!.balanceUsd).toBe(before);
+    expect(gw.logs.join('')).not.toContain(OWN);
+  });
+
+  it('is cancelled with it; a job whose key was deleted since waits, and its cancel is a 502 provider_unavailable, never the operator key', async () => {
+    const gw = await start();
+    const id = await startJob(gw, { model: 'http/video', prompt: 'x' });
+    const upId = (await gw.store.getVideoJob(id, gw.keyRecord.workspaceId))!.upstreamJobId;
+    const cancelled = await cancelVideo(gw, id);
+    expect(cancelled.json.status).toBe('cancelled');
+    // (found by its path: a poll round under way may still log a GET after it)
+    expect(upstream.received.find((r) => r.path === `/v1/videos/${upId}/cancel`)).toMatchObject({ method: 'POST', headers: { authorization: `Bearer ${OWN}` } });
+
+    const second = await startJob(gw, { model: 'http/video', prompt: 'y' });
+    await gw.store.deleteByokKey(gw.keyRecord.workspaceId, 'job-upstream');
+    await new Promise((r) => setTimeout(r, 5_200)); // the workspace's keys are cached for 5 s
+    const seen = upstream.received.length;
+    const refused = await cancelVideo(gw, second);
+    expect(refused.status).toBe(502);
+    expect(refused.json.error.metadata).toMatchObject({ error_type: 'provider_unavailable', provider_name: 'job-upstream' });
+    expect((await getVideo(gw, second)).json.status).toBe('pending');
+    expect(upstream.received.slice(seen).some((r) => r.headers.authorization === 'Bearer sk-video-upstream-secret')).toBe(false);
+    expect(gw.logs.join('')).toContain('polling a video job failed');
+  }, 15_000);
+
+  it('a workspace without its own key for the provider: the configured key, not BYOK, and the balance is checked', async () => {
+    const gw = await start();
+    await gw.store.deleteByokKey(gw.keyRecord.workspaceId, 'job-upstream');
+    const other = await gw.store.ensureWorkspace('other', gw.keyRecord.accountId);
+    const key = await gw.createKey({ workspaceId: other.id, name: 'other' });
+    const broke = await createVideo(gw, { model: 'http/video', prompt: 'x' }, key.secret);
+    expect(broke.status).toBe(402);
+    await fund(gw);
+    const ok = await createVideo(gw, { model: 'http/video', prompt: 'x' }, key.secret);
+    expect(ok.status).toBe(200);
+    expect(upstream.received.filter((r) => r.method === 'POST').at(-1)!.headers.authorization).toBe('Bearer sk-video-upstream-secret');
+    expect((await gw.store.getVideoJob(ok.json.id, other.id))!.isByok).toBe(false);
   });
 });

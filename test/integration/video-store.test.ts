@@ -70,6 +70,7 @@ describe.each(engines)('video_jobs on $name', (engine) => {
       previousJobId: null,
       request: { prompt: 'a cat', params: { duration_seconds: 5, resolution: '720p' }, pricing: { per_second: 0.1, per_job: 0.05 } },
       createdAt: now,
+      isByok: false,
       ...over,
     };
   }
@@ -94,6 +95,10 @@ describe.each(engines)('video_jobs on $name', (engine) => {
     expect(await store.getVideoJob('gen-vid-0-nothing', ids.workspaceId)).toBeNull();
     const next = await store.createVideoJob(newJob({ previousJobId: input.id }));
     expect(next.previousJobId).toBe(input.id);
+    // A job submitted with the workspace's own key says so, in each engine's boolean.
+    const own = await store.createVideoJob(newJob({ isByok: true }));
+    expect(own.isByok).toBe(true);
+    expect((await second.getVideoJob(own.id, ids.workspaceId))!.isByok).toBe(true);
   });
 
   it('updates compare-and-set on the status: of many concurrent writers from two connections exactly one wins', async () => {

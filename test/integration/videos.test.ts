@@ -258,7 +258,7 @@ describe('the job state machine with the simulated provider', () => {
       const id = `gen-vid-${now}-${String(i).padStart(20, '0')}`;
       ids.push(id);
       const base = { workspaceId: ws, keyId: g.keyRecord.id, accountId: g.keyRecord.accountId, userId: 'user_test', model: 'sim/video', provider: 'sim-video', upstreamModel: 'sim-video-1' };
-      await g.store.createVideoJob({ ...base, id, upstreamJobId: `up-${i}`, status: 'pending', previousJobId: null, request: { prompt: 'x', params: {} }, createdAt: now });
+      await g.store.createVideoJob({ ...base, id, upstreamJobId: `up-${i}`, status: 'pending', previousJobId: null, request: { prompt: 'x', params: {} }, createdAt: now, isByok: false });
       await g.store.updateVideoJob(id, 'pending', { status: 'in_progress', updatedAt: now, generationId: `gen-${i}-${String(i).padStart(20, 'g')}` });
       await g.store.updateVideoJob(id, 'in_progress', { status: 'completed', updatedAt: now, costUsd: 0.01, completedAt: now, expiresAt: now + 3_600_000 });
     }
