@@ -1,4 +1,4 @@
-import type { Server } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Middleware } from 'koa';
 import type { Logger } from 'pino';
@@ -32,6 +32,20 @@ export function applyServerLimits(server: Server, limits: ServerConfig, logger: 
   );
   if (limits.max_connections > 0) server.maxConnections = limits.max_connections;
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => answerClientError(err, socket, logger));
+}
+
+/**
+ * `Expect: 100-continue` (curl sends it for bodies over 1 MB): Node answers `100 Continue` by itself before
+ * any handler runs, and the client then uploads the body. A declared `Content-Length` over the body limit
+ * (`maxBodyBytes()`, the current config's) gets no `100 Continue`: the endpoint answers its 413 at once, with
+ * `Connection: close` (routes/body.ts), and the client never sends the body. Any other request is continued
+ * as Node would.
+ */
+export function refuseLargeBodiesBeforeContinue(server: Server, maxBodyBytes: () => number): void {
+  server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
+    if (!(Number(req.headers['content-length']) > maxBodyBytes())) res.writeContinue();
+    server.emit('request', req, res);
+  });
 }
 
 /**

@@ -15,7 +15,7 @@ import { closeUpstreamPool } from './providers/http';
 import { Presets } from './presets/lookup';
 import { endpoint, type EndpointSpec } from './routes/endpoint';
 import { buildRuntime, type Runtime } from './runtime';
-import { applyServerLimits, InFlightLimit } from './server-limits';
+import { applyServerLimits, InFlightLimit, refuseLargeBodiesBeforeContinue } from './server-limits';
 import type { KeyLookup } from './services';
 import { EndpointHealth } from './routing/health';
 import { StickyRoutes } from './routing/sticky';
@@ -223,6 +223,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       return new Promise((resolve, reject) => {
         const s = app.listen(port, host);
         applyServerLimits(s, options.config.server, logger);
+        refuseLargeBodiesBeforeContinue(s, () => current.config.server.max_body_bytes);
         s.once('error', reject);
         s.once('listening', () => {
           server = s;

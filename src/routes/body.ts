@@ -35,9 +35,12 @@ export async function readJson(ctx: GatewayContext, limits: BodyLimits): Promise
   const declared = Number(ctx.get('content-length') || NaN);
   if (declared > limit) {
     // Drained without buffering so the connection can answer, up to twice the limit in all, as a chunked
-    // body is (below); a longer one ends the connection after the answer, and the client is told so.
+    // body is (below); a longer one ends the connection after the answer, and the client is told so. A client
+    // that waits for `100 Continue` was not sent one (server-limits.ts): its body never comes, so the
+    // connection ends too.
     discardRest(ctx.req, ctx.res, 2 * limit);
-    throw tooLarge(limit, declared > 2 * limit ? { connection: 'close' } : undefined);
+    const ends = declared > 2 * limit || /100-continue/i.test(ctx.get('expect'));
+    throw tooLarge(limit, ends ? { connection: 'close' } : undefined);
   }
   const raw = await readRaw(ctx.req, ctx.res, limit, limits.body_timeout_ms);
   let text: string;

@@ -218,6 +218,38 @@ describe('a refused body is drained only so far', () => {
   });
 });
 
+describe('Expect: 100-continue', () => {
+  /** Sends only the head of a request and returns what the server writes within `ms` (and whether it closed). */
+  function headOnly(port: number, head: string, ms: number): Promise<{ text: string; closed: boolean }> {
+    return new Promise((resolve) => {
+      const sock = connect(port, '127.0.0.1', () => sock.write(head));
+      let text = '';
+      let closed = false;
+      sock.on('data', (d) => (text += d.toString('latin1')));
+      sock.on('error', () => {});
+      sock.on('close', () => (closed = true));
+      setTimeout(() => {
+        sock.destroy();
+        resolve({ text, closed });
+      }, ms);
+    });
+  }
+
+  it('a declared body over the limit gets its 413 at once, without 100 Continue, and the connection ends; one within it is continued', async () => {
+    const gw = await t.start({ yaml: yaml('max_body_bytes: 4096') });
+    const port = Number(new URL(gw.url).port);
+    const head = (length: number) =>
+      `POST /api/v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${gw.key}\r\nContent-Type: application/json\r\nContent-Length: ${length}\r\nExpect: 100-continue\r\n\r\n`;
+    const big = await headOnly(port, head(5000), 500);
+    expect(big.text).toMatch(/^HTTP\/1\.1 413 /);
+    expect(big.text).not.toContain('100 Continue');
+    expect(big.text).toMatch(/\r\nconnection: close\r\n/i);
+    expect(big.closed).toBe(true);
+    const small = await headOnly(port, head(100), 300);
+    expect(small.text).toBe('HTTP/1.1 100 Continue\r\n\r\n');
+  });
+});
+
 describe('JSON depth, UTF-8 and surrogates', () => {
   it('a 100k-deep body is a fast 400 invalid_request on both endpoints, with no upstream call', async () => {
     const gw = await t.start({ yaml: yaml('max_body_bytes: 1048576') });
