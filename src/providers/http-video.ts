@@ -36,8 +36,9 @@ interface Call {
  * - `GET {base_url}/videos/{id}` answers `{status: queued|running|succeeded|failed|cancelled, output_urls?,
  *   error?, cost?, seconds?, expires_at? (unix seconds)}`;
  * - `POST {base_url}/videos/{id}/cancel` answers any 2xx.
- * `api_key` is sent as `Authorization: Bearer` (a workspace's own key instead, when the call has one). Every call has `timeout_ms` for its headers and between body
- * chunks (undici), on the shared keep-alive pools of the chat adapters.
+ * `api_key` is sent as `Authorization: Bearer` (a workspace's own key instead, when the call has one). Every
+ * call has `timeout_ms` for its headers and between body chunks (undici), on the shared keep-alive pools of the
+ * chat adapters.
  *
  * @example createHttpVideoProvider({ id: 'vid', kind: 'http-video', base_url: 'https://video.example/v1', timeout_ms: 30000, connect_timeout_ms: 10000, region: 'global', data_collection: 'deny' })
  */
