@@ -90,7 +90,10 @@ function discardRest(req: IncomingMessage, res: ServerResponse, budget: number):
     done();
     req.pause();
     const socket = req.socket;
+    let ended = false;
     const end = () => {
+      if (ended) return;
+      ended = true;
       socket.end();
       setTimeout(() => socket.destroy(), LINGER_MS).unref();
     };
