@@ -105,10 +105,12 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           return response;
         } catch (err) {
           const e = toGatewayError(err);
-          if (state.abort.aborted) throw cutShort(state, { c: candidate, isByok: apiKey !== undefined }, attempt, e, deps.metrics);
-          endAttempt(attempt, e);
-          deps.metrics?.attempt(candidate.provider.id, e.errorType);
+          // The client went away mid-call: the attempt is cancelled, not the timeout the abort surfaces as.
+          const gone = clientClosed(state.abort);
+          endAttempt(attempt, e, gone);
+          deps.metrics?.attempt(candidate.provider.id, gone ? 'cancelled' : e.errorType);
           state.attempts.push({ provider: candidate.provider.id, model: candidate.model.id, upstreamModel: candidate.endpoint.upstream_model, outcome: 'error', errorType: e.errorType, status: e.status });
+          if (state.abort.aborted) throw cutShort(state, { c: candidate, isByok: apiKey !== undefined }, gone ? new GatewayError('timeout', 'The client closed the request') : e);
           last = e;
           if (!blamesCaller(e)) deps.health.recordFailure(endpointKey(candidate));
           const remaining = plan.slice(i + 1).filter((c) => !skipped.has(c));
@@ -213,8 +215,10 @@ function startAttempt(tracer: Tracer, state: GatewayState, c: Candidate, byok: b
   );
 }
 
-function endAttempt(span: Span, err?: GatewayError): void {
-  if (err) {
+/** Ends an attempt's span: an error with `err`, unless the client cancelled it (`cancelled`), which is none. */
+function endAttempt(span: Span, err?: GatewayError, cancelled = false): void {
+  if (cancelled) span.setAttribute('gateway.outcome', 'cancelled');
+  else if (err) {
     span.setStatus({ code: SpanStatusCode.ERROR, message: err.message });
     span.setAttribute('gateway.error_type', err.errorType);
   }
@@ -228,31 +232,28 @@ interface Served {
 }
 
 /** Commits the request to this endpoint: it answered (a stream: its first event arrived). */
-function choose(state: GatewayState, { c, isByok }: Served): void {
-  state.route = { model: c.model.id, provider: c.provider.id, upstreamModel: c.endpoint.upstream_model, isByok };
+function choose(state: GatewayState, served: Served): void {
+  const { c } = served;
+  state.route = routeOf(served);
   state.attempts.push({ provider: c.provider.id, model: c.model.id, upstreamModel: c.endpoint.upstream_model, outcome: 'success' });
+}
+
+function routeOf({ c, isByok }: Served): NonNullable<GatewayState['route']> {
+  return { model: c.model.id, provider: c.provider.id, upstreamModel: c.endpoint.upstream_model, isByok };
 }
 
 /**
  * The request was aborted while a call was in flight, before it answered (a stream: before its first event):
  * the client went away, a shutdown cut it, or the stage that made it (fusion) gave up on it. The request
  * reached this endpoint, so its ledger row names it: status `cancelled` (`failed` when the shutdown cut it, as
- * a cut stream is), no tokens and cost 0, as a stream cut before any output: nothing was delivered. When the
- * client went away the attempt counts as `cancelled`, not as the timeout the abort surfaces as, and its span
- * is no error. The endpoint's health is left alone either way (the provider did not fail), and no other
- * endpoint is tried. Returns the error to throw.
+ * a cut stream is), no tokens and cost 0, as a stream cut before any output: nothing was delivered. The
+ * endpoint's health is left alone (the provider did not fail), and no other endpoint is tried. Returns `e`,
+ * the error to throw.
  */
-function cutShort(state: GatewayState, { c, isByok }: Served, attempt: Span, e: GatewayError, metrics: GatewayMetrics | null | undefined): GatewayError {
-  state.route = { model: c.model.id, provider: c.provider.id, upstreamModel: c.endpoint.upstream_model, isByok };
+function cutShort(state: GatewayState, served: Served, e: GatewayError): GatewayError {
+  state.route = routeOf(served);
   state.outcome = shutdownCut(state.abort) ? 'failed' : 'cancelled';
-  state.attempts.push({ provider: c.provider.id, model: c.model.id, upstreamModel: c.endpoint.upstream_model, outcome: 'error', errorType: e.errorType, status: e.status });
-  const gone = clientClosed(state.abort);
-  if (gone) {
-    attempt.setAttribute('gateway.outcome', 'cancelled');
-    attempt.end();
-  } else endAttempt(attempt, e);
-  metrics?.attempt(c.provider.id, gone ? 'cancelled' : e.errorType);
-  return gone ? new GatewayError('timeout', 'The client closed the request') : e;
+  return e;
 }
 
 function finishInfo(state: GatewayState, { c, isByok }: Served): FinishInfo {

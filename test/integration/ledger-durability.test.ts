@@ -6,7 +6,7 @@ import { openStore } from '../../src/store';
 import { dropSchemas, PG_URL, uniqueSchema } from '../fixtures/backing';
 import { ensureBuilt, killAll, perTest, startServe, within } from '../fixtures/cli';
 import { startFakeUpstream, type FakeUpstream } from '../fixtures/fake-upstream';
-import { post, startTestGateway, testConfigYaml } from '../fixtures/gateway';
+import { post, startTestGateway, testConfigYaml, type TestGateway } from '../fixtures/gateway';
 import { cliKey, openStream, processGateway } from '../fixtures/streams';
 
 /**
@@ -74,7 +74,7 @@ describe('streams cut short are billed for what was delivered', () => {
 
 describe('a client that leaves before its answer', () => {
   /** Sends `body` to chat completions, waits until the upstream has it, then the client goes away. */
-  async function leaveWhileUpstreamHolds(gw: Awaited<ReturnType<typeof startTestGateway>>, body: Record<string, unknown>): Promise<() => void> {
+  async function leaveWhileUpstreamHolds(gw: TestGateway, body: Record<string, unknown>): Promise<() => void> {
     let release!: () => void;
     upstream.always.set('gpt-upstream', { kind: 'hold', until: new Promise<void>((r) => (release = r)) });
     const seen = upstream.received.length;
