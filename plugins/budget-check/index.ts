@@ -5,7 +5,8 @@ import schema from './schema.json';
 /**
  * `budget-check`: the spend checks of spec 8.4 and 8.2 before any provider is contacted (guardrail budgets,
  * workspace budgets, the key's limit, the balance, the in-flight budget; see src/spend/control.ts). The
- * request's estimate is held while it runs and settled to its actual cost when it ends.
+ * request's estimate is held while it runs and settled to its actual cost when it ends. A later stage that
+ * calls upstreams in the request's place (fusion, the web-fetch tool loop) widens the hold to cover them.
  */
 export const budgetCheck: StageDefinition<Record<string, never>, Services> = {
   id: 'budget-check',
@@ -13,8 +14,10 @@ export const budgetCheck: StageDefinition<Record<string, never>, Services> = {
   create(_config, services) {
     return async (ctx, next) => {
       const state = ctx.state.gateway;
-      const admission = await services.spend.admit(services.config, services.models, state);
-      if (admission) state.onFinish.push(() => services.spend.settle(admission, state));
+      const hold = (state.spendHold = { admission: await services.spend.admit(services.config, services.models, state) });
+      state.onFinish.push(() => {
+        if (hold.admission) services.spend.settle(hold.admission, state);
+      });
       await next();
     };
   },

@@ -71,7 +71,14 @@ interface Fuse {
 
 async function fuse({ state, dialect, models, judge, forward, config, template, services }: Fuse): Promise<GatewayResponse> {
   const body = state.body!;
-  const results = await Promise.all(models.map((model) => askCandidate({ state, dialect, model, body: candidateBody(body, model), forward, timeoutMs: config.timeout_ms, services })));
+  const candidates = models.map((model) => candidateBody(body, model));
+  // The spend hold covers the calls made here (the request's own model is not asked): each candidate, and
+  // the judge, whose input holds their answers.
+  await services.spend.cover(services.config, services.models, state, [
+    ...candidates.map((b) => ({ body: b })),
+    { body: judgeBody({ body, judge, answers: [], template, stream: false }), readsEarlier: true },
+  ]);
+  const results = await Promise.all(models.map((model, i) => askCandidate({ state, dialect, model, body: candidates[i], forward, timeoutMs: config.timeout_ms, services })));
   const answered = results.filter((r): r is Extract<Candidate, { ok: true }> => r.ok);
   const failed = results.filter((r): r is Extract<Candidate, { ok: false }> => !r.ok);
   const candidateUsage = addUsage(results.map((r) => r.usage));

@@ -50,10 +50,20 @@ export async function runToolLoop(input: ToolLoopInput): Promise<GatewayResponse
   const loop = { turns: 0, requested: 0, executed: 0, usage: [] as (NormalizedUsage | null)[], cost: [] as (number | null)[], stoppedBy: 'answer' as string };
   let finalTurn = false;
   let answer: Obj;
-  let last: GatewayState;
+  let last!: GatewayState;
   for (;;) {
     if (finalTurn) body.tool_choice = dialect === 'chat_completions' ? 'none' : { type: 'none' };
-    last = childState(state, { body: { ...body, messages: [...body.messages] }, metadataOptIn: state.metadataOptIn, pipeline: state.pipeline });
+    const turn = { ...body, messages: [...body.messages] };
+    if (loop.turns > 0) {
+      // The spend hold covers what the turns so far cost plus this turn's estimate (its conversation holds the pages read).
+      try {
+        await services.spend.cover(services.config, services.models, state, [{ body: turn }], addCost(loop.cost) ?? 0);
+      } catch (err) {
+        adopt(state, last, loop, 'failed');
+        throw toGatewayError(err);
+      }
+    }
+    last = childState(state, { body: turn, metadataOptIn: state.metadataOptIn, pipeline: state.pipeline });
     loop.turns++;
     let response: GatewayResponse;
     try {

@@ -1,6 +1,7 @@
 import type { ParameterizedContext, Next } from 'koa';
 import type { Context, Span } from '@opentelemetry/api';
 import type { ApiStyle } from '../errors/envelope';
+import type { Admission } from '../spend/control';
 import type { KeyRecord } from '../store/types';
 import type { AbortWatch } from './request-abort';
 
@@ -110,6 +111,12 @@ export interface GatewayState {
    */
   onFinish: (() => void)[];
   response: GatewayResponse | null;
+  /**
+   * The request's spend hold, set when `budget-check` ran (`admission` null: nothing is held). A stage that
+   * calls upstreams in the request's place widens it with `services.spend.cover`; the hold held when the
+   * request ends is the one settled.
+   */
+  spendHold?: { admission: Admission | null };
   /**
    * The request's journal entry (README "Ledger durability"): the generation id of its pending ledger row once
    * written, deleted with its ledger row. Shared with child calls (fusion), so a request has at most one.

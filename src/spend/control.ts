@@ -8,7 +8,7 @@ import type { GatewayState } from '../pipeline/types';
 import { fromNano, toNano, type BudgetLine, type ReserveResult, type SharedState } from '../state/types';
 import type { Account, KeyRecord, Store } from '../store/types';
 import { applicableBudgets, budgetWindow, counterId, type ApplicableBudget } from './budgets';
-import { estimateOf, priced } from './estimate';
+import { estimateCalls, estimateOf, priced, pricedCalls, unpriced, type Estimate, type PlannedCall, type Priced } from './estimate';
 import type { LedgerWriter } from './ledger';
 import { budgetRejection, creditsRejection, inFlightRejection } from './rejections';
 
@@ -29,6 +29,12 @@ export interface SpendDeps {
   /** Workspace provider keys: a request served only with them is exempt from part of the checks (spec 8.2.4). */
   byok?: ByokKeys;
   clock?: () => number;
+}
+
+/** How a request's spend is judged: the models it may be served by, and its estimate (made only when something holds it). */
+interface Basis {
+  p: Priced;
+  estimate(): Estimate;
 }
 
 /** Counters live a day past their window so a request near the boundary still finds them. */
@@ -56,16 +62,50 @@ export class SpendControl {
   }
 
   async admit(config: GatewayConfig, models: ReadonlyMap<string, ModelConfig>, state: GatewayState): Promise<Admission | null> {
+    const body = state.body!;
+    const p = priced(body, models);
+    return this.admitWith(config, state, { p, estimate: () => estimateOf(body, p, config.spend.max_completion_tokens) });
+  }
+
+  /**
+   * Makes the request's hold cover the upstream calls a stage is about to make in its place (fusion's
+   * candidates and judge; a tool loop's next turn): the checks of `admit` run again for `calls` (their
+   * models, their summed estimate plus `spentUsd`, what the request's earlier calls cost), after the hold
+   * `budget-check` took is released. Throws the rejections of `admit`, then nothing is held. Does nothing
+   * when the pipeline has no `budget-check` (no spend checks) or it has not run yet.
+   */
+  async cover(config: GatewayConfig, models: ReadonlyMap<string, ModelConfig>, state: GatewayState, calls: readonly PlannedCall[], spentUsd = 0): Promise<void> {
+    const hold = state.spendHold;
+    if (!hold) return;
+    const previous = hold.admission;
+    hold.admission = null;
+    if (previous) {
+      try {
+        await this.release(previous);
+      } catch (err) {
+        throw checksUnavailable(err);
+      }
+    }
+    const p = pricedCalls(calls, models);
+    hold.admission = await this.admitWith(config, state, {
+      p,
+      estimate: () => {
+        const est = estimateCalls(calls, models, config.spend.max_completion_tokens);
+        return { ...est, usd: est.usd + Math.max(0, spentUsd) };
+      },
+    });
+  }
+
+  private async admitWith(config: GatewayConfig, state: GatewayState, basis: Basis): Promise<Admission | null> {
     try {
-      return await this.tryAdmit(config, models, state);
+      return await this.tryAdmit(config, state, basis);
     } catch (err) {
       throw checksUnavailable(err);
     }
   }
 
-  private async tryAdmit(config: GatewayConfig, models: ReadonlyMap<string, ModelConfig>, state: GatewayState): Promise<Admission | null> {
+  private async tryAdmit(config: GatewayConfig, state: GatewayState, { p, estimate }: Basis): Promise<Admission | null> {
     const key = state.key!;
-    const p = priced(state.body!, models);
     if (p.models.length === 0) return null; // no known model: routing answers 404
     const now = this.clock();
     const date = new Date(now);
@@ -86,7 +126,7 @@ export class SpendControl {
     const f = config.spend.in_flight;
     const inFlightApplies = !byokOnly && prepaid && f.enabled && p.tokenPriced && balance < f.applies_below_balance_usd;
     // Tokens are counted only when something will hold the estimate.
-    const est = estimateOf(state.body!, budgets.length > 0 || inFlightApplies ? p : { ...p, tokenPriced: false }, config.spend.max_completion_tokens);
+    const est = budgets.length > 0 || inFlightApplies ? estimate() : unpriced(p);
     const estimateNano = toNano(est.usd);
     const inFlight =
       inFlightApplies && estimateNano > 0
@@ -155,6 +195,13 @@ export class SpendControl {
         inFlight: admission.inFlightGroup ? { group: admission.inFlightGroup, until: now + admission.settlementMs } : null,
       })
       .catch((err) => this.deps.logger.error({ err, generation_id: state.requestId }, 'settling a spend hold failed; it expires by TTL'));
+  }
+
+  /** Drops a hold without counting any cost (it is being replaced: `cover`). */
+  private release(admission: Admission): Promise<void> {
+    this.open--;
+    const { holdId, groups, inFlightGroup } = admission;
+    return this.deps.state.settle({ holdId, groups, counters: [], byok: false, costNano: 0, inFlight: inFlightGroup ? { group: inFlightGroup, until: 0 } : null });
   }
 
   /** Holds this process took for requests still running (admitted, not yet settled). */

@@ -38,11 +38,14 @@ export function countTokens(text: string): number {
   return text ? encoder(text) : 0;
 }
 
-/** Input tokens of a request body in either dialect: messages, system, tools (as JSON the model reads). */
-export function inputTokens(body: Record<string, unknown>): number {
+/**
+ * Input tokens of a request body in either dialect: messages, system, tools (as JSON the model reads).
+ * `count` counts one text (a caller estimating several bodies with the same messages passes a memo).
+ */
+export function inputTokens(body: Record<string, unknown>, count: (text: string) => number = countTokens): number {
   let tokens = 0;
   const walk = (v: unknown): void => {
-    if (typeof v === 'string') tokens += countTokens(v);
+    if (typeof v === 'string') tokens += count(v);
     else if (Array.isArray(v)) v.forEach(walk);
     else if (v && typeof v === 'object') {
       const o = v as Record<string, unknown>;
@@ -57,7 +60,7 @@ export function inputTokens(body: Record<string, unknown>): number {
   tokens += messages.length * MESSAGE_OVERHEAD;
   walk(messages);
   walk(body.system);
-  if (body.tools !== undefined) tokens += countTokens(JSON.stringify(body.tools));
+  if (body.tools !== undefined) tokens += count(JSON.stringify(body.tools));
   return tokens;
 }
 
@@ -87,24 +90,86 @@ export interface Priced {
 }
 
 export function priced(body: Record<string, unknown>, models: ReadonlyMap<string, ModelConfig>): Priced {
-  const known = requestedModels(body).flatMap((id) => models.get(id) ?? []);
+  return pricedModels(requestedModels(body).flatMap((id) => models.get(id) ?? []));
+}
+
+function pricedModels(known: ModelConfig[]): Priced {
   const all = known.flatMap((m) => m.endpoints.flatMap(pricings));
   return { models: known, paid: all.some(hasPrice), tokenPriced: all.some((p) => p.prompt > 0 || p.completion > 0) };
 }
 
-/** The token-priced estimate of `p` (tokenizes the request: call only when a hold or budget needs it). */
-export function estimateOf(body: Record<string, unknown>, p: Priced, defaultCompletionTokens: number): Estimate {
-  if (!p.tokenPriced) return { paid: p.paid, models: p.models, inputTokens: 0, completionTokens: 0, usd: 0 };
-  const input = inputTokens(body);
-  const asked = requestedMaxTokens(body);
+/**
+ * One call's completion tokens and cost at the dearest endpoint of `models`: `asked` completion tokens (or
+ * `defaultCompletionTokens`), capped per model by its `max_output_tokens`.
+ */
+function callEstimate(models: ModelConfig[], input: number, asked: number | undefined, defaultCompletionTokens: number): { completion: number; usd: number } {
   let usd = 0;
   let completion = 0;
-  for (const m of p.models) {
+  for (const m of models) {
     const out = Math.min(asked ?? defaultCompletionTokens, m.max_output_tokens ?? Number.POSITIVE_INFINITY);
     completion = Math.max(completion, out);
     for (const pr of m.endpoints.flatMap(pricings)) usd = Math.max(usd, (input * pr.prompt + out * pr.completion) / 1_000_000);
   }
+  return { completion, usd };
+}
+
+/** The token-priced estimate of `p` (tokenizes the request: call only when a hold or budget needs it). */
+export function estimateOf(body: Record<string, unknown>, p: Priced, defaultCompletionTokens: number): Estimate {
+  if (!p.tokenPriced) return unpriced(p);
+  const input = inputTokens(body);
+  const { completion, usd } = callEstimate(p.models, input, requestedMaxTokens(body), defaultCompletionTokens);
   return { paid: p.paid, models: p.models, inputTokens: input, completionTokens: completion, usd };
+}
+
+/** The estimate of a request nothing will hold: no tokens counted. */
+export function unpriced(p: Priced): Estimate {
+  return { paid: p.paid, models: p.models, inputTokens: 0, completionTokens: 0, usd: 0 };
+}
+
+/**
+ * One upstream call a stage will make for a request (fusion's candidates and judge, a tool loop's next turn):
+ * its body, naming its model, and whether it also reads the answers of the calls before it (fusion's judge
+ * gets the candidates' answers in its prompt, so their completion tokens are its input too).
+ */
+export interface PlannedCall {
+  body: Record<string, unknown>;
+  readsEarlier?: boolean;
+}
+
+/** What the models of several calls cost, as `priced` for one body: the union of their models. */
+export function pricedCalls(calls: readonly PlannedCall[], models: ReadonlyMap<string, ModelConfig>): Priced {
+  const known = new Set<ModelConfig>();
+  for (const c of calls) for (const id of requestedModels(c.body)) {
+    const m = models.get(id);
+    if (m) known.add(m);
+  }
+  return pricedModels([...known]);
+}
+
+/**
+ * The estimate of several calls: the sum of each call's estimate (as `estimateOf`), a call that reads the
+ * earlier ones counting their completion tokens as input. Texts the calls share (the same conversation
+ * sent to each fusion model) are tokenized once.
+ */
+export function estimateCalls(calls: readonly PlannedCall[], models: ReadonlyMap<string, ModelConfig>, defaultCompletionTokens: number): Estimate {
+  const p = pricedCalls(calls, models);
+  if (!p.tokenPriced) return unpriced(p);
+  const counted = new Map<string, number>();
+  const count = (text: string) => {
+    let n = counted.get(text);
+    if (n === undefined) counted.set(text, (n = countTokens(text)));
+    return n;
+  };
+  const total = { paid: p.paid, models: p.models, inputTokens: 0, completionTokens: 0, usd: 0 };
+  for (const call of calls) {
+    const input = inputTokens(call.body, count) + (call.readsEarlier ? total.completionTokens : 0);
+    const known = requestedModels(call.body).flatMap((id) => models.get(id) ?? []);
+    const c = callEstimate(known, input, requestedMaxTokens(call.body), defaultCompletionTokens);
+    total.inputTokens += input;
+    total.completionTokens += c.completion;
+    total.usd += c.usd;
+  }
+  return total;
 }
 
 export function estimate(body: Record<string, unknown>, models: ReadonlyMap<string, ModelConfig>, defaultCompletionTokens: number): Estimate {

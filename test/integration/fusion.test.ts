@@ -1,6 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import { post, sseEvents, testConfigYaml } from '../fixtures/gateway';
 import { perTestGateways } from '../fixtures/per-test';
+import { estimate } from '../../src/spend/estimate';
+import { toNano } from '../../src/state/types';
+import type { TestGateway } from '../fixtures/gateway';
+import { DEFAULT_JUDGE_PROMPT, judgeBody } from '../../plugins/fusion/judge';
 
 const t = perTestGateways();
 
@@ -187,5 +191,54 @@ describe('fusion', () => {
     await expect(t.start({ yaml: yaml().replace('judge: f/judge', 'judge: f/nope') })).rejects.toThrow('plugins.fusion.judge: unknown model "f/nope"');
     const none = testConfigYaml(t.upstream.url, '[auth, validate, fusion, upstream]');
     await expect(t.start({ yaml: none })).rejects.toThrow('plugins.fusion: `models` (2 or more) and `judge` are required');
+  });
+});
+
+describe('fusion and the spend checks', () => {
+  /** The fusion config with `budget-check` before `fusion`, then top-level `sections`. */
+  const spendYaml = (sections = '') => yaml().replace('[auth, validate, fusion', '[auth, validate, budget-check, fusion') + sections;
+  const body = { model: 'f/a', max_tokens: 50, messages: ASK };
+  async function credit(g: TestGateway, usd: number): Promise<void> {
+    await g.store.addCredits(g.keyRecord.accountId, usd);
+    g.gateway.spend.forgetAccount(g.keyRecord.accountId);
+  }
+
+  it('the hold covers every call fusion makes (each candidate, and the judge reading their answers), not one call', async () => {
+    const g = await t.start({ yaml: spendYaml() });
+    await credit(g, 100);
+    const { secret, record } = await g.createKey({ limitUsd: 10, limitReset: 'monthly', name: 'limited' });
+    const one = toNano(estimate(body, g.gateway.runtime().services.models, 4096).usd);
+    let release!: () => void;
+    const until = new Promise<void>((r) => (release = r));
+    for (const m of ['up-a', 'up-b', 'up-c']) t.upstream.always.set(m, { kind: 'hold', until });
+    const pending = post(`${g.url}/chat/completions`, secret, { ...body, plugins: [{ id: 'fusion' }] });
+    await expect.poll(() => t.upstream.received.length).toBe(3);
+    // Three candidates at the request's own estimate each, and the judge: its prompt, plus the three
+    // answers of up to 50 tokens as input (1 USD per million prompt tokens).
+    const judge = estimate(judgeBody({ body, judge: 'f/judge', answers: [], template: DEFAULT_JUDGE_PROMPT, stream: false }), g.gateway.runtime().services.models, 4096);
+    const held = await g.gateway.state.held(`key:${record.id}`, g.gateway.spend.clock());
+    expect(Math.abs(held - (3 * one + toNano(judge.usd + 150 / 1e6)))).toBeLessThanOrEqual(2);
+    expect(held).toBeGreaterThan(4 * one);
+    expect(g.gateway.spend.inFlightHolds()).toBe(1);
+    release();
+    const r = await pending;
+    expect(r.status).toBe(200);
+    await expect.poll(() => g.gateway.state.held(`key:${record.id}`, g.gateway.spend.clock())).toBe(0);
+    expect(g.gateway.spend.inFlightHolds()).toBe(0);
+    await g.gateway.ledger.flush();
+    expect((await g.store.spendTotals({ kind: 'key', keyId: record.id }, 0)).paid).toBeCloseTo(r.json.usage.cost, 12);
+  });
+
+  it('calls that together exceed the in-flight budget are refused before any is made; a plain request still fits', async () => {
+    const g = await t.start({ yaml: spendYaml('spend: { in_flight: { fraction: 0.5, ceiling_usd: 1 } }\n') });
+    const one = estimate(body, g.gateway.runtime().services.models, 4096).usd;
+    await credit(g, 4 * one); // half of it: room for two calls' estimates
+    expect((await post(`${g.url}/chat/completions`, g.key, body)).status).toBe(200);
+    t.upstream.received.length = 0;
+    const r = await post(`${g.url}/chat/completions`, g.key, { ...body, plugins: [{ id: 'fusion' }] });
+    expect(r.status).toBe(402);
+    expect(r.json.error.metadata).toMatchObject({ limit_source: 'gateway_credits', reason: 'weight_exceeds_budget' });
+    expect(t.upstream.received).toHaveLength(0);
+    expect(g.gateway.spend.inFlightHolds()).toBe(0);
   });
 });

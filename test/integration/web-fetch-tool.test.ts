@@ -2,6 +2,7 @@ import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
 import { registry } from '../../plugins';
 import { webFetchDefinition } from '../../plugins/web-fetch/stage';
+import { estimate } from '../../src/spend/estimate';
 import { post, sseEvents, testConfigYaml } from '../fixtures/gateway';
 import { pageServer } from '../fixtures/pages';
 import { perTestGateways } from '../fixtures/per-test';
@@ -10,6 +11,7 @@ const t = perTestGateways();
 const pages = pageServer((req, res) => {
   if (req.url === '/article') res.writeHead(200, { 'content-type': 'text/html' }).end('<html><body><p>Otters hold hands.</p></body></html>');
   else if (req.url === '/second') res.writeHead(200, { 'content-type': 'text/plain' }).end('Second page.');
+  else if (req.url === '/long') res.writeHead(200, { 'content-type': 'text/plain' }).end('word '.repeat(3000));
   else res.writeHead(404).end();
 });
 
@@ -159,6 +161,32 @@ describe('gateway:web_fetch server tool (URLs the model asks for)', () => {
     expect(t.upstream.received.map((x) => x.body.tool_choice)).toEqual([undefined, { type: 'none' }]);
     expect(r.json.gateway_metadata.pipeline.at(-1).data.tool_loop).toMatchObject({ turns: 2, stopped_by: 'max_cost' });
     expect(r.json.usage.cost).toBeGreaterThan(1e-9);
+  });
+
+  it('with budget-check, each later turn holds the turns so far plus its own estimate: one the in-flight budget cannot hold fails the request with 402, the turns done billed', async () => {
+    const g = await t.start({ yaml: yaml('{}', '[auth, validate, budget-check, web-fetch, upstream]'), registry: testRegistry() });
+    const body = { model: 'fake/claude', max_tokens: 10, tools: [SERVER_TOOL], messages: [{ role: 'user', content: 'What does the long page say?' }] };
+    const first = estimate(body, g.gateway.runtime().services.models, 4096).usd;
+    // The in-flight budget (half the balance) holds the first turn five times over; the second turn's
+    // conversation holds the ~3000-token page, an estimate far larger.
+    await g.store.addCredits(g.keyRecord.accountId, 10 * first);
+    g.gateway.spend.forgetAccount(g.keyRecord.accountId);
+    t.upstream.scripts.set('claude-upstream', [messagesCalls([{ name: 'web_fetch', input: { url: `${pages.url}/long` } }])]);
+    const r = await post(`${g.url}/messages`, g.key, body);
+    expect(r.status).toBe(402);
+    expect(r.json.error).toMatchObject({ type: 'billing_error', error_type: 'payment_required' });
+    expect(r.json.metadata).toMatchObject({ limit_source: 'gateway_credits', reason: 'weight_exceeds_budget' });
+    expect(t.upstream.received).toHaveLength(1);
+    // The first turn was served: one failed row bills it.
+    expect(await g.ledgerRow(r.json.request_id)).toMatchObject({ promptTokens: 8, completionTokens: 4, status: 'failed' });
+    expect(g.gateway.spend.inFlightHolds()).toBe(0);
+
+    // Without the page, the second turn fits: the loop runs to its answer.
+    t.upstream.received.length = 0;
+    t.upstream.scripts.set('claude-upstream', [messagesCalls([{ name: 'web_fetch', input: { url: `${pages.url}/second` } }])]);
+    const ok = await post(`${g.url}/messages`, g.key, body);
+    expect(ok.status).toBe(200);
+    expect(t.upstream.received).toHaveLength(2);
   });
 
   it('an answer that also calls a client tool goes to the client without the web_fetch call, and nothing is fetched', async () => {

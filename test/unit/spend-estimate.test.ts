@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { ModelConfig } from '../../src/config/types';
-import { countTokens, estimate, inputTokens } from '../../src/spend/estimate';
+import { countTokens, estimate, estimateCalls, inputTokens } from '../../src/spend/estimate';
 
 const model = (id: string, pricing: Partial<ModelConfig['endpoints'][0]['pricing']>, over: Partial<ModelConfig> = {}): ModelConfig => ({
   id,
@@ -59,3 +59,23 @@ describe('estimate', () => {
     expect(estimate({ ...body, model: 'nope' }, models, 4096)).toMatchObject({ models: [], usd: 0 });
   });
 });
+
+describe('estimateCalls (several upstream calls for one request)', () => {
+  const ask = (model: string, max_tokens: number) => ({ model, max_tokens, messages: [{ role: 'user', content: 'hello world' }] });
+
+  it('sums each call at its own model; a call that reads the earlier ones counts their completions as input', () => {
+    const e = estimateCalls([{ body: ask('cheap', 100) }, { body: ask('dear', 10) }], models, 4096);
+    expect(e).toMatchObject({ paid: true, inputTokens: 14, completionTokens: 110 });
+    expect(e.models.map((m) => m.id)).toEqual(['cheap', 'dear']);
+    expect(e.usd).toBeCloseTo((7 * 1 + 100 * 2 + 7 * 10 + 10 * 30) / 1e6, 12);
+    const judged = estimateCalls([{ body: ask('cheap', 100) }, { body: ask('cheap', 100) }, { body: ask('dear', 10), readsEarlier: true }], models, 4096);
+    expect(judged.usd).toBeCloseTo((2 * (7 + 200) + (7 + 200) * 10 + 10 * 30) / 1e6, 12);
+  });
+
+  it('free and unknown models add nothing; no token price anywhere is unpriced', () => {
+    const e = estimateCalls([{ body: ask('cheap', 100) }, { body: ask('free:free', 100) }, { body: ask('nope', 100) }], models, 4096);
+    expect(e.usd).toBeCloseTo((7 + 200) / 1e6, 12);
+    expect(estimateCalls([{ body: ask('free:free', 100) }, { body: ask('fee', 100) }], models, 4096)).toMatchObject({ paid: true, usd: 0, inputTokens: 0 });
+  });
+});
+
