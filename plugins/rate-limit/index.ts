@@ -4,14 +4,23 @@ import schema from './schema.json';
 
 /**
  * `rate-limit`: platform request limits (gateway.yaml `rate_limits` and `free_models`) before anything else
- * is spent on the request; 429 with X-RateLimit-* and Retry-After when a window is full.
+ * is spent on the request; 429 with X-RateLimit-* and Retry-After when a window is full. A request counted
+ * in the free-model daily window and not served by a free model is taken back from it when it ends.
  */
 export const rateLimit: StageDefinition<Record<string, never>, Services> = {
   id: 'rate-limit',
   configSchema: schema,
   create(_config, services) {
     return async (ctx, next) => {
-      await services.rateLimits.check(services.config, ctx.state.gateway, services.spend.clock());
+      const state = ctx.state.gateway;
+      const daily = await services.rateLimits.check(services.config, state, services.spend.clock());
+      if (daily) {
+        state.onFinish.push(() => {
+          services.rateLimits
+            .unlessServedFree(daily, state, services.spend.clock())
+            .catch((err) => services.logger.warn({ err, generation_id: state.requestId }, 'taking back a free-model request count failed'));
+        });
+      }
       await next();
     };
   },

@@ -45,21 +45,35 @@ export class RateLimiter {
     private readonly ownKeysOnly: (config: GatewayConfig, model: string, gw: GatewayState) => Promise<boolean> = async () => false,
   ) {}
 
-  async check(config: GatewayConfig, gw: GatewayState, now: number): Promise<void> {
+  /**
+   * Counts the request in its windows, or throws the 429 of the first full one. Returns the free-model daily
+   * window it was counted in (null if none): `unlessServedFree` takes it back when the request ends without
+   * being served by a free model, so the counter stays what it is rebuilt from (today's ledger rows of free
+   * models) and `GET /key`'s `used` does not count requests refused later (balance, budgets, 404).
+   */
+  async check(config: GatewayConfig, gw: GatewayState, now: number): Promise<string | null> {
     try {
-      await this.tryCheck(config, gw, now);
+      return await this.tryCheck(config, gw, now);
     } catch (err) {
       throw checksUnavailable(err);
     }
   }
 
-  private async tryCheck(config: GatewayConfig, gw: GatewayState, now: number): Promise<void> {
+  /** Takes the request back from the free-model daily window `check` counted it in, unless a free model served it with the gateway's keys. Never throws (a failure is logged by the caller's logger). */
+  unlessServedFree(dailyKey: string, gw: GatewayState, now: number): Promise<void> {
+    const r = gw.route;
+    if (r && gw.requestId && isFreeModel(r.model) && !r.isByok) return Promise.resolve();
+    return this.state.unhit(dailyKey, now);
+  }
+
+  private async tryCheck(config: GatewayConfig, gw: GatewayState, now: number): Promise<string | null> {
     const model = gw.body ? requestedModels(gw.body)[0] : undefined;
-    // Spec 8.3.2: requests served with the caller's own provider keys are not gated by the free-model limits.
-    const free = model !== undefined && isFreeModel(model) && !(await this.ownKeysOnly(config, model, gw));
+    // Spec 8.3.2: requests served with the caller's own provider keys are not gated by the free-model limits;
+    // nor is a model this gateway does not have (routing answers 404).
+    const free = model !== undefined && isFreeModel(model) && config.models.some((m) => m.id === model) && !(await this.ownKeysOnly(config, model, gw));
     const account = free ? await this.accountOf(gw.key!.accountId, config) : null;
     const lines = this.linesFor(config, gw, model, free, account, now);
-    if (lines.length === 0) return;
+    if (lines.length === 0) return null;
     let result: RateResult = await this.state.hit(lines, now);
     if (!result.ok && result.reason === 'missing') {
       // The free-model daily counter is rebuilt from the ledger (a new day, or Redis lost it).
@@ -69,7 +83,7 @@ export class RateLimiter {
       for (const key of result.keys) await this.state.initRate(key, used, windowEnd('daily', date).getTime());
       result = await this.state.hit(lines, now);
     }
-    if (result.ok) return;
+    if (result.ok) return lines.find((l) => l.scope === 'free_model_daily')?.key ?? null;
     if (result.reason === 'missing') throw new GatewayError('server', 'rate-limit counters could not be initialized');
     const line = lines[result.line];
     const retryAfter = Math.max(1, Math.ceil((line.resetAt - now) / 1000));

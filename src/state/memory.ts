@@ -101,6 +101,11 @@ export class MemoryState implements SharedState {
     if (!this.rate(key, this.clock())) this.rates.set(key, { count, resetAt });
   }
 
+  async unhit(key: string, now: number): Promise<void> {
+    const r = this.rate(key, now);
+    if (r && r.count > 0) r.count--;
+  }
+
   async rateCount(key: string, now: number): Promise<number> {
     return this.rate(key, now)?.count ?? 0;
   }

@@ -175,6 +175,15 @@ end
 return 0
 `;
 
+/** KEYS: the rate window. ARGV: now. One back, if the window exists and counts any. */
+export const unhitLua =
+  helpers +
+  `
+local count = window(KEYS[1], tonumber(ARGV[1]))
+if count and count > 0 then redis.call('HINCRBY', KEYS[1], 'count', -1) end
+return 0
+`;
+
 /** KEYS: the counter. ARGV: now, paid, byok, expiresAt ('' for lifetime), ttl. First writer wins. */
 export const initCounterLua =
   helpers +

@@ -1,5 +1,5 @@
 import type Redis from 'ioredis';
-import { heldLua, hitLua, initCounterLua, initRateLua, reserveLua, settleLua } from './redis-scripts';
+import { heldLua, hitLua, initCounterLua, initRateLua, reserveLua, settleLua, unhitLua } from './redis-scripts';
 import type { RateLine, RateResult, ReserveInput, ReserveResult, SettleInput, SharedState } from './types';
 
 export interface RedisStateOptions {
@@ -16,6 +16,7 @@ const scripts = {
   holdsSum: heldLua,
   rateHit: hitLua,
   rateInit: initRateLua,
+  rateUnhit: unhitLua,
 };
 type ScriptName = keyof typeof scripts;
 type ScriptedRedis = Redis & Record<ScriptName, (numKeys: number, ...args: (string | number)[]) => Promise<unknown>>;
@@ -151,6 +152,10 @@ export class RedisState implements SharedState {
 
   async initRate(key: string, count: number, resetAt: number): Promise<void> {
     await this.run('rateInit', [this.key('rate', key)], [this.clock(), count, resetAt, this.gcTtl(resetAt)]);
+  }
+
+  async unhit(key: string, now: number): Promise<void> {
+    await this.run('rateUnhit', [this.key('rate', key)], [now]);
   }
 
   async rateCount(key: string, now: number): Promise<number> {

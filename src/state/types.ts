@@ -86,6 +86,8 @@ export interface SharedState {
   hit(lines: RateLine[], now: number): Promise<RateResult>;
   /** Sets a rate counter unless it exists. */
   initRate(key: string, count: number, resetAt: number): Promise<void>;
+  /** Takes one back from a rate counter that exists in its window and is above 0 (a request it counted was not served). */
+  unhit(key: string, now: number): Promise<void>;
   /** A rate counter's value (0 when absent). */
   rateCount(key: string, now: number): Promise<number>;
   /** Sticky routing: session → endpoint key, with a TTL refreshed on use. */

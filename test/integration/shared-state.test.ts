@@ -153,6 +153,23 @@ describe.each(drivers)('shared state contract (%s)', (_name, make) => {
     expect(await state.hit(lines, NOW)).toMatchObject({ ok: false, reason: 'limited', count: 5 });
   });
 
+  it('unhit takes one back from a live window, never below 0, and does nothing to a missing or ended one', async () => {
+    state = make();
+    const lines = [{ key: 'rl:u', limit: 5, resetAt: NOW + 60_000 }];
+    await state.hit(lines, NOW);
+    await state.hit(lines, NOW);
+    await state.unhit('rl:u', NOW);
+    expect(await state.rateCount('rl:u', NOW)).toBe(1);
+    await state.unhit('rl:u', NOW);
+    await state.unhit('rl:u', NOW);
+    expect(await state.rateCount('rl:u', NOW)).toBe(0);
+    expect(await state.hit(lines, NOW)).toEqual({ ok: true, counts: [1] });
+    await state.unhit('rl:none', NOW);
+    expect(await state.rateCount('rl:none', NOW)).toBe(0);
+    await state.unhit('rl:u', NOW + 60_000); // the window has ended: nothing to take back
+    expect(await state.hit(lines, NOW + 60_000)).toEqual({ ok: true, counts: [1] });
+  });
+
   it('sticky sessions: set, get, delete', async () => {
     state = make();
     expect(await state.stickyGet('s1', 1000)).toBeUndefined();

@@ -425,6 +425,27 @@ describe('rate limits', () => {
     expect(info.data.is_free_tier).toBe(false);
   });
 
+  it('the free daily quota counts requests a free model served: refused ones (balance, unknown model) are taken back', async () => {
+    const g = await start('free_models: { per_minute: 100, daily_requests: 2 }\n');
+    await credit(g, -1); // a negative balance refuses free models too (402)
+    const free = (model = 'fake/free:free') => post(`${g.url}/chat/completions`, g.key, chat({ model }));
+    for (let i = 0; i < 3; i++) expect((await free()).status).toBe(402);
+    for (let i = 0; i < 3; i++) expect((await free('nope/unknown:free')).status).toBe(404);
+    let info = await keyInfo(g, g.key);
+    expect(info.data.free_model_daily_requests).toEqual({ limit: 2, remaining: 2, used: 0 });
+    await credit(g, 2);
+    expect((await free()).status).toBe(200);
+    expect((await free()).status).toBe(200);
+    const third = await free();
+    expect(third.status).toBe(429);
+    expect(third.json.error.metadata.scope).toBe('free_model_daily');
+    info = await keyInfo(g, g.key);
+    expect(info.data.free_model_daily_requests).toEqual({ limit: 2, remaining: 0, used: 2 });
+    // What it is rebuilt from when the state loses it: today's ledger rows of free models.
+    await g.gateway.ledger.flush();
+    expect(await g.store.countFreeModelRequests(g.keyRecord.accountId, Date.UTC(new Date().getUTCFullYear(), new Date().getUTCMonth(), new Date().getUTCDate()))).toBe(2);
+  });
+
   it('the free daily counter is rebuilt from the ledger when the state lost it', async () => {
     const g = await start('free_models: { daily_requests: 2 }\n');
     await spent(g, g.keyRecord.id, 0, { model: 'fake/free:free' });
