@@ -3,6 +3,7 @@ import { GatewayError } from '../errors/gateway-error';
 import type { NormalizedUsage, SseEvent } from '../pipeline/types';
 import { DONE } from '../providers/sse';
 import { num, stripGatewayFields } from './common';
+import { eventData, providerStreamError } from './stream-error';
 import type { DialectAdapter, FinishInfo, StreamRewriter } from './types';
 
 /** Chat-completions usage → normalized usage. */
@@ -147,7 +148,8 @@ export const chatCompletions: DialectAdapter = {
         chunk.model = info.model;
         chunk.provider = info.provider;
         if (typeof chunk.created === 'number') created = chunk.created;
-        if (chunk.error) failed = true;
+        // The provider's error ends the stream as the gateway's own in-band error (one, with error_type).
+        if (chunk.error) throw providerStreamError('chat_completions', chunk, info.provider);
         if (chunk.usage) {
           usage = chatUsage(chunk.usage);
           if (usage) {
@@ -190,4 +192,29 @@ export const chatCompletions: DialectAdapter = {
       failed: () => failed,
     };
   },
+
+  opensOutput(ev: SseEvent, providerId: string): boolean {
+    if (ev.data === '[DONE]') return true;
+    const chunk = eventData(ev, providerId) as Record<string, any> | null;
+    if (!chunk || typeof chunk !== 'object') throw providerStreamError('chat_completions', {}, providerId);
+    if (chunk.error) throw providerStreamError('chat_completions', chunk, providerId);
+    const choices: unknown[] = Array.isArray(chunk.choices) ? chunk.choices : [];
+    // A usage chunk comes after the finish; a chunk without choices otherwise carries no output.
+    if (choices.length === 0) return chunk.usage != null;
+    return choices.some((c) => {
+      const choice = c as { finish_reason?: unknown; delta?: Record<string, unknown> } | null;
+      return choice?.finish_reason != null || hasOutput(choice?.delta);
+    });
+  },
 };
+
+/** A delta that carries something beyond its role: text, a tool call, a refusal, reasoning… (empty values do not count). */
+function hasOutput(delta: Record<string, unknown> | undefined): boolean {
+  if (!delta || typeof delta !== 'object') return false;
+  for (const [k, v] of Object.entries(delta)) {
+    if (k === 'role' || v === null || v === undefined || v === '') continue;
+    if (Array.isArray(v) && v.length === 0) continue;
+    return true;
+  }
+  return false;
+}

@@ -3,6 +3,7 @@ import { GatewayError } from '../errors/gateway-error';
 import type { NormalizedUsage, SseEvent } from '../pipeline/types';
 import { DONE } from '../providers/sse';
 import { num, stripGatewayFields } from './common';
+import { eventData, providerStreamError } from './stream-error';
 import type { DialectAdapter, FinishInfo, StreamRewriter } from './types';
 
 /** Messages usage → normalized usage (`input_tokens` there excludes cache reads and writes). */
@@ -33,6 +34,9 @@ export function messagesUsageBody(u: NormalizedUsage): Record<string, unknown> {
   if (u.reasoningTokens > 0) out.output_tokens_details = { reasoning_tokens: u.reasoningTokens, thinking_tokens: u.reasoningTokens };
   return out;
 }
+
+/** Events that come before any output: held back until the answer begins (`opensOutput`). */
+const PREAMBLE = new Set(['message_start', 'ping', 'content_block_start']);
 
 export const messages: DialectAdapter = {
   upstreamBody(body, { upstreamModel, hashUser }) {
@@ -102,13 +106,14 @@ export const messages: DialectAdapter = {
             return { event: ev.event, data: JSON.stringify(data) };
           }
           case 'error':
-            failed = true;
-            return ev;
+            // The provider's error ends the stream as the gateway's own in-band error (one, with error_type).
+            throw providerStreamError('messages', read(ev.data), info.provider);
           case 'message_stop':
             stopped = true;
             return ev;
           default:
-            return ev;
+            // A record without an event name is not a messages event (clients dispatch on it): dropped.
+            return ev.event === undefined ? null : ev;
         }
       },
       failure(err: GatewayError): SseEvent[] {
@@ -131,5 +136,10 @@ export const messages: DialectAdapter = {
       },
       failed: () => failed,
     };
+  },
+
+  opensOutput(ev: SseEvent, providerId: string): boolean {
+    if (ev.event === 'error') throw providerStreamError('messages', eventData(ev, providerId), providerId);
+    return ev.data === '[DONE]' || !(ev.event === undefined || PREAMBLE.has(ev.event));
   },
 };

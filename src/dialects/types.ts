@@ -36,4 +36,11 @@ export interface DialectAdapter {
   /** Rewrites a non-streaming provider answer in place for the client; returns its usage. */
   finishBody(body: Record<string, unknown>, info: FinishInfo): { usage: NormalizedUsage | null; cost: number | null };
   streamRewriter(info: FinishInfo): StreamRewriter;
+  /**
+   * Whether a stream event (in this dialect) shows the answer has begun: a token, a tool call, a finish or
+   * the end. What comes before (message_start, a role chunk, pings) is held back until then, so that an
+   * attempt failing before any output can still fail over (spec 7.5.2). Throws the provider's error for an
+   * in-band error event, and for a malformed one.
+   */
+  opensOutput(ev: SseEvent, providerId: string): boolean;
 }

@@ -46,6 +46,13 @@ export function upstreamErrorType(status: number, code = '', message = ''): Erro
   return 'provider_unavailable';
 }
 
+/** Error types whose upstream message tells the caller what to fix (others would only show provider internals). */
+const CALLER_FACING = new Set<ErrorType>(['invalid_request', 'context_length_exceeded', 'unprocessable', 'payload_too_large', 'content_policy_violation', 'refusal']);
+
+export function callerFacing(type: ErrorType): boolean {
+  return CALLER_FACING.has(type);
+}
+
 /**
  * Maps an upstream HTTP error to the gateway's error_type (spec 7.4), once, for every provider: by status,
  * then by the body's code and message (context length, content policy, refusal). The upstream message is
@@ -55,8 +62,7 @@ export function upstreamErrorType(status: number, code = '', message = ''): Erro
 export function classifyUpstreamError(status: number, bodyText: string, providerId: string, retryAfter?: string | string[]): GatewayError {
   const body = readBody(bodyText);
   const type = upstreamErrorType(status, body.code, body.message);
-  const callerFacing = ['invalid_request', 'context_length_exceeded', 'unprocessable', 'payload_too_large', 'content_policy_violation', 'refusal'].includes(type);
-  const message = callerFacing && body.message ? body.message : `Provider ${providerId} returned HTTP ${status}`;
+  const message = callerFacing(type) && body.message ? body.message : `Provider ${providerId} returned HTTP ${status}`;
   const headers = typeof retryAfter === 'string' && (type === 'rate_limit_exceeded' || type === 'provider_overloaded') ? { 'retry-after': retryAfter } : undefined;
   const metadata: Record<string, unknown> = { provider_name: providerId, provider_code: status };
   if (body.raw !== undefined) metadata.raw = body.raw;

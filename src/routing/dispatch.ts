@@ -4,6 +4,7 @@ import type { OwnKeys } from '../auth/byok-keys';
 import type { GatewayConfig, ModelConfig } from '../config/types';
 import { DIALECTS, type FinishInfo, type StreamRewriter } from '../dialects';
 import { translateRequest, translateResponse, translateStream } from '../dialects/translate';
+import { inBandError } from '../dialects/in-band-error';
 import { shutdownCut } from '../drain';
 import { GatewayError, toGatewayError } from '../errors/gateway-error';
 import { clientClosed } from '../pipeline/request-abort';
@@ -70,6 +71,8 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
       }
     }
     let last: GatewayError | undefined;
+    // The last endpoint that accepted a stream (200) and then failed before any output (spec 7.5.2).
+    let accepted: Served | undefined;
     const skipped = new Set<Candidate>();
     for (let i = 0; i < plan.length; i++) {
       const candidate = plan[i];
@@ -112,10 +115,14 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           state.attempts.push({ provider: candidate.provider.id, model: candidate.model.id, upstreamModel: candidate.endpoint.upstream_model, outcome: 'error', errorType: e.errorType, status: e.status });
           if (state.abort.aborted) throw cutShort(state, { c: candidate, isByok: apiKey !== undefined }, gone ? new GatewayError('timeout', 'The client closed the request') : e);
           last = e;
+          if (stream && e.metadata?.accepted) accepted = { c: candidate, isByok: apiKey !== undefined };
           if (!blamesCaller(e)) deps.health.recordFailure(endpointKey(candidate));
           const remaining = plan.slice(i + 1).filter((c) => !skipped.has(c));
           const step = nextStep(e, { retriedSame, lastCandidate: remaining.length === 0, retryWaitMaxMs: deps.routing.retry_wait_max_ms });
-          if (step.kind === 'stop') throw e;
+          if (step.kind === 'stop') {
+            if (accepted) return streamFailedBeforeOutput(state, accepted, e);
+            throw e;
+          }
           if (step.kind === 'retry_same' && !retriedSame) {
             if (step.waitMs > 0) {
               const since = performance.now();
@@ -134,6 +141,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
       }
     }
     if (last?.metadata?.after_headers && dialect === 'chat_completions' && !stream) return errorAfterHeaders(state, last);
+    if (accepted && last) return streamFailedBeforeOutput(state, accepted, last);
     throw last ?? new GatewayError('provider_unavailable', 'No provider could serve the request');
   };
 }
@@ -150,6 +158,21 @@ function errorAfterHeaders(state: GatewayState, err: GatewayError): GatewayRespo
     status: 200,
     body: { id: state.requestId, error: { code: err.status, message: err.message, metadata: { ...metadata, error_type: err.errorType } } },
   };
+}
+
+/**
+ * Spec 7.5.2: once a provider has accepted a stream, the status stays 200 even if every provider then fails
+ * before any output: the client gets the dialect's in-band error for the last failure (as for a failure
+ * mid-stream), and the request is billed (`failed`, nothing delivered) to the last endpoint that accepted it.
+ */
+function streamFailedBeforeOutput(state: GatewayState, served: Served, err: GatewayError): GatewayResponse {
+  const { accepted: _drop, ...metadata } = err.metadata ?? {};
+  state.route = routeOf(served);
+  state.outcome = 'failed';
+  const events = inBandError(state, new GatewayError(err.errorType, err.message, { metadata }));
+  return { kind: 'sse', status: 200, events: (async function* () {
+    yield* events;
+  })() };
 }
 
 /**
@@ -289,8 +312,9 @@ interface StreamEnd {
 }
 
 /**
- * Waits for the first event before committing to this endpoint, so a provider that fails before any
- * output still lets the next candidate be tried (spec 7.5.2).
+ * Waits for the answer to begin before committing to this endpoint, so a provider that fails before any
+ * output (an error event, a stream that ends or breaks, nothing within its first-token limit) still lets
+ * the next candidate be tried (spec 7.5.2).
  */
 async function streamResponse(
   state: GatewayState,
@@ -307,7 +331,13 @@ async function streamResponse(
   const events = c.dialect === dialect ? reply.events : translateStream(c.dialect, dialect, reply.events, c.provider.id);
   const iterator = batchesOf(events);
   const waitFrom = performance.now();
-  const first = await firstEvent(iterator, c, reply.abort).finally(() => waited(state, waitFrom));
+  const first = await firstOutput(iterator, c, reply.abort, DIALECTS[dialect].opensOutput)
+    .catch((err) => {
+      // The provider had accepted the stream (200): see streamFailedBeforeOutput.
+      const e = toGatewayError(err);
+      throw new GatewayError(e.errorType, e.message, { metadata: { ...e.metadata, accepted: true }, headers: e.headers, cause: e });
+    })
+    .finally(() => waited(state, waitFrom));
   choose(state, served);
   const info = finishInfo(state, served);
   // Messages style: the routing metadata rides in message_start (a new event name could upset SDKs).
@@ -318,21 +348,45 @@ async function streamResponse(
 }
 
 /**
- * The first events, or a timeout after the provider's first-token limit. On timeout this attempt's upstream
- * call is aborted (a silent upstream costs one timeout, never several).
+ * The events up to and including the batch in which the answer begins (`opensOutput`: a token, a tool call, a
+ * finish or the end), as one batch: what comes before it (message_start, a role chunk, pings) is held back,
+ * and the client sees nothing of an attempt that failed before any output. Throws, for the next candidate to
+ * be tried, when the provider reports an error or ends its stream before that, or sends no output within its
+ * first-token limit; the upstream call is then aborted (a silent upstream costs one timeout, never several).
  */
-async function firstEvent(iterator: AsyncIterator<SseEvent[]>, c: Candidate, abort: ((reason: Error) => void) | undefined): Promise<IteratorResult<SseEvent[]>> {
+async function firstOutput(
+  iterator: AsyncIterator<SseEvent[]>,
+  c: Candidate,
+  abort: ((reason: Error) => void) | undefined,
+  opensOutput: (ev: SseEvent, providerId: string) => boolean,
+): Promise<IteratorResult<SseEvent[]>> {
   const limit = c.provider.firstTokenTimeoutMs;
-  if (!limit || !abort) return iterator.next();
   let timer: NodeJS.Timeout | undefined;
-  const timedOut = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new GatewayError('timeout', `Provider ${c.provider.id} sent no output within ${limit} ms`, { metadata: { provider_name: c.provider.id } })), limit);
-  });
+  const timedOut =
+    limit && abort
+      ? new Promise<never>((_, reject) => {
+          timer = setTimeout(() => {
+            const err = new GatewayError('timeout', `Provider ${c.provider.id} sent no output within ${limit} ms`, { metadata: { provider_name: c.provider.id } });
+            abort(err);
+            reject(err);
+          }, limit);
+        })
+      : undefined;
+  let held: SseEvent[] = [];
   try {
-    return await Promise.race([iterator.next(), timedOut]);
-  } catch (err) {
-    abort(err as Error);
-    throw err;
+    for (;;) {
+      const r = await (timedOut ? Promise.race([iterator.next(), timedOut]) : iterator.next());
+      if (r.done) throw new GatewayError('provider_unavailable', `Provider ${c.provider.id} ended its stream before any output`, { metadata: { provider_name: c.provider.id } });
+      try {
+        if (r.value.some((ev) => opensOutput(ev, c.provider.id))) return { done: false, value: held.length > 0 ? held.concat(r.value) : r.value };
+      } catch (err) {
+        // The provider reported an error (or sent garbage) before any output: stop reading its stream.
+        if (abort) abort(err as Error);
+        else await iterator.return?.().catch(() => undefined);
+        throw err;
+      }
+      held = held.concat(r.value);
+    }
   } finally {
     clearTimeout(timer);
   }

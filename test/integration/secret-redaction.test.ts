@@ -38,7 +38,10 @@ function yaml(upstreamUrl: string): string {
     testConfigYaml(upstreamUrl, PIPELINE)
       .replace('logging: { level: info }', 'logging: { level: trace }')
       .replace('sk-upstream-openai-secret', OPERATOR_OPENAI)
-      .replace('sk-upstream-anthropic-secret', OPERATOR_ANTHROPIC) + `byok: { encryption_key: ${ENCRYPTION_KEY.toString('base64')} }\n`
+      .replace('sk-upstream-anthropic-secret', OPERATOR_ANTHROPIC) +
+    `byok: { encryption_key: ${ENCRYPTION_KEY.toString('base64')} }\n` +
+    // The run fails the fake providers on purpose, many times: no breaker may take an endpoint out of it.
+    'routing: { circuit_breaker: { failure_threshold: 1000, cooldown_ms: 1 } }\n'
   );
 }
 

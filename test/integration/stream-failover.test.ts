@@ -1,0 +1,109 @@
+import { describe, expect, it } from 'vitest';
+import { post, sseEvents, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+import { perTestGateways } from '../fixtures/per-test';
+
+const t = perTestGateways();
+
+/** One model per dialect with two endpoints: the first one misbehaves (scripted per test), the second answers. */
+const PAIRS = `
+  - id: pair/chat
+    endpoints:
+      - { provider: fake-openai, upstream_model: first-chat, pricing: { prompt: 1, completion: 2 } }
+      - { provider: fake-openai, upstream_model: second-chat, pricing: { prompt: 1, completion: 2 } }
+  - id: pair/messages
+    endpoints:
+      - { provider: fake-anthropic, upstream_model: first-msg, pricing: { prompt: 1, completion: 2 } }
+      - { provider: fake-anthropic, upstream_model: second-msg, pricing: { prompt: 1, completion: 2 } }
+`;
+const yaml = () => testConfigYaml(t.upstream.url).replace('pipelines:', `${PAIRS}pipelines:`);
+
+const sse = (event: string | null, data: unknown) => `${event ? `event: ${event}\n` : ''}data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`;
+const MESSAGE_START = sse('message_start', { type: 'message_start', message: { id: 'msg_up', type: 'message', role: 'assistant', model: 'first-msg', content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 6, output_tokens: 1 } } });
+const OVERLOADED = sse('error', { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } });
+const ROLE_CHUNK = sse(null, { id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'first-chat', choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }] });
+const chatText = (text: string) => sse(null, { id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'first-chat', choices: [{ index: 0, delta: { content: text }, finish_reason: null }] });
+
+let g: TestGateway;
+const ask = (path: 'messages' | 'chat/completions') =>
+  post(`${g.url}/${path}`, g.key, { model: path === 'messages' ? 'pair/messages' : 'pair/chat', max_tokens: 20, stream: true, messages: [{ role: 'user', content: 'hi' }] }, { 'x-gateway-metadata': 'enabled' });
+const upstreamModels = () => t.upstream.received.map((r) => r.body.model);
+
+describe('streams fail over until the answer begins (spec 7.5.2)', () => {
+  it('messages: a 200 whose first event is an error (overloaded) goes to the next endpoint; the client sees only its answer', async () => {
+    g = await t.start({ yaml: yaml() });
+    t.upstream.scripts.set('first-msg', [{ kind: 'raw-stream', text: MESSAGE_START + OVERLOADED }]);
+    const r = await ask('messages');
+    expect(r.status).toBe(200);
+    const events = sseEvents(r.text);
+    expect(events.filter((e) => e.event === 'error')).toEqual([]);
+    expect(events.filter((e) => e.event === 'message_start')).toHaveLength(1);
+    expect(events.at(-1)!.data).toBe('[DONE]');
+    expect(upstreamModels()).toEqual(['first-msg', 'second-msg']);
+    const start = JSON.parse(events.find((e) => e.event === 'message_start')!.data);
+    expect(start.message.gateway_metadata.attempts).toEqual([
+      expect.objectContaining({ attempt: 1, outcome: 'error', error_type: 'provider_overloaded' }),
+      expect.objectContaining({ attempt: 2, outcome: 'success' }),
+    ]);
+  });
+
+  it('chat: a role chunk and then a dropped connection, or a stream that ends before any output, fail over', async () => {
+    g = await t.start({ yaml: yaml() });
+    for (const fault of [{ kind: 'raw-stream', text: ROLE_CHUNK, destroy: true }, { kind: 'raw-stream', text: ROLE_CHUNK }] as const) {
+      t.upstream.received.length = 0;
+      t.upstream.always.set('first-chat', fault);
+      const r = await ask('chat/completions');
+      expect(r.status).toBe(200);
+      const chunks = sseEvents(r.text).filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+      expect(chunks.some((c) => c.error)).toBe(false);
+      expect(chunks.map((c) => c.choices[0]?.delta?.content ?? '').join('')).toBe('Hello from the fake upstream.');
+      // The same endpoint may be retried once first (a broken connection), then the next one answers.
+      expect(upstreamModels().at(-1)).toBe('second-chat');
+      expect(new Set(upstreamModels().slice(0, -1))).toEqual(new Set(['first-chat']));
+    }
+  });
+
+  it('once output has reached the client, a provider error ends the stream with one well-formed error (no failover)', async () => {
+    g = await t.start({ yaml: yaml() });
+    const upstreamError = sse(null, { error: { message: 'upstream exploded', code: 502 } });
+    t.upstream.scripts.set('first-chat', [{ kind: 'raw-stream', text: ROLE_CHUNK + chatText('Hel') + upstreamError }]);
+    const chat = sseEvents((await ask('chat/completions')).text);
+    const errors = chat.filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data)).filter((c) => c.error);
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toMatchObject({
+      object: 'chat.completion.chunk',
+      model: 'pair/chat',
+      error: { code: 502, metadata: { error_type: 'provider_unavailable', provider_code: 502 } },
+      choices: [{ index: 0, delta: { content: '' }, finish_reason: 'error' }],
+    });
+    expect(chat.at(-1)!.data).toBe('[DONE]');
+    expect(upstreamModels()).toEqual(['first-chat']);
+
+    t.upstream.received.length = 0;
+    const delta = sse('content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Hel' } });
+    const blockStart = sse('content_block_start', { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } });
+    t.upstream.scripts.set('first-msg', [{ kind: 'raw-stream', text: MESSAGE_START + blockStart + delta + OVERLOADED }]);
+    const messages = sseEvents((await ask('messages')).text);
+    const errorEvents = messages.filter((e) => e.event === 'error');
+    expect(errorEvents).toHaveLength(1);
+    expect(JSON.parse(errorEvents[0].data)).toEqual({ type: 'error', error: { type: 'overloaded_error', message: expect.any(String), error_type: 'provider_overloaded' } });
+    expect(messages.at(-1)!.data).toBe('[DONE]');
+    expect(upstreamModels()).toEqual(['first-msg']);
+  });
+
+  it('messages: a record without an event name (not a messages event) is not passed on', async () => {
+    g = await t.start({ yaml: yaml() });
+    const garbage = sse(null, '{garbage');
+    const rest = [
+      sse('content_block_start', { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } }),
+      sse('content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Hi' } }),
+      sse('content_block_stop', { type: 'content_block_stop', index: 0 }),
+      sse('message_delta', { type: 'message_delta', delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: 1 } }),
+      sse('message_stop', { type: 'message_stop' }),
+    ].join('');
+    t.upstream.scripts.set('first-msg', [{ kind: 'raw-stream', text: MESSAGE_START + garbage + rest }]);
+    const r = await ask('messages');
+    const events = sseEvents(r.text);
+    expect(events.map((e) => e.event ?? null)).toEqual(['message_start', 'content_block_start', 'content_block_delta', 'content_block_stop', 'message_delta', 'message_stop', null]);
+    expect(events.at(-1)!.data).toBe('[DONE]');
+  });
+});
