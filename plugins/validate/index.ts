@@ -2,14 +2,15 @@ import { GatewayError } from '../../src/errors/gateway-error';
 import type { StageDefinition } from '../../src/pipeline/types';
 import type { Services } from '../../src/services';
 import { checkRequestPlugins, checkServerTools } from '../../src/pipeline/request-plugins';
-import { requestValidators } from '../../src/validation/request-validators';
+import { checkSessionHeader, dropNullFields, requestValidators } from '../../src/validation/request-validators';
 import schema from './schema.json';
 
 /**
  * `validate`: applies the preset the request names (if any: `model: "@preset/<slug>"`, `"<model>@preset/<slug>"`
  * or `preset: "<slug>"`), then checks the merged body against the endpoint's JSON Schema
  * (schemas/*.schema.json, compiled once). A violation is a 400 `invalid_request` naming the field; an
- * unknown preset is a 404; a `plugins` entry the operator's pipeline does not run is a 400.
+ * unknown preset is a 404; a `plugins` entry the operator's pipeline does not run is a 400. Optional fields
+ * sent as null where the schema admits null are deleted first, so every later stage sees them absent.
  */
 export const validate: StageDefinition<Record<string, never>, Services> = {
   id: 'validate',
@@ -19,8 +20,13 @@ export const validate: StageDefinition<Record<string, never>, Services> = {
     return async (ctx, next) => {
       const state = ctx.state.gateway;
       if (state.endpoint === 'messages' || state.endpoint === 'chat_completions') {
+        const validator = validators[state.endpoint];
+        // Before the preset: a null is "not given", so the preset's value for that field applies.
+        dropNullFields(state.body, validator.nullable);
+        const sent = state.body;
         await services.presets.applyTo(state);
-        const problem = validators[state.endpoint](state.body);
+        if (state.body !== sent) dropNullFields(state.body, validator.nullable);
+        const problem = validator(state.body) ?? checkSessionHeader(ctx.get('x-session-id'));
         if (problem) throw new GatewayError('invalid_request', problem.message, { metadata: { field: problem.field } });
         checkRequestPlugins(state, services.config);
         checkServerTools(state, services.config);

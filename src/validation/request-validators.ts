@@ -1,6 +1,7 @@
 import Ajv, { type ErrorObject, type ValidateFunction } from 'ajv';
 import { existsSync, readFileSync } from 'fs';
 import { dirname, join } from 'path';
+import { requestedModels } from '../routing/candidates';
 
 export type RequestKind = 'messages' | 'chat_completions';
 
@@ -10,7 +11,11 @@ export interface ValidationProblem {
   message: string;
 }
 
-export type RequestValidator = (body: unknown) => ValidationProblem | null;
+export interface RequestValidator {
+  (body: unknown): ValidationProblem | null;
+  /** The top-level fields for which null means "not given" (see `dropNullFields`). */
+  readonly nullable: readonly string[];
+}
 
 type JsonObject = Record<string, unknown>;
 
@@ -18,6 +23,11 @@ const SCHEMA_FILES: Record<RequestKind, string> = {
   messages: 'messages.schema.json',
   chat_completions: 'chat-completions.schema.json',
 };
+
+const KINDS = Object.keys(SCHEMA_FILES) as RequestKind[];
+
+/** Spec 8.1: `session_id` is at most 256 characters; the `x-session-id` header is the same key, so the same bound. */
+const MAX_SESSION_ID = 256;
 
 const IDENTIFIER = /^[A-Za-z_$][\w$]*$/;
 
@@ -45,16 +55,42 @@ export function compileRequestValidators(schemaDir: string = findSchemaDir(__dir
   // verbose: error objects then carry `data`, `schema` and `parentSchema`, which the messages below need.
   // It only changes the code that runs after a failure.
   const ajv = new Ajv({ allErrors: false, verbose: true, allowUnionTypes: true });
-  const compile = (kind: RequestKind): [ValidateFunction, WeakMap<object, JsonObject>] => {
-    const schema = JSON.parse(readFileSync(join(schemaDir, SCHEMA_FILES[kind]), 'utf8')) as JsonObject;
-    return [ajv.compile(schema), collectConditions(schema)];
-  };
-  const [messages, messagesConditions] = compile('messages');
-  const [chat, chatConditions] = compile('chat_completions');
+  const schemas = {} as Record<RequestKind, JsonObject>;
+  // messages.schema.json takes shared definitions (`provider`) from chat-completions.schema.json by `$ref`:
+  // both are added before either compiles.
+  for (const kind of KINDS) {
+    schemas[kind] = JSON.parse(readFileSync(join(schemaDir, SCHEMA_FILES[kind]), 'utf8')) as JsonObject;
+    ajv.addSchema(schemas[kind], SCHEMA_FILES[kind]);
+  }
+  const conditions = new WeakMap<object, JsonObject>();
+  for (const kind of KINDS) collectConditions(schemas[kind], conditions);
+  const make = (kind: RequestKind, ...codeChecks: CodeCheck[]): RequestValidator =>
+    makeValidator({ validate: ajv.getSchema(SCHEMA_FILES[kind])!, conditions, codeChecks, nullable: nullableFields(schemas[kind]) });
   return {
-    messages: makeValidator(messages, messagesConditions),
-    chat_completions: makeValidator(chat, chatConditions, checkReasoningEffort),
+    messages: make('messages', checkModelNamed),
+    chat_completions: make('chat_completions', checkModelNamed, checkReasoningEffort),
   };
+}
+
+/**
+ * Deletes the top-level fields that are null where the endpoint's schema admits null: OpenAI's nullable chat
+ * parameters (`"temperature": null` is "not given") and the `|null` fields of spec 4.1. Every later reader
+ * (presets, routing, the spend estimate, the stream decision, the provider call) then sees the field absent,
+ * so none of them has to treat null on its own. Other fields are left for the validator to judge.
+ *
+ * @example
+ * dropNullFields(body, validators.chat_completions.nullable); // {temperature: null, top_p: 1} → {top_p: 1}
+ */
+export function dropNullFields(body: unknown, nullable: readonly string[]): void {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) return;
+  const fields = body as JsonObject;
+  for (const name of nullable) if (fields[name] === null) delete fields[name];
+}
+
+/** The `x-session-id` header is the sticky-routing key when the body has no `session_id`: the same bound (spec 8.1). */
+export function checkSessionHeader(value: string): ValidationProblem | null {
+  if (value.length <= MAX_SESSION_ID) return null;
+  return { field: 'x-session-id', message: `\`x-session-id\` must NOT be longer than ${MAX_SESSION_ID} characters` };
 }
 
 /** Walks up from `start` to the folder holding `schemas/`: the same code runs from `plugins/` and `dist/plugins/`. */
@@ -66,18 +102,52 @@ function findSchemaDir(start: string): string {
   }
 }
 
-function makeValidator(
-  validate: ValidateFunction,
-  conditions: WeakMap<object, JsonObject>,
-  codeCheck?: (body: JsonObject) => ValidationProblem | null,
-): RequestValidator {
-  return (body) => {
+type CodeCheck = (body: JsonObject) => ValidationProblem | null;
+
+interface ValidatorParts {
+  validate: ValidateFunction;
+  conditions: WeakMap<object, JsonObject>;
+  /** Run in order after the schema passed; the first problem wins. */
+  codeChecks: CodeCheck[];
+  nullable: string[];
+}
+
+function makeValidator({ validate, conditions, codeChecks, nullable }: ValidatorParts): RequestValidator {
+  const validator = (body: unknown): ValidationProblem | null => {
     if (typeof body !== 'object' || body === null || Array.isArray(body)) {
       return { field: 'body', message: `the request body must be a JSON object (got ${describeValue(body)})` };
     }
     if (!validate(body)) return explain(validate.errors ?? [], body, conditions);
-    return codeCheck ? codeCheck(body as JsonObject) : null;
+    for (const check of codeChecks) {
+      const problem = check(body as JsonObject);
+      if (problem) return problem;
+    }
+    return null;
   };
+  return Object.assign(validator, { nullable });
+}
+
+/** The top-level properties whose schema (or the local definition it refers to) admits null. */
+function nullableFields(schema: JsonObject): string[] {
+  const properties = (schema.properties ?? {}) as Record<string, JsonObject>;
+  const definitions = (schema.definitions ?? {}) as Record<string, JsonObject>;
+  const LOCAL = '#/definitions/';
+  const resolve = (s: JsonObject): JsonObject =>
+    typeof s.$ref === 'string' && s.$ref.startsWith(LOCAL) ? (definitions[s.$ref.slice(LOCAL.length)] ?? {}) : s;
+  return Object.keys(properties).filter((name) => {
+    const s = resolve(properties[name]);
+    return s.type === 'null' || (Array.isArray(s.type) && s.type.includes('null')) || (Array.isArray(s.enum) && s.enum.includes(null));
+  });
+}
+
+/**
+ * The request must name a model to route to (as routing reads `model`, `models` and `fallbacks`): an empty
+ * `model` and an empty `models` name none, which routing would report as a 404 for the model "".
+ */
+function checkModelNamed(body: JsonObject): ValidationProblem | null {
+  if (requestedModels(body).length > 0) return null;
+  if (body.model !== undefined) return { field: 'model', message: '`model` must name a model (got an empty string)' };
+  return { field: 'models', message: '`models` must name at least one model' };
 }
 
 /** Spec 4.2: the reasoning effort shorthand equals `reasoning.effort` and must not conflict with it. null counts as not given. */

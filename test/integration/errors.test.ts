@@ -107,6 +107,90 @@ describe('request validation (400)', () => {
   });
 });
 
+describe('request validation: fields, bounds and headers (400 naming the field)', () => {
+  function expectStandardField(res: Awaited<ReturnType<typeof post>>, field: string) {
+    expectStandard(res, 400, 'invalid_request');
+    expect(res.json.error.metadata.field).toBe(field);
+  }
+  function expectMessagesField(res: Awaited<ReturnType<typeof post>>, field: string) {
+    expectMessages(res, 400, 'invalid_request_error', 'invalid_request', 'null');
+    expect(res.json.metadata.field).toBe(field);
+  }
+
+  it('messages: max_tokens below 1, an empty messages list and a non-boolean provider.allow_fallbacks', async () => {
+    const before = upstream.received.length;
+    expectMessagesField(await messages(gw.key, { ...msgBody, model: 'fake/claude', max_tokens: 0 }), 'max_tokens');
+    expectMessagesField(await messages(gw.key, { ...msgBody, model: 'fake/claude', max_tokens: -1 }), 'max_tokens');
+    expectMessagesField(await messages(gw.key, { ...msgBody, model: 'fake/claude', messages: [] }), 'messages');
+    const provider = { allow_fallbacks: 'no' };
+    expectMessagesField(await messages(gw.key, { ...msgBody, model: 'fake/claude', provider }), 'provider.allow_fallbacks');
+    expectStandardField(await chat(gw.key, { ...chatBody, model: 'fake/gpt', provider }), 'provider.allow_fallbacks');
+    expect(upstream.received.length).toBe(before);
+  });
+
+  it('a request naming no model is a 400 before routing, not a 404 for the model ""', async () => {
+    const before = upstream.received.length;
+    expectStandardField(await chat(gw.key, { ...chatBody, model: '' }), 'model');
+    expectStandardField(await chat(gw.key, { messages: chatBody.messages, models: [] }), 'models');
+    expectMessagesField(await messages(gw.key, { ...msgBody, model: '' }), 'model');
+    expect(upstream.received.length).toBe(before);
+  });
+
+  it('x-session-id is at most 256 characters, like session_id, on both endpoints', async () => {
+    const long = { 'x-session-id': 's'.repeat(257) };
+    expectStandardField(await chat(gw.key, chatBody, long), 'x-session-id');
+    expectMessagesField(await messages(gw.key, msgBody, long), 'x-session-id');
+    const fits = { 'x-session-id': 's'.repeat(256) };
+    expect((await chat(gw.key, chatBody, fits)).status).toBe(200);
+    expect((await messages(gw.key, msgBody, fits)).status).toBe(200);
+  });
+});
+
+/** Every nullable OpenAI chat parameter the gateway knows, set to null. */
+const CHAT_NULLS = {
+  max_tokens: null, max_completion_tokens: null, temperature: null, top_p: null, stop: null, seed: null, n: null,
+  stream: null, stream_options: null, metadata: null, prediction: null, modalities: null, logit_bias: null,
+  logprobs: null, top_logprobs: null, frequency_penalty: null, presence_penalty: null, reasoning_effort: null,
+  service_tier: null,
+};
+
+describe('null optional fields are treated as not given', () => {
+  it('chat, passed through: a JSON answer (stream: null is no stream), and the provider gets none of the nulls', async () => {
+    const res = await chat(gw.key, { ...chatBody, model: 'fake/gpt', ...CHAT_NULLS });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toMatch(/^application\/json/);
+    expect(res.json.object).toBe('chat.completion');
+    const sent = upstream.received.at(-1)!.body;
+    for (const field of Object.keys(CHAT_NULLS)) expect(sent).not.toHaveProperty(field);
+  });
+
+  it('chat, translated to a messages provider: no null reaches it and max_tokens gets the default', async () => {
+    const res = await chat(gw.key, { ...chatBody, model: 'fake/claude', ...CHAT_NULLS });
+    expect(res.status).toBe(200);
+    const sent = upstream.received.at(-1)!.body;
+    expect(Object.entries(sent).filter(([, v]) => v === null)).toEqual([]);
+    expect(sent.max_tokens).toBeGreaterThan(0);
+  });
+
+  it('chat: a null leaves the value of the preset in place', async () => {
+    const saved = await post(`${gw.url}/presets/null-means-unset/messages`, gw.managementKey, { model: 'fake/gpt', temperature: 0.3, messages: [{ role: 'user', content: 'x' }] });
+    expect(saved.status).toBe(200);
+    const res = await chat(gw.key, { ...chatBody, model: '@preset/null-means-unset', temperature: null });
+    expect(res.status).toBe(200);
+    expect(upstream.received.at(-1)!.body.temperature).toBe(0.3);
+  });
+
+  it('messages: fallbacks, context_management and speed accept null (spec 4.1); other fields do not', async () => {
+    const res = await messages(gw.key, { ...msgBody, model: 'fake/claude', fallbacks: null, context_management: null, speed: null });
+    expect(res.status).toBe(200);
+    const sent = upstream.received.at(-1)!.body;
+    for (const field of ['fallbacks', 'context_management', 'speed']) expect(sent).not.toHaveProperty(field);
+    const refused = await messages(gw.key, { ...msgBody, temperature: null });
+    expectMessages(refused, 400, 'invalid_request_error', 'invalid_request', 'null');
+    expect(refused.json.metadata.field).toBe('temperature');
+  });
+});
+
 describe('routing errors', () => {
   it('404 not_found for a model the gateway does not serve', async () => {
     expectStandard(await chat(gw.key, { ...chatBody, model: 'nope/nope' }), 404, 'not_found');

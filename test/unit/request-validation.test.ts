@@ -2,7 +2,7 @@ import { describe, it, expect } from 'vitest';
 import { mkdtempSync, rmSync, writeFileSync } from 'fs';
 import { tmpdir } from 'os';
 import { join } from 'path';
-import { compileRequestValidators, type RequestKind } from '../../src/validation/request-validators';
+import { checkSessionHeader, compileRequestValidators, dropNullFields, type RequestKind } from '../../src/validation/request-validators';
 
 const validators = compileRequestValidators();
 
@@ -125,6 +125,33 @@ const richChat: Body = {
   transforms: ['middle-out'],
 };
 
+/** Chat parameters OpenAI types as nullable (null = not given), plus the gateway's own nullable fields. */
+const chatNulls: Body = {
+  max_tokens: null,
+  max_completion_tokens: null,
+  temperature: null,
+  top_p: null,
+  stop: null,
+  seed: null,
+  n: null,
+  stream: null,
+  stream_options: null,
+  metadata: null,
+  prediction: null,
+  modalities: null,
+  logit_bias: null,
+  logprobs: null,
+  top_logprobs: null,
+  frequency_penalty: null,
+  presence_penalty: null,
+  reasoning_effort: null,
+  service_tier: null,
+  route: null,
+};
+
+/** The messages fields spec 4.1 types as `|null` (and the deprecated `route`). */
+const messagesNulls: Body = { fallbacks: null, context_management: null, speed: null, route: null };
+
 function expectProblem(kind: RequestKind, body: unknown, field: string, fragment: string): void {
   const problem = validators[kind](body);
   expect(problem, JSON.stringify(body).slice(0, 300)).not.toBeNull();
@@ -147,6 +174,10 @@ describe('valid request bodies pass', () => {
     ['chat_completions', 'string stop and tool_choice', { ...minimalChat, stop: 'END', tool_choice: 'required' }],
     ['chat_completions', 'null effort shorthand beside reasoning.effort', { ...minimalChat, reasoning_effort: null, reasoning: { effort: 'low' } }],
     ['chat_completions', 'grammar response_format', { ...minimalChat, response_format: { type: 'grammar', grammar: 'root ::= "a"' } }],
+    ['chat_completions', 'null for every nullable OpenAI parameter', { ...minimalChat, ...chatNulls }],
+    ['chat_completions', 'an empty model beside models that name one', { ...minimalChat, model: '', models: ['gpt-y'] }],
+    ['messages', 'null for the spec 4.1 nullable fields', { ...minimalMessages, ...messagesNulls }],
+    ['messages', 'an empty model with a fallback to route to', { ...minimalMessages, model: '', fallbacks: [{ model: 'a' }] }],
   ])('%s: %s', (kind, _name, body) => {
     expect(validators[kind](body)).toBeNull();
   });
@@ -170,8 +201,11 @@ describe('messages-style body (spec 4.1, 8.1)', () => {
   const cases: FailingCase[] = [
     ['model required', { model: undefined }, 'model', '`model` is required'],
     ['model string', { model: 7 }, 'model', '`model` must be a string'],
+    ['model not empty', { model: '' }, 'model', '`model` must name a model'],
+    ['model not empty with empty models', { model: '', models: [''] }, 'model', '`model` must name a model'],
     ['messages required', { messages: undefined }, 'messages', '`messages` is required'],
     ['messages array', { messages: 'hi' }, 'messages', '`messages` must be an array'],
+    ['messages min 1', { messages: [] }, 'messages', '`messages` must contain at least 1 item'],
     ['message role required', { messages: [{ content: 'x' }] }, 'messages[0].role', '`messages[0].role` is required'],
     ['message role string', { messages: [{ role: 1, content: 'x' }] }, 'messages[0].role', 'must be one of'],
     ['message role user or assistant', { messages: [{ role: 'system', content: 'x' }] }, 'messages[0].role', 'must be one of `user`, `assistant`'],
@@ -181,6 +215,10 @@ describe('messages-style body (spec 4.1, 8.1)', () => {
     ['content block type', { messages: [{ role: 'user', content: [{ type: 'text' }, { text: 'x' }] }] }, 'messages[0].content[1].type', '`messages[0].content[1].type` is required'],
     ['content block cache_control', { messages: [{ role: 'user', content: [{ type: 'text', cache_control: { type: 'forever' } }] }] }, 'messages[0].content[0].cache_control.type', 'must be `ephemeral`'],
     ['max_tokens integer', { max_tokens: 1.5 }, 'max_tokens', '`max_tokens` must be an integer'],
+    ['max_tokens >= 1', { max_tokens: 0 }, 'max_tokens', '`max_tokens` must be >= 1'],
+    ['max_tokens not negative', { max_tokens: -1 }, 'max_tokens', '`max_tokens` must be >= 1'],
+    ['max_tokens not null', { max_tokens: null }, 'max_tokens', '`max_tokens` must be an integer'],
+    ['temperature not null', { temperature: null }, 'temperature', '`temperature` must be a number'],
     ['system type', { system: 3 }, 'system', '`system` must be a string or an array'],
     ['system block type', { system: [{ type: 'image', text: 'x' }] }, 'system[0].type', '`system[0].type` must be `text`'],
     ['system block text', { system: [{ type: 'text' }] }, 'system[0].text', '`system[0].text` is required'],
@@ -244,6 +282,7 @@ describe('messages-style body (spec 4.1, 8.1)', () => {
     ['stop_server_tools_when min 1', { stop_server_tools_when: [] }, 'stop_server_tools_when', '`stop_server_tools_when` must contain at least 1 item'],
     ['stop condition step_count', { stop_server_tools_when: [{ type: 'step_count_is' }] }, 'stop_server_tools_when[0].step_count', 'is required when stop_server_tools_when[0].type is step_count_is'],
     ['provider object', { provider: 'openai' }, 'provider', '`provider` must be an object'],
+    ['provider.allow_fallbacks', { provider: { allow_fallbacks: 'no' } }, 'provider.allow_fallbacks', '`provider.allow_fallbacks` must be a boolean'],
     ['route values', { route: 'random' }, 'route', '`route` must be one of `fallback`, `sort`'],
     ['output_config object', { output_config: 3 }, 'output_config', '`output_config` must be an object'],
     ['safeguards type', { safeguards: 'on' }, 'safeguards', '`safeguards` must be an object or an array'],
@@ -268,7 +307,14 @@ describe('chat-completions body (spec 4.2, 8.1)', () => {
     ['message name', { messages: [{ role: 'user', content: 'x', name: 5 }] }, 'messages[0].name', 'must be a string'],
     ['model or models', { model: undefined }, 'model', '`model` or `models` is required'],
     ['model string', { model: ['a'] }, 'model', '`model` must be a string'],
+    ['model not null', { model: null }, 'model', '`model` must be a string'],
+    ['messages not null', { messages: null }, 'messages', '`messages` must be an array'],
     ['models strings', { model: undefined, models: [1] }, 'models[0]', 'must be a string'],
+    ['model not empty', { model: '' }, 'model', '`model` must name a model'],
+    ['model not empty, models empty', { model: '', models: [] }, 'model', '`model` must name a model'],
+    ['models not empty', { model: undefined, models: [] }, 'models', '`models` must name at least one model'],
+    ['models of empty names', { model: undefined, models: [''] }, 'models', '`models` must name at least one model'],
+    ['n >= 1', { n: 0 }, 'n', '`n` must be >= 1'],
     ['max_tokens >= 1', { max_tokens: 0 }, 'max_tokens', '`max_tokens` must be >= 1'],
     ['max_completion_tokens integer', { max_completion_tokens: 1.5 }, 'max_completion_tokens', 'must be an integer'],
     ['temperature <= 2', { temperature: 2.5 }, 'temperature', '`temperature` must be <= 2'],
@@ -338,6 +384,41 @@ describe('chat-completions body (spec 4.2, 8.1)', () => {
   ];
   it.each(cases)('%s', (_name, overrides, field, fragment) => {
     expectProblem('chat_completions', { ...minimalChat, ...overrides }, field, fragment);
+  });
+});
+
+describe('null optional fields are "not given"', () => {
+  it('drops every nullable chat field set to null, and nothing else', () => {
+    const body: Body = { ...minimalChat, ...chatNulls, top_k: null, user: null, tool_choice: null, temperature_hint: null };
+    dropNullFields(body, validators.chat_completions.nullable);
+    // top_k, user and tool_choice are not nullable (OpenAI types): left for the validator to refuse.
+    expect(body).toEqual({ ...minimalChat, top_k: null, user: null, tool_choice: null, temperature_hint: null });
+    expect(validators.chat_completions(body)?.field).toBe('top_k');
+  });
+
+  it('never drops the required fields', () => {
+    const body: Body = { model: null, messages: null };
+    dropNullFields(body, validators.chat_completions.nullable);
+    expect(body).toEqual({ model: null, messages: null });
+  });
+
+  it('drops only the spec 4.1 nullable fields of a messages body', () => {
+    const body: Body = { ...minimalMessages, ...messagesNulls, temperature: null, max_tokens: null };
+    dropNullFields(body, validators.messages.nullable);
+    expect(body).toEqual({ ...minimalMessages, temperature: null, max_tokens: null });
+  });
+
+  it('leaves a body that is not an object alone', () => {
+    expect(() => dropNullFields(null, validators.messages.nullable)).not.toThrow();
+    expect(() => dropNullFields([null], validators.messages.nullable)).not.toThrow();
+  });
+});
+
+describe('the x-session-id header (spec 8.1 bound of session_id)', () => {
+  it('accepts 256 characters and refuses 257, naming the header', () => {
+    expect(checkSessionHeader('')).toBeNull();
+    expect(checkSessionHeader(long(256))).toBeNull();
+    expect(checkSessionHeader(long(257))).toEqual({ field: 'x-session-id', message: '`x-session-id` must NOT be longer than 256 characters' });
   });
 });
 
