@@ -69,7 +69,9 @@ export function createHttpVideoProvider(config: HttpVideoProviderConfig): VideoP
     }
     let text: string;
     try {
-      text = await res.body.text();
+      // Every answer, 2xx ones too (an error message, an output URL with a token), loses the key the call
+      // was sent with, whichever key that was: what is read from it may reach a client or a log.
+      text = withoutCredentials(await res.body.text(), credentialsIn(sent));
     } catch (err) {
       throw networkError(err, config.id);
     }
@@ -83,9 +85,8 @@ export function createHttpVideoProvider(config: HttpVideoProviderConfig): VideoP
     return { status: res.statusCode, json, text };
   }
 
-  // An error body that echoes the key the call was sent with loses it, whichever key that was.
-  const failIfNot2xx = (r: { status: number; text: string }, apiKey: string | undefined) => {
-    if (r.status < 200 || r.status >= 300) throw classifyUpstreamError(r.status, withoutCredentials(r.text, credentialsIn(headersFor(apiKey))), config.id);
+  const failIfNot2xx = (r: { status: number; text: string }) => {
+    if (r.status < 200 || r.status >= 300) throw classifyUpstreamError(r.status, r.text, config.id);
   };
   const badAnswer = (what: string) =>
     new GatewayError('provider_unavailable', `Provider ${config.id} returned ${what}`, { metadata: { provider_name: config.id } });
@@ -97,7 +98,7 @@ export function createHttpVideoProvider(config: HttpVideoProviderConfig): VideoP
       const body: Record<string, unknown> = { ...input.params, model: input.model, prompt: input.prompt };
       if (input.previousUpstreamJobId) body.previous_job_id = input.previousUpstreamJobId;
       const r = await call({ method: 'POST', path: '', body, signal, apiKey });
-      failIfNot2xx(r, apiKey);
+      failIfNot2xx(r);
       const id = r.json?.id;
       if (typeof id !== 'string' || id === '') throw badAnswer('no job id');
       return { upstreamJobId: id };
@@ -106,13 +107,13 @@ export function createHttpVideoProvider(config: HttpVideoProviderConfig): VideoP
       const r = await call({ method: 'GET', path: `/${encodeURIComponent(upstreamJobId)}`, apiKey });
       // The upstream no longer knows the job: it will never finish.
       if (r.status === 404) return { status: 'failed', error: `Provider ${config.id} no longer knows this job` };
-      failIfNot2xx(r, apiKey);
+      failIfNot2xx(r);
       const status = STATUS[String(r.json?.status ?? '').toLowerCase()];
       if (!status) throw badAnswer(`an unknown job status ${JSON.stringify(r.json?.status ?? null)}`);
       return pollResult(status, r.json!);
     },
     async cancel(upstreamJobId: string, apiKey?: string) {
-      failIfNot2xx(await call({ method: 'POST', path: `/${encodeURIComponent(upstreamJobId)}/cancel`, body: {}, apiKey }), apiKey);
+      failIfNot2xx(await call({ method: 'POST', path: `/${encodeURIComponent(upstreamJobId)}/cancel`, body: {}, apiKey }));
     },
   };
 }

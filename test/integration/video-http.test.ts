@@ -102,6 +102,18 @@ describe('the http-video adapter against a fake job upstream', () => {
     expect(JSON.stringify({ message: e.message, metadata: e.metadata })).not.toContain(own);
   });
 
+  it('a 2xx poll answer that echoes the key (in its error, in an output URL) loses it, whichever key the call used', async () => {
+    const p = adapter();
+    const own = 'sk-own-workspace-video-key';
+    const { upstreamJobId: id } = await p.submit({ model: 'm', prompt: 'x', params: {} }, new AbortController().signal);
+    upstream.jobs.set(id, { status: 'failed', error: { message: 'Upstream rejected using key sk-video-upstream-secret' } });
+    expect(await p.poll(id)).toEqual({ status: 'failed', error: 'Upstream rejected using key [redacted]' });
+    upstream.jobs.set(id, { status: 'succeeded', output_urls: [`https://v.test/a.mp4?token=${own}`] });
+    const done = await p.poll(id, own);
+    expect(JSON.stringify(done)).not.toContain(own);
+    expect(done.urls).toEqual(['https://v.test/a.mp4?token=[redacted]']);
+  });
+
   it('errors are classified once: 400 is the caller\'s, 5xx and 429 the provider\'s, a silent upstream a timeout, a missing id a bad answer', async () => {
     const p = adapter();
     const signal = new AbortController().signal;
