@@ -4,7 +4,7 @@ import type { AbortWatch } from './pipeline/request-abort';
 /** The refusal of a request that arrives while the gateway drains, and the reason a cut request was aborted. */
 export class ShuttingDown extends GatewayError {
   constructor(message = 'The gateway is shutting down; retry the request') {
-    super('provider_unavailable', message, { status: 503, headers: { Connection: 'close', 'Retry-After': '1' }, metadata: { reason: 'shutting_down' } });
+    super('provider_overloaded', message, { status: 503, headers: { Connection: 'close', 'Retry-After': '1' }, metadata: { reason: 'shutting_down' } });
   }
 }
 

@@ -70,10 +70,11 @@ describe('SIGTERM drains a real gateway process', () => {
     expect(chat.status).toBe(503);
     expect(chat.headers.get('connection')).toBe('close');
     expect(chat.headers.get('retry-after')).toBe('1');
-    expect(chat.json.error).toMatchObject({ code: 503, metadata: { error_type: 'provider_unavailable', reason: 'shutting_down' } });
+    expect(chat.json.error).toMatchObject({ code: 503, metadata: { error_type: 'provider_overloaded', reason: 'shutting_down' } });
     const messages = await post(`${url}/messages`, key, { model: 'fake/gpt', max_tokens: 10, messages: [{ role: 'user', content: 'new' }] });
-    expect(messages.status).toBe(503);
-    expect(messages.json).toMatchObject({ type: 'error', error: { type: 'api_error', error_type: 'provider_unavailable' } });
+    // Spec 7.4 pairs 503 with provider_overloaded; on /messages that is Anthropic's retryable 529.
+    expect(messages.status).toBe(529);
+    expect(messages.json).toMatchObject({ type: 'error', error: { type: 'overloaded_error', error_type: 'provider_overloaded' } });
     expect(upstream.received.filter((r) => r.body.messages?.[0]?.content === 'new')).toHaveLength(0);
 
     // Still draining: the process waits for the stream.
