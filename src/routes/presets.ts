@@ -5,6 +5,8 @@ import { presetReference } from '../presets/apply';
 import { presetConfigOf, presetView, SLUG, versionView } from '../presets/config';
 import type { Services } from '../services';
 import { StoreConflictError } from '../store/types';
+import { checkRequestPlugins } from '../pipeline/request-plugins';
+import { requestedModels } from '../routing/candidates';
 import { requestValidators } from '../validation/request-validators';
 
 function slugOf(ctx: GatewayContext): string {
@@ -27,11 +29,15 @@ export function presetWriteStage(services: Services): Stage {
     const slug = slugOf(ctx);
     const state = ctx.state.gateway;
     const body = state.body!;
-    const problem = requestValidators().messages(body);
+    // `messages` is not persisted (spec 4.3), so the empty list clients send with a preset is fine here.
+    const checked = Array.isArray(body.messages) && body.messages.length === 0 ? { ...body, messages: [{ role: 'user', content: '' }] } : body;
+    const problem = requestValidators().messages(checked);
     if (problem) throw new GatewayError('invalid_request', problem.message, { metadata: { field: problem.field } });
     if (presetReference(body)) throw new GatewayError('invalid_request', 'A preset cannot name another preset', { metadata: { field: 'model' } });
-    for (const model of [body.model, ...(Array.isArray(body.models) ? body.models : [])]) {
-      if (typeof model === 'string' && !services.models.has(model)) {
+    // What every use of the preset would be refused for is refused now: a plugin the pipeline does not run, a model (fallbacks too) this gateway does not have.
+    checkRequestPlugins({ ...state, endpoint: 'messages' }, services.config);
+    for (const model of requestedModels(body)) {
+      if (!services.models.has(model)) {
         throw new GatewayError('not_found', `Model \`${model}\` is not available on this gateway (see GET /models)`, { metadata: { model } });
       }
     }

@@ -89,7 +89,17 @@ describe('POST /presets/{slug}/messages', () => {
     const unknown = await save(g, 'ok', { model: 'nope/model', messages: [{ role: 'user', content: 'x' }] });
     expect(unknown.status).toBe(404);
     expect(unknown.json.error).toMatchObject({ code: 404, metadata: { error_type: 'not_found', model: 'nope/model' } });
+    // What would refuse every use of the preset refuses the write: an unknown fallback model, a plugin the
+    // operator's pipeline does not run.
+    const fallback = await save(g, 'ok', { model: 'fake/gpt', fallbacks: [{ model: 'nope/other' }], messages: [{ role: 'user', content: 'x' }] });
+    expect(fallback.status).toBe(404);
+    expect(fallback.json.error.metadata).toMatchObject({ model: 'nope/other' });
+    const plugin = await save(g, 'ok', { model: 'fake/gpt', plugins: [{ id: 'moderation' }], messages: [{ role: 'user', content: 'x' }] });
+    expect(plugin.status).toBe(400);
+    expect(plugin.json.error.metadata).toMatchObject({ error_type: 'invalid_request', field: 'plugins[0].id' });
     expect((await get(`${g.url}/presets`, g.managementKey)).json.data).toEqual([]); // nothing was saved
+    // `messages` is not persisted: the empty list a client sends with a preset is accepted.
+    expect((await save(g, 'ok', { model: 'fake/gpt', max_tokens: 10, messages: [] })).status).toBe(200);
   });
 
   it('500 when the store fails, with the generic message', async () => {
