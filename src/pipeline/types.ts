@@ -72,7 +72,7 @@ export interface GatewayState {
   /** The sticky-routing session (`session_id`, else the `x-session-id` header). */
   session: string | null;
   /** Streams with `debug.echo_upstream_body`: the upstream body of each attempt, redacted. */
-  debugEchoes: unknown[];
+  debugEchoes: { provider: string; model: string; body: unknown }[];
   /** X-Gateway-Metadata: enabled (or the legacy header). */
   metadataOptIn: boolean;
   /** Aborted when the client goes away (or a shutdown cuts the request). Made on first use: see `abort`. */

@@ -89,7 +89,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
             DIALECTS[dialect].upstreamBody(body, { upstreamModel: candidate.endpoint.upstream_model, hashUser: deps.hashUser }),
             { defaultMaxTokens: candidate.model.max_output_tokens ?? DEFAULT_MAX_TOKENS },
           );
-          if (stream && debugEcho(body)) state.debugEchoes.push(redactedEcho(upstreamBody));
+          if (stream && debugEcho(body)) state.debugEchoes.push({ provider: candidate.provider.id, model: candidate.model.id, body: redactedEcho(upstreamBody) });
           const sent = performance.now();
           const reply = await candidate.provider
             .send(new CallFor(state, candidate.dialect, upstreamBody, stream, forwardHeaders, apiKey))
@@ -392,19 +392,22 @@ async function firstOutput(
   }
 }
 
-/** A chat chunk with no choices that carries gateway data (routing metadata, debug echo) before the answer. */
-function sideChunk(state: GatewayState, c: Candidate, extra: Record<string, unknown>): SseEvent {
-  const chunk = { id: state.requestId, object: 'chat.completion.chunk', created: Math.floor(Date.now() / 1000), model: c.model.id, provider: c.provider.id, choices: [], ...extra };
+/**
+ * A chat chunk with no choices that carries gateway data (routing metadata, debug echo) before the answer,
+ * stamped with the model and provider it is about.
+ */
+function sideChunk(state: GatewayState, about: { model: string; provider: string }, extra: Record<string, unknown>): SseEvent {
+  const chunk = { id: state.requestId, object: 'chat.completion.chunk', created: Math.floor(Date.now() / 1000), model: about.model, provider: about.provider, choices: [], ...extra };
   return { data: JSON.stringify(chunk) };
 }
 
 /**
- * Chat style, before the answer: one debug chunk per attempted provider (spec 6.1.3, streaming only), then
- * the routing metadata when opted in.
+ * Chat style, before the answer: one debug chunk per attempted provider (spec 6.1.3, streaming only), each
+ * naming the provider and model of its attempt, then the routing metadata when opted in.
  */
 function sideChunks(state: GatewayState, c: Candidate): SseEvent[] {
-  const out = state.debugEchoes.map((echo) => sideChunk(state, c, { debug: { echo_upstream_body: echo } }));
-  if (state.metadataOptIn) out.push(sideChunk(state, c, { gateway_metadata: routingMetadata(state) }));
+  const out = state.debugEchoes.map((echo) => sideChunk(state, echo, { debug: { echo_upstream_body: echo.body } }));
+  if (state.metadataOptIn) out.push(sideChunk(state, { model: c.model.id, provider: c.provider.id }, { gateway_metadata: routingMetadata(state) }));
   return out;
 }
 

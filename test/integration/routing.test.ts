@@ -372,6 +372,8 @@ describe('the stream-failure contract (7.5)', () => {
     const events = sseEvents(res.text).map((e) => (e.data === '[DONE]' ? e.data : JSON.parse(e.data)));
     const debug = events.filter((e: any) => e.debug);
     expect(debug.map((d: any) => d.debug.echo_upstream_body.model)).toEqual(['up-a', 'up-b']);
+    // Each debug chunk names the provider of its attempt, not the one that finally served.
+    expect(debug.map((d: any) => d.provider)).toEqual(['pa', 'pb']);
     expect(debug.every((d: any) => Array.isArray(d.choices) && d.choices.length === 0)).toBe(true);
     expect(JSON.stringify(debug)).not.toContain(gw.key);
     expect(events.indexOf(debug[0])).toBe(0);
