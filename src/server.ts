@@ -52,6 +52,7 @@ export interface Gateway {
   ledger: LedgerWriter;
   /** Per-endpoint health (circuit breakers), shared by every config generation. */
   health: EndpointHealth;
+  sticky: StickyRoutes;
   /** The shared fast state (memory or Redis) and the spend checks over it. */
   state: SharedState;
   spend: SpendControl;
@@ -197,6 +198,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     keys,
     ledger,
     health,
+    sticky,
     state,
     spend,
     videos,
@@ -207,6 +209,9 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     reload(config) {
       const before = current.config;
       current = build(config);
+      // The breaker and sticky sessions outlive a reload (their records are kept); their settings follow it.
+      health.configure({ failureThreshold: config.routing.circuit_breaker.failure_threshold, cooldownMs: config.routing.circuit_breaker.cooldown_ms });
+      sticky.ttlMs = config.routing.sticky_ttl_ms;
       const differs = (a: unknown, b: unknown) => JSON.stringify(a) !== JSON.stringify(b);
       for (const section of ['storage', 'state', 'telemetry', 'ledger'] as const) {
         if (differs(before[section], config[section])) {

@@ -43,10 +43,15 @@ function ewma(prev: number | null, sample: number): number {
 }
 
 export class EndpointHealth {
-  readonly options: HealthOptions;
+  options!: HealthOptions;
   private readonly entries = new Map<string, Entry>();
 
   constructor(options: Partial<HealthOptions> = {}) {
+    this.configure(options);
+  }
+
+  /** Sets the breaker's threshold and cooldown (a config reload); what the endpoints' records hold is kept. */
+  configure(options: Partial<HealthOptions>): void {
     const failureThreshold = options.failureThreshold ?? DEFAULT_HEALTH_OPTIONS.failureThreshold;
     const cooldownMs = options.cooldownMs ?? DEFAULT_HEALTH_OPTIONS.cooldownMs;
     if (!Number.isInteger(failureThreshold) || failureThreshold < 1) {

@@ -14,7 +14,8 @@ export class StickyRoutes {
 
   constructor(
     private readonly state: SharedState,
-    private readonly ttlMs: number,
+    /** How long an unused session keeps its endpoint; a config reload sets it. */
+    public ttlMs: number,
     private readonly logger?: Logger,
   ) {}
 

@@ -145,4 +145,24 @@ describe('server fields at reload', () => {
     expect(warnings[0].fields).toEqual(['port']);
     expect(warnings[0].msg).toBe('config fields server.port changed: they take effect at the next restart');
   });
+
+  it('routing settings that outlive a reload follow it: the breaker threshold and cooldown, the sticky TTL', async () => {
+    gw = await startTestGateway({ yaml: yaml(['m/a']) });
+    const { health } = gw.gateway;
+    expect(health.options).toEqual({ failureThreshold: 3, cooldownMs: 30_000 });
+    dir = mkdtempSync(path.join(tmpdir(), 'gw-reload-routing-'));
+    const file = path.join(dir, 'gateway.yaml');
+    writeFileSync(file, `${yaml(['m/a'])}routing: { sticky_ttl_ms: 1234, circuit_breaker: { failure_threshold: 2, cooldown_ms: 500 } }\n`);
+    gw.gateway.reload(loadConfig(file, { registry }));
+    expect(health.options).toEqual({ failureThreshold: 2, cooldownMs: 500 });
+    expect(gw.gateway.sticky.ttlMs).toBe(1234);
+    // Two failures in a row now open the breaker.
+    health.recordFailure('p/x', 1000);
+    expect(health.state('p/x', 1001)).toBe('closed');
+    health.recordFailure('p/x', 1002);
+    expect(health.state('p/x', 1003)).toBe('open');
+    expect(health.state('p/x', 1002 + 500)).toBe('half_open');
+    expect((await ask('m/a')).status).toBe(200);
+    expect(gw.logs.map((l) => JSON.parse(l)).filter((l) => l.level >= 40)).toEqual([]); // nothing to warn about
+  });
 });
