@@ -121,7 +121,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           const step = nextStep(e, { retriedSame, lastCandidate: remaining.length === 0, retryWaitMaxMs: deps.routing.retry_wait_max_ms });
           if (step.kind === 'stop') {
             if (accepted) return streamFailedBeforeOutput(state, accepted, e);
-            throw e;
+            throw withoutRoutingFlags(e);
           }
           if (step.kind === 'retry_same' && !retriedSame) {
             if (step.waitMs > 0) {
@@ -142,7 +142,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
     }
     if (last?.metadata?.after_headers && dialect === 'chat_completions' && !stream) return errorAfterHeaders(state, last);
     if (accepted && last) return streamFailedBeforeOutput(state, accepted, last);
-    throw last ?? new GatewayError('provider_unavailable', 'No provider could serve the request');
+    throw last ? withoutRoutingFlags(last) : new GatewayError('provider_unavailable', 'No provider could serve the request');
   };
 }
 
@@ -166,13 +166,20 @@ function errorAfterHeaders(state: GatewayState, err: GatewayError): GatewayRespo
  * mid-stream), and the request is billed (`failed`, nothing delivered) to the last endpoint that accepted it.
  */
 function streamFailedBeforeOutput(state: GatewayState, served: Served, err: GatewayError): GatewayResponse {
-  const { accepted: _drop, ...metadata } = err.metadata ?? {};
   state.route = routeOf(served);
   state.outcome = 'failed';
-  const events = inBandError(state, new GatewayError(err.errorType, err.message, { metadata }));
+  const events = inBandError(state, withoutRoutingFlags(err));
   return { kind: 'sse', status: 200, events: (async function* () {
     yield* events;
   })() };
+}
+
+/** The error without the flags routing reads (`after_headers`, `accepted`), for the caller to see. */
+function withoutRoutingFlags(err: GatewayError): GatewayError {
+  const m = err.metadata;
+  if (!m || (!('after_headers' in m) && !('accepted' in m))) return err;
+  const { after_headers: _a, accepted: _b, ...metadata } = m;
+  return new GatewayError(err.errorType, err.message, { status: err.status, metadata, headers: err.headers, cause: err });
 }
 
 /**
@@ -335,7 +342,7 @@ async function streamResponse(
     .catch((err) => {
       // The provider had accepted the stream (200): see streamFailedBeforeOutput.
       const e = toGatewayError(err);
-      throw new GatewayError(e.errorType, e.message, { metadata: { ...e.metadata, accepted: true }, headers: e.headers, cause: e });
+      throw new GatewayError(e.errorType, e.message, { status: e.status, metadata: { ...e.metadata, accepted: true }, headers: e.headers, cause: e });
     })
     .finally(() => waited(state, waitFrom));
   choose(state, served);

@@ -321,6 +321,12 @@ describe('the stream-failure contract (7.5)', () => {
     expect(res.json.id).toMatch(/^gen-/);
     expect(res.json.error.metadata.error_type).toBe('provider_unavailable');
     expect(seen(n)).toEqual(['up-solo', 'up-solo']); // a reset after headers is retried once too
+    // Messages callers get the real status; the flag routing reads is not in what they see.
+    upstream.scripts.set('up-solo', [{ kind: 'midstream' }, { kind: 'midstream' }]);
+    const messages = await post(`${gw.url}/messages`, gw.key, { model: 'r/solo', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] });
+    expect(messages.status).toBe(502);
+    expect(messages.json.metadata).not.toHaveProperty('after_headers');
+    expect(messages.json.error.error_type).toBe('provider_unavailable');
   });
 
   it('a client that goes away mid-stream aborts the upstream call at once, and what was delivered is billed', async () => {
