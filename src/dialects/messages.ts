@@ -95,7 +95,9 @@ export const messages: DialectAdapter = {
             data.message.model = info.model;
             data.message.provider = info.provider;
             if (info.metadata) data.message.gateway_metadata = info.metadata;
-            take(data.message.usage);
+            // A usage of zeros (a translated stream's message_start, before its provider reported any) is not
+            // usage: the bill of a stream cut short then counts the input from the request (spend/delivered.ts).
+            if (counts(data.message.usage)) take(data.message.usage);
             return { event: ev.event, data: JSON.stringify(data) };
           }
           case 'message_delta': {
@@ -143,3 +145,8 @@ export const messages: DialectAdapter = {
     return ev.data === '[DONE]' || !(ev.event === undefined || PREAMBLE.has(ev.event));
   },
 };
+
+/** Whether a usage object counts any tokens. */
+function counts(u: Record<string, unknown> | undefined): boolean {
+  return !!u && Object.values(u).some((v) => typeof v === 'number' && v > 0);
+}

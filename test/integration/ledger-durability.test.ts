@@ -66,6 +66,16 @@ describe('streams cut short are billed for what was delivered', () => {
       expect(row).toMatchObject({ status: 'failed' });
       expect(row.completionTokens).toBeGreaterThan(0);
       expect(await gw.store.listPendingLedger()).toEqual([]);
+
+      // The same death seen by a messages client (the stream translated): billed the same input tokens, counted
+      // from the request, not the zeros the translated message_start carries before any usage is known.
+      upstream.faults.push({ kind: 'midstream' });
+      const translated = await post(`${gw.url}/messages`, gw.key, { model: 'fake/gpt', max_tokens: 20, stream: true, messages: [{ role: 'user', content: 'hi' }] });
+      expect(translated.text).toContain('event: error');
+      const tid = /"id":"(gen-[^"]+)"/.exec(translated.text)![1];
+      const trow = (await gw.ledgerRow(tid))!;
+      expect(trow).toMatchObject({ status: 'failed', promptTokens: row.promptTokens });
+      expect(trow.promptTokens).toBeGreaterThan(0);
     } finally {
       await gw.close();
     }
