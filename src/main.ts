@@ -2,6 +2,7 @@
 // First, before anything else loads: holds the young generation small during start-up (README, Performance).
 import './start-heap';
 import { parseArgs } from 'node:util';
+import { trace } from '@opentelemetry/api';
 import { registry } from '../plugins';
 import { byokContext, maskProviderKey, parseEncryptionKey, sealProviderKey } from './auth/byok-seal';
 import { ConfigError, loadConfig } from './config/load';
@@ -9,6 +10,7 @@ import { configReloader } from './config/reload';
 import type { GatewayConfig } from './config/types';
 import { watchFile } from './config/watch';
 import { capYoungGeneration, collectStartupGarbage, tuneHeap } from './heap-tuning';
+import { checkPipelines } from './runtime';
 import { closeUpstreamPool, createGateway } from './server';
 import { generateKey, hashKey, maskKey } from './store/key-secret';
 import { openStore } from './store';
@@ -70,7 +72,8 @@ async function main(argv: string[]): Promise<number> {
   const file = configPath(values.config);
   if (command === 'serve') return serve(file);
   if (command === 'config' && sub === 'check') {
-    loadConfig(file, { registry });
+    // The schema, then every stage's own checks of its config, exactly as `serve` runs them.
+    checkPipelines(loadConfig(file, { registry }), registry, trace.getTracer('config-check'), createLogger('silent'));
     process.stdout.write(`${file}: ok\n`);
     return 0;
   }
@@ -228,6 +231,8 @@ async function serve(file: string): Promise<number> {
   const config = loadConfig(file, { registry });
   tuneHeap();
   const logger = createLogger(config.logging.level);
+  // Every stage's checks of its config, before anything is opened or created (a refused config leaves no store behind).
+  checkPipelines(config, registry, trace.getTracer('config-check'), logger);
   const telemetry = startTelemetry(config.telemetry);
   const store = await openStore(config.storage);
   const { workspace } = await ensureDeclared(store, config);

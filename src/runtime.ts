@@ -111,3 +111,37 @@ export function buildRuntime(input: RuntimeInput): Runtime {
     },
   };
 }
+
+/**
+ * Builds every pipeline of `config` as `serve` does, with no store, state or other process resources behind
+ * the services (none is touched while stages are created; a stage that did would fail the check, naming
+ * it), so each stage's own checks of its operator config run: fusion's models, web's backend, … A mistake
+ * throws the stage's error (a `ConfigError` naming `plugins.<id>.<field>`). `gateway config check` and the
+ * start of `serve` (before the store is opened) run it.
+ */
+export function checkPipelines(config: GatewayConfig, registry: StageRegistry, tracer: Tracer, logger: Logger): void {
+  const absent = <T extends object>(name: string): T =>
+    new Proxy({} as T, {
+      get(_target, prop) {
+        throw new Error(`a stage used services.${name}.${String(prop)} while being created from the config`);
+      },
+    });
+  buildRuntime({
+    config,
+    registry,
+    tracer,
+    logger,
+    store: absent('store'),
+    ledger: absent('ledger'),
+    keys: absent('keys'),
+    health: absent('health'),
+    sticky: absent('sticky'),
+    state: absent('state'),
+    spend: { clock: Date.now } as SpendControl,
+    rateLimits: absent('rateLimits'),
+    byok: absent('byok'),
+    presets: absent('presets'),
+    hashUser: (user) => user,
+    metrics: null,
+  });
+}

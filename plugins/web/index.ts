@@ -1,3 +1,4 @@
+import { ConfigError } from '../../src/config/load';
 import { GatewayError } from '../../src/errors/gateway-error';
 import { requestPlugin } from '../../src/pipeline/request-plugins';
 import type { GatewayState, StageDefinition } from '../../src/pipeline/types';
@@ -33,7 +34,7 @@ export const web: StageDefinition<WebConfig> = {
   create(config) {
     // Why here: the loader fills defaults for a stage named in a pipeline without config but does not
     // reject it, and a search stage without a backend can only be a configuration mistake.
-    if (!config.backend) throw new Error('plugins.web.backend is required when the web stage is in a pipeline');
+    if (!config.backend) throw new ConfigError('plugins.web.backend is required when the web stage is in a pipeline');
     const search = createSearch(config.backend);
     return async (ctx, next) => {
       const state = ctx.state.gateway;

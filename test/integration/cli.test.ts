@@ -93,6 +93,9 @@ describe('config check', () => {
     ['an unknown provider kind', { kind: 'nope' }, /providers\[0\]\.kind: must be one of (?=.*anthropic)(?=.*simulated)/],
     ['an unknown stage id', { stages: 'auth, bogus, upstream' }, /pipelines\.default\[1\]: must be one of .*validate/],
     ['a pipeline without auth', { stages: 'validate, upstream' }, /pipelines\.default: /],
+    // The checks a stage makes of its own config when it is created, as `serve` makes them.
+    ['a stage whose config fails its own checks (fusion without models)', { stages: 'auth, validate, fusion, upstream' }, /plugins\.fusion: /],
+    ['web without its backend', { stages: 'auth, validate, web, upstream' }, /plugins\.web\.backend is required/],
   ] as const)('exits non-zero on %s and names the field path', async (_what, opts, message) => {
     const { dir, file } = configDir(opts);
     const r = await runCli(['config', 'check', '--config', file], { cwd: dir });
@@ -110,6 +113,15 @@ describe('serve', () => {
     expect(r.code).not.toBe(0);
     expect(r.stderr).toContain('pipelines.default[1]');
     expect(r.stdout).not.toContain('Gateway listening');
+  });
+
+  it('refuses a config a stage rejects before it opens the store or makes a key', async () => {
+    const { dir, file } = configDir({ stages: 'auth, validate, web, upstream' });
+    const r = await runCli(['serve', '--config', file], { cwd: dir });
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toMatch(/^config error: plugins\.web\.backend is required/);
+    expect(r.stdout).not.toContain('First start');
+    expect(existsSync(path.join(dir, 'gw.db'))).toBe(false);
   });
 
   it('uses GATEWAY_CONFIG when --config is absent', async () => {
