@@ -40,14 +40,15 @@ export const responseHealing: StageDefinition<ResponseHealingConfig> = {
       if (text === null) return;
 
       if (Buffer.byteLength(text, 'utf8') > config.max_bytes) {
-        record(state, { summary: `answer longer than max_bytes (${config.max_bytes}); not examined`, data: { status: 'skipped', format: requested.format, reason: 'max_bytes' } });
+        record(state, { summary: `answer longer than max_bytes (${config.max_bytes}); not examined`, data: { status: 'skipped', format: requested.format, repairs: [], schema_valid: null, reason: 'max_bytes' } });
         return;
       }
       const healed = healJson(text, { expect: expected(requested) });
       if (healed.status === 'unrepairable') {
         record(state, {
           summary: `answer is not valid JSON and could not be repaired (${healed.reason}); left as it was`,
-          data: { status: 'unrepairable', format: requested.format, repairs: healed.repairs, reason: healed.reason },
+          // Not JSON at all, so no schema could be checked: `schema_valid` is null, as for every record not checked.
+          data: { status: 'unrepairable', format: requested.format, repairs: healed.repairs, schema_valid: null, reason: healed.reason },
         });
         return;
       }

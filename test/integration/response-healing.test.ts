@@ -98,7 +98,7 @@ describe('response-healing through the server', () => {
     const g = await t.start({ yaml: yaml() });
     const r = await post(`${g.url}/chat/completions`, g.key, chatBody('heal/prose'), META);
     expect(r.json.choices[0].message.content).toBe(PROSE);
-    expect(healingRecord(r.json).data).toMatchObject({ status: 'unrepairable', reason: 'no JSON value found in the text' });
+    expect(healingRecord(r.json).data).toMatchObject({ status: 'unrepairable', schema_valid: null, reason: 'no JSON value found in the text' });
     const m = await post(`${g.url}/messages`, g.key, messagesBody('heal/prose'), META);
     expect(m.json.content[0].text).toBe(PROSE);
     expect(healingRecord(m.json).data.status).toBe('unrepairable');
@@ -135,7 +135,7 @@ describe('response-healing through the server', () => {
     const g = await t.start({ yaml: yaml('  response-healing: { max_bytes: 10 }') });
     const r = await post(`${g.url}/chat/completions`, g.key, chatBody('heal/broken'), META);
     expect(r.json.choices[0].message.content).toBe(BROKEN);
-    expect(healingRecord(r.json).data).toEqual({ status: 'skipped', format: 'json_schema', reason: 'max_bytes' });
+    expect(healingRecord(r.json).data).toEqual({ status: 'skipped', format: 'json_schema', repairs: [], schema_valid: null, reason: 'max_bytes' });
   });
 
   it('an unknown config field fails the start', async () => {
