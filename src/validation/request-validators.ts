@@ -84,7 +84,8 @@ export function compileRequestValidators(schemaDir: string = findSchemaDir(__dir
 export function dropNullFields(body: unknown, nullable: readonly string[]): void {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) return;
   const fields = body as JsonObject;
-  for (const name of nullable) if (fields[name] === null) delete fields[name];
+  // The body's own few fields, not the list of nullable ones: this runs on every request.
+  for (const name in fields) if (fields[name] === null && nullable.includes(name)) delete fields[name];
 }
 
 /** The `x-session-id` header is the sticky-routing key when the body has no `session_id`: the same bound (spec 8.1). */
