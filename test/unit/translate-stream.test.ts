@@ -402,13 +402,40 @@ describe('chatToMessagesStream', () => {
     const out = run(chatToMessagesStream(), chatChunks(TOOLS_COMPLETION, opts));
     const blocks = out.filter((e) => e.event === 'content_block_start').map((e) => JSON.parse(e.data).content_block.type);
     expect(blocks).toEqual(['thinking', 'text', 'tool_use', 'tool_use']);
-    if ((opts as Obj).interleave) {
-      // Interleaved fragments keep their own block index (the accumulator below would reject a late delta).
-      const deltas = out.filter((e) => e.data.includes('input_json_delta')).map((e) => JSON.parse(e.data).index);
-      expect(new Set(deltas)).toEqual(new Set([2, 3]));
-      return;
-    }
+    // Strict: every delta goes to the one open block (interleaved calls are held until the earlier is whole).
     expect(accumulateMessages(out)).toEqual(chatToMessagesResponse(TOOLS_COMPLETION));
+  });
+
+  it('holds an interleaved later call until the earlier call\'s arguments are whole, then streams it', () => {
+    const call = (index: number, fn: Obj, id?: string) => cc({ tool_calls: [{ index, ...(id ? { id, type: 'function' } : {}), function: fn }] });
+    const t = chatToMessagesStream();
+    const all: SseEvent[] = [];
+    const push = (e: SseEvent) => {
+      const out = t.push(e);
+      all.push(...out);
+      return out;
+    };
+    push(cc({ role: 'assistant' }));
+    expect(push(call(0, { name: 'a', arguments: '{"x":"}' }, 'call_a')).map((e) => e.event)).toEqual(['content_block_start', 'content_block_delta']);
+    // The second call begins while the first's arguments are open (a brace inside a string does not close it).
+    expect(push(call(1, { name: 'b', arguments: '{"y":' }, 'call_b'))).toEqual([]);
+    expect(push(call(1, { arguments: '[1,{"z":2}]' }))).toEqual([]);
+    const closing = push(call(0, { arguments: '\\"{"}' }));
+    expect(closing.map((e) => [e.event, JSON.parse(e.data).index])).toEqual([
+      ['content_block_delta', 0],
+      ['content_block_stop', 0],
+      ['content_block_start', 1],
+      ['content_block_delta', 1],
+    ]);
+    expect(JSON.parse(closing[3].data).delta.partial_json).toBe('{"y":[1,{"z":2}]');
+    // Once open, the later call streams as it comes.
+    expect(push(call(1, { arguments: '}' })).map((e) => e.event)).toEqual(['content_block_delta']);
+    push(cc({}, 'tool_calls'));
+    push(DONE);
+    expect(accumulateMessages(all).content).toEqual([
+      { type: 'tool_use', id: 'call_a', name: 'a', input: { x: '}"{' } },
+      { type: 'tool_use', id: 'call_b', name: 'b', input: { y: [1, { z: 2 }] } },
+    ]);
   });
 
   it('opens the block of a tool call whose name never came, so its arguments are kept', () => {

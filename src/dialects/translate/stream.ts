@@ -198,6 +198,36 @@ interface ToolState {
   block: number;
   /** Argument text that arrived before the block could be opened. */
   pending: string;
+  /** Where the arguments' JSON value ends: once it has, a call waiting behind this one may open. */
+  end: JsonEnd;
+}
+
+/**
+ * Watches a JSON text arrive in fragments and says when its top-level object or array has closed (brackets
+ * outside strings balance again). A chat stream does not say when one tool call's arguments are done, and an
+ * Anthropic-style stream cannot go back to a block it has stopped, so this is how the translator knows it
+ * may open the next call's block.
+ */
+class JsonEnd {
+  private depth = 0;
+  private inString = false;
+  private escaped = false;
+  done = false;
+
+  /** Feeds a fragment; true once the value has closed (and from then on). */
+  feed(text: string): boolean {
+    for (let i = 0; i < text.length && !this.done; i++) {
+      const c = text.charCodeAt(i);
+      if (this.inString) {
+        if (this.escaped) this.escaped = false;
+        else if (c === 92) this.escaped = true; // a backslash
+        else if (c === 34) this.inString = false; // a quote
+      } else if (c === 34) this.inString = true;
+      else if (c === 123 || c === 91) this.depth++; // { [
+      else if ((c === 125 || c === 93) && --this.depth === 0) this.done = true; // } ]
+    }
+    return this.done;
+  }
 }
 
 /** chat.completion.chunk events in → Anthropic-style events out (the messages rewriter adds the final `[DONE]`). */
@@ -226,10 +256,25 @@ export function chatToMessagesStream(): StreamTranslator {
     return index;
   };
   const delta = (index: number, d: Obj): SseEvent => ev('content_block_delta', { index, delta: d });
+  /** The tool call whose block is open, if the open block is a tool call's. */
+  let openCall: ToolState | null = null;
   const openTool = (out: SseEvent[], t: ToolState): void => {
     t.block = openBlock(out, 'tool', { type: 'tool_use', id: t.id ?? toolUseId(), name: t.name ?? '', input: {} });
-    if (t.pending) out.push(delta(t.block, { type: 'input_json_delta', partial_json: t.pending }));
+    openCall = t;
+    if (t.pending) {
+      out.push(delta(t.block, { type: 'input_json_delta', partial_json: t.pending }));
+      t.end.feed(t.pending);
+    }
     t.pending = '';
+  };
+  /** A named call waiting for its block may open once no tool block is open or the open one's arguments are whole. */
+  const mayOpen = (): boolean => openCall === null || open?.kind !== 'tool' || openCall.end.done;
+  /** Opens waiting calls, in the order they began, while the open call's arguments are whole. */
+  const openWaiting = (out: SseEvent[]): void => {
+    for (const t of tools.values()) {
+      if (!mayOpen()) return;
+      if (t.block < 0 && t.name) openTool(out, t);
+    }
   };
   const start = (out: SseEvent[], chunk: Obj): void => {
     if (started) return;
@@ -256,7 +301,7 @@ export function chatToMessagesStream(): StreamTranslator {
     const fn = isObj(tc.function) ? tc.function : {};
     let t = tools.get(key);
     if (!t) {
-      t = { block: -1, pending: '' };
+      t = { block: -1, pending: '', end: new JsonEnd() };
       tools.set(key, t);
     }
     if (t.block < 0) {
@@ -265,13 +310,20 @@ export function chatToMessagesStream(): StreamTranslator {
     }
     const args = typeof fn.arguments === 'string' ? fn.arguments : '';
     if (t.block >= 0) {
-      // Fragments of an earlier call interleaved with a later one keep their own block index.
+      // A fragment of a call whose block was closed early (text came between) still names its own block.
       if (args) out.push(delta(t.block, { type: 'input_json_delta', partial_json: args }));
+      if (t === openCall && args && t.end.feed(args)) openWaiting(out);
       return;
     }
     t.pending += args;
-    // The block opens once the name is known (some providers send the id first).
-    if (t.name) openTool(out, t);
+    // The block opens once the name is known (some providers send the id first) and no other call's block
+    // is still taking arguments: a provider that interleaves parallel calls' fragments has the later calls
+    // held here until the earlier one's arguments are whole, so every block is started, filled and stopped
+    // in turn, as an Anthropic-style stream must be.
+    if (t.name && mayOpen()) {
+      openTool(out, t);
+      if (t.end.done) openWaiting(out);
+    }
   };
 
   return {
@@ -327,6 +379,7 @@ export function chatToMessagesStream(): StreamTranslator {
       } else if (typeof choice.finish_reason === 'string' && choice.finish_reason) {
         // Calls whose name never arrived still get their block, so their arguments are not lost.
         for (const t of tools.values()) if (t.block < 0) openTool(out, t);
+        openCall = null;
         close(out);
         finish = choice.finish_reason;
       }
