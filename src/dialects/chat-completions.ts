@@ -3,7 +3,7 @@ import { GatewayError } from '../errors/gateway-error';
 import type { NormalizedUsage, SseEvent } from '../pipeline/types';
 import { DONE } from '../providers/sse';
 import { num, stripGatewayFields } from './common';
-import { eventData, providerStreamError } from './stream-error';
+import { endedBeforeOutput, eventData, providerStreamError } from './stream-error';
 import type { DialectAdapter, FinishInfo, StreamRewriter } from './types';
 
 /** Chat-completions usage → normalized usage. */
@@ -194,7 +194,8 @@ export const chatCompletions: DialectAdapter = {
   },
 
   opensOutput(ev: SseEvent, providerId: string): boolean {
-    if (ev.data === '[DONE]') return true;
+    // `[DONE]` before any chunk with output (or a finish) is an empty answer, not a short one.
+    if (ev.data === '[DONE]') throw endedBeforeOutput(providerId);
     const chunk = eventData(ev, providerId) as Record<string, any> | null;
     if (!chunk || typeof chunk !== 'object') throw providerStreamError('chat_completions', {}, providerId);
     if (chunk.error) throw providerStreamError('chat_completions', chunk, providerId);

@@ -3,7 +3,7 @@ import { GatewayError } from '../errors/gateway-error';
 import type { NormalizedUsage, SseEvent } from '../pipeline/types';
 import { DONE } from '../providers/sse';
 import { num, stripGatewayFields } from './common';
-import { eventData, providerStreamError } from './stream-error';
+import { endedBeforeOutput, eventData, providerStreamError } from './stream-error';
 import type { DialectAdapter, FinishInfo, StreamRewriter } from './types';
 
 /** Messages usage → normalized usage (`input_tokens` there excludes cache reads and writes). */
@@ -142,7 +142,8 @@ export const messages: DialectAdapter = {
 
   opensOutput(ev: SseEvent, providerId: string): boolean {
     if (ev.event === 'error') throw providerStreamError('messages', eventData(ev, providerId), providerId);
-    return ev.data === '[DONE]' || !(ev.event === undefined || PREAMBLE.has(ev.event));
+    if (ev.data === '[DONE]') throw endedBeforeOutput(providerId);
+    return !(ev.event === undefined || PREAMBLE.has(ev.event));
   },
 };
 

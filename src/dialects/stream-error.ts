@@ -36,3 +36,11 @@ export function eventData(ev: SseEvent, providerId: string): unknown {
     throw new GatewayError('provider_unavailable', `Provider ${providerId} sent a malformed stream event`, { metadata: { provider_name: providerId } });
   }
 }
+
+/**
+ * A provider's stream that ended (`[DONE]` or the end of its body) before its answer began: no token, no tool
+ * call, no finish. Nothing reached the client, so it is a failed attempt and the next candidate is tried.
+ */
+export function endedBeforeOutput(providerId: string): GatewayError {
+  return new GatewayError('provider_unavailable', `Provider ${providerId} ended its stream before any output`, { metadata: { provider_name: providerId } });
+}

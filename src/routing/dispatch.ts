@@ -5,6 +5,7 @@ import type { GatewayConfig, ModelConfig } from '../config/types';
 import { DIALECTS, type FinishInfo, type StreamRewriter } from '../dialects';
 import { translateRequest, translateResponse, translateStream } from '../dialects/translate';
 import { inBandError } from '../dialects/in-band-error';
+import { endedBeforeOutput } from '../dialects/stream-error';
 import { shutdownCut } from '../drain';
 import { GatewayError, toGatewayError } from '../errors/gateway-error';
 import { clientClosed } from '../pipeline/request-abort';
@@ -383,7 +384,7 @@ async function firstOutput(
   try {
     for (;;) {
       const r = await (timedOut ? Promise.race([iterator.next(), timedOut]) : iterator.next());
-      if (r.done) throw new GatewayError('provider_unavailable', `Provider ${c.provider.id} ended its stream before any output`, { metadata: { provider_name: c.provider.id } });
+      if (r.done) throw endedBeforeOutput(c.provider.id);
       try {
         if (r.value.some((ev) => opensOutput(ev, c.provider.id))) return { done: false, value: held.length > 0 ? held.concat(r.value) : r.value };
       } catch (err) {

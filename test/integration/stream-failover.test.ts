@@ -46,9 +46,16 @@ describe('streams fail over until the answer begins (spec 7.5.2)', () => {
     ]);
   });
 
-  it('chat: a role chunk and then a dropped connection, or a stream that ends before any output, fail over', async () => {
-    g = await t.start({ yaml: yaml() });
-    for (const fault of [{ kind: 'raw-stream', text: ROLE_CHUNK, destroy: true }, { kind: 'raw-stream', text: ROLE_CHUNK }] as const) {
+  it('chat: a role chunk and then a dropped connection, a stream that ends, or [DONE] before any output, fail over', async () => {
+    // Each fault is a failure of the first endpoint: its breaker must stay closed for the next fault's turn.
+    g = await t.start({ yaml: `${yaml()}routing: { circuit_breaker: { failure_threshold: 100 } }\n` });
+    const faults = [
+      { kind: 'raw-stream', text: ROLE_CHUNK, destroy: true },
+      { kind: 'raw-stream', text: ROLE_CHUNK },
+      { kind: 'raw-stream', text: ROLE_CHUNK + sse(null, '[DONE]') },
+      { kind: 'raw-stream', text: sse(null, '[DONE]') },
+    ] as const;
+    for (const fault of faults) {
       t.upstream.received.length = 0;
       t.upstream.always.set('first-chat', fault);
       const r = await ask('chat/completions');
@@ -88,6 +95,16 @@ describe('streams fail over until the answer begins (spec 7.5.2)', () => {
     expect(JSON.parse(errorEvents[0].data)).toEqual({ type: 'error', error: { type: 'overloaded_error', message: expect.any(String), error_type: 'provider_overloaded' } });
     expect(messages.at(-1)!.data).toBe('[DONE]');
     expect(upstreamModels()).toEqual(['first-msg']);
+  });
+
+  it('messages: message_start and then [DONE] (no answer) fails over', async () => {
+    g = await t.start({ yaml: yaml() });
+    t.upstream.always.set('first-msg', { kind: 'raw-stream', text: MESSAGE_START + sse(null, '[DONE]') });
+    const r = await ask('messages');
+    const events = sseEvents(r.text);
+    expect(events.filter((e) => e.event === 'error')).toEqual([]);
+    expect(events.filter((e) => e.event === 'message_stop')).toHaveLength(1);
+    expect(upstreamModels().at(-1)).toBe('second-msg');
   });
 
   it('messages: a record without an event name (not a messages event) is not passed on', async () => {
