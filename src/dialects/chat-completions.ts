@@ -190,6 +190,7 @@ export const chatCompletions: DialectAdapter = {
       usage: () => usage,
       cost: () => cost,
       failed: () => failed,
+      complete: () => done,
     };
   },
 

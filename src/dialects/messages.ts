@@ -102,7 +102,9 @@ export const messages: DialectAdapter = {
           }
           case 'message_delta': {
             const data = read(ev.data);
-            take(data.usage);
+            // Zeros here too are not usage (a translated stream whose provider reported none): the stream is
+            // then billed from what it relayed, as a chat client's is.
+            if (counts(data.usage)) take(data.usage);
             const usage = current();
             if (usage) data.usage = { ...data.usage, cost: info.costOf(usage), is_byok: info.isByok };
             return { event: ev.event, data: JSON.stringify(data) };
@@ -137,6 +139,7 @@ export const messages: DialectAdapter = {
         return u ? info.costOf(u) : null;
       },
       failed: () => failed,
+      complete: () => stopped || ended,
     };
   },
 

@@ -28,6 +28,11 @@ export interface StreamRewriter {
   cost(): number | null;
   /** True once the provider reported an error in-band. */
   failed(): boolean;
+  /**
+   * True once the provider's terminal event has been relayed (chat `[DONE]`, messages `message_stop`): nothing
+   * after it is read, so a provider that keeps its connection open cannot hold the client's stream open.
+   */
+  complete(): boolean;
 }
 
 export interface DialectAdapter {
@@ -37,8 +42,8 @@ export interface DialectAdapter {
   finishBody(body: Record<string, unknown>, info: FinishInfo): { usage: NormalizedUsage | null; cost: number | null };
   streamRewriter(info: FinishInfo): StreamRewriter;
   /**
-   * Whether a stream event (in this dialect) shows the answer has begun: a token, a tool call, a finish or
-   * the end. What comes before (message_start, a role chunk, pings) is held back until then, so that an
+   * Whether a stream event (in this dialect) shows the answer has begun: a token, a tool call or a finish
+   * (`[DONE]` before that is a stream that ended with no answer, thrown as a failure). What comes before (message_start, a role chunk, pings) is held back until then, so that an
    * attempt failing before any output can still fail over (spec 7.5.2). Throws the provider's error for an
    * in-band error event, and for a malformed one.
    */

@@ -444,10 +444,16 @@ async function* relay(
           bad = err;
           break;
         }
+        if (rewriter.complete()) break; // nothing after the terminal event goes out
       }
       // What the batch gave before a bad event still goes out, then the stream fails.
       if (out.length > 0) yield out;
       if (bad !== undefined) throw bad;
+      if (rewriter.complete()) {
+        // The answer is whole: stop reading (the provider may keep its connection open, or send more).
+        await iterator.return?.().catch(() => undefined);
+        break;
+      }
     }
     const end = rewriter.end();
     if (end.length > 0) yield end;

@@ -101,5 +101,6 @@ export function billedByDelivery(inner: StreamRewriter, o: { dialect: StreamDial
       return u ? o.info.costOf(u) : null;
     },
     failed: () => inner.failed(),
+    complete: () => inner.complete(),
   };
 }

@@ -179,6 +179,12 @@ describe('chatToMessagesResponse', () => {
     expect(body.choices[0].message).not.toHaveProperty('tool_calls');
   });
 
+  it('says tool_use when the model called a tool, even if the provider finished with stop (Gemini does)', () => {
+    const out = chatToMessagesResponse(completion({ tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'f', arguments: '{}' } }] }, 'stop'));
+    expect(out.stop_reason).toBe('tool_use');
+    expect(chatToMessagesResponse(completion({ tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{}' } }] }, 'length')).stop_reason).toBe('max_tokens');
+  });
+
   it('maps reasoning (and reasoning_content) to a leading thinking block, with reasoning tokens', () => {
     const out = chatToMessagesResponse(
       completion({ content: 'Yes', reasoning: 'Because.' }, 'stop', {

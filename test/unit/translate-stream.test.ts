@@ -438,6 +438,29 @@ describe('chatToMessagesStream', () => {
     ]);
   });
 
+  it('tool calls without an index (each whole, with its own id, as Gemini sends them) are separate blocks; stop with calls is tool_use', () => {
+    const whole = (id: string, name: string, args: string) => cc({ tool_calls: [{ id, type: 'function', function: { name, arguments: args } }] });
+    const out = run(chatToMessagesStream(), [cc({ role: 'assistant' }), whole('call_a', 'f', '{"city":"Paris"}'), whole('call_b', 'g', '{"tz":"UTC"}'), cc({}, 'stop'), DONE]);
+    const message = accumulateMessages(out);
+    expect(message.content).toEqual([
+      { type: 'tool_use', id: 'call_a', name: 'f', input: { city: 'Paris' } },
+      { type: 'tool_use', id: 'call_b', name: 'g', input: { tz: 'UTC' } },
+    ]);
+    expect(message.stop_reason).toBe('tool_use');
+    // An index-less fragment without an id continues the last call.
+    const cont = run(chatToMessagesStream(), [whole('call_a', 'f', '{"a":'), cc({ tool_calls: [{ function: { arguments: '1}' } }] }), cc({}, 'tool_calls'), DONE]);
+    expect(accumulateMessages(cont).content).toEqual([{ type: 'tool_use', id: 'call_a', name: 'f', input: { a: 1 } }]);
+  });
+
+  it('a provider that finished but closed without [DONE] ends the message normally; without a finish it does not', () => {
+    const events = chatChunks(TOOLS_COMPLETION).filter((e) => e.data !== '[DONE]');
+    const out = run(chatToMessagesStream(), events);
+    expect(out.at(-1)!.event).toBe('message_stop');
+    expect(accumulateMessages(out)).toEqual(chatToMessagesResponse(TOOLS_COMPLETION));
+    const cut = run(chatToMessagesStream(), [cc({ role: 'assistant' }), cc({ content: 'Hel' })]);
+    expect(cut.map((e) => e.event)).not.toContain('message_stop');
+  });
+
   it('opens the block of a tool call whose name never came, so its arguments are kept', () => {
     const first = cc({ tool_calls: [{ index: 0, id: 'call_x', type: 'function', function: { arguments: '{"a":' } }] });
     const out = run(chatToMessagesStream(), [cc({ role: 'assistant' }), first, cc({ tool_calls: [{ index: 0, function: { arguments: '1}' } }] }), cc({}, 'tool_calls'), DONE]);
@@ -502,7 +525,6 @@ describe('chatToMessagesStream', () => {
 
   it.each([
     ['no finish_reason and no [DONE]', (e: SseEvent[]) => e.slice(0, 4)],
-    ['a finish_reason but no [DONE]', (e: SseEvent[]) => e.slice(0, -1)],
     ['[DONE] without a finish_reason', (e: SseEvent[]) => [...e.slice(0, 4), DONE]],
   ])('an input with %s is not complete and gets no successful ending', (_name, cut) => {
     const t = chatToMessagesStream();

@@ -33,7 +33,12 @@ export function translateResponse(from: Dialect, to: Dialect, body: Record<strin
 export async function* translateStream(from: Dialect, to: Dialect, events: AsyncIterable<SseEvent>, providerId: string): AsyncGenerator<SseEvent> {
   if (from === to) throw new Error('translateStream: nothing to translate between one style and itself');
   const translator = from === 'messages' ? messagesToChatStream() : chatToMessagesStream();
-  for await (const ev of events) yield* translator.push(ev);
+  for await (const ev of events) {
+    yield* translator.push(ev);
+    // Its terminal event seen, the answer is whole: a provider that keeps the connection open after it (or
+    // sends more) must not hold the client's stream open until a timeout turns a whole answer into a failure.
+    if (translator.complete) break;
+  }
   yield* translator.end();
   if (!translator.complete) {
     throw new GatewayError('provider_unavailable', `Provider ${providerId} ended the stream before it was complete`, {

@@ -40,8 +40,11 @@ export function finishReasonOf(stopReason: unknown): string {
 }
 
 /** Chat `finish_reason` → messages `stop_reason` (unknown reasons count as `end_turn`). */
-export function stopReasonOf(finishReason: unknown): string {
-  return (typeof finishReason === 'string' && STOP_OF_FINISH[finishReason]) || 'end_turn';
+export function stopReasonOf(finishReason: unknown, calledTools = false): string {
+  const reason = (typeof finishReason === 'string' && STOP_OF_FINISH[finishReason]) || 'end_turn';
+  // Some providers (Gemini's OpenAI-compatible API) finish a turn with tool calls as `stop`: the Messages API
+  // says `tool_use` whenever the model called a tool, and agent loops run tools on that alone.
+  return calledTools && reason === 'end_turn' ? 'tool_use' : reason;
 }
 
 // ---- usage ----
@@ -187,7 +190,7 @@ export function chatToMessagesResponse(body: Record<string, any>): Record<string
     content.push({ type: 'tool_use', id: typeof call.id === 'string' ? call.id : toolUseId(), name: fn.name ?? '', input: inputOf(fn.arguments) });
   }
   const refusal = typeof message.refusal === 'string' && message.refusal ? message.refusal : null;
-  const stopReason = refusal ? 'refusal' : stopReasonOf(choice.finish_reason);
+  const stopReason = refusal ? 'refusal' : stopReasonOf(choice.finish_reason, calls.length > 0);
   const usage = chatUsageToMessages(body.usage);
   if (typeof body.service_tier === 'string') usage.service_tier = body.service_tier;
   return {

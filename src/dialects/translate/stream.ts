@@ -292,12 +292,47 @@ export function chatToMessagesStream(): StreamTranslator {
     };
     out.push(ev('message_start', { message }));
   };
+  /** message_delta (stop reason, usage: zeros when the provider reported none) and message_stop. */
+  const finishMessage = (out: SseEvent[]): void => {
+    const stopReason = refusal ? 'refusal' : stopReasonOf(finish, tools.size > 0);
+    const u = chatUsageToMessages(usage);
+    if (tier !== undefined) u.service_tier = tier;
+    out.push(
+      ev('message_delta', {
+        delta: { stop_reason: stopReason, stop_sequence: null, stop_details: stopReason === 'refusal' ? refusalDetails(refusal || null) : null },
+        usage: u,
+      }),
+    );
+    out.push(ev('message_stop', {}));
+    complete = true;
+  };
   const fail = (out: SseEvent[], error: unknown): void => {
     out.push(ev('error', { error: chatErrorToMessages(error) }));
     complete = true;
   };
+  /** The key of the call a fragment without `index` belongs to (see keyOf). */
+  let lastKey: number | undefined;
+  const byId = new Map<string, number>();
+  /**
+   * Which call a tool_calls entry continues: its `index`; without one (Gemini's OpenAI-compatible API sends
+   * each call whole, with an id and no index), a new call for an id not seen before, else the call of that id,
+   * else (an id-less fragment) the last call, or the entry's position when there is none.
+   */
+  const keyOf = (tc: Obj, position: number): number => {
+    if (typeof tc.index === 'number') return tc.index;
+    if (typeof tc.id === 'string' && tc.id) {
+      let key = byId.get(tc.id);
+      if (key === undefined) {
+        key = -1 - byId.size; // negative: never an index a provider sends
+        byId.set(tc.id, key);
+      }
+      return key;
+    }
+    return lastKey ?? position;
+  };
   const toolCall = (out: SseEvent[], tc: Obj, position: number): void => {
-    const key = typeof tc.index === 'number' ? tc.index : position;
+    const key = keyOf(tc, position);
+    lastKey = key;
     const fn = isObj(tc.function) ? tc.function : {};
     let t = tools.get(key);
     if (!t) {
@@ -336,17 +371,7 @@ export function chatToMessagesStream(): StreamTranslator {
       if (input.data === '[DONE]') {
         // Without a finish_reason the answer was cut: no successful ending is made up.
         if (finish === null) return out;
-        const stopReason = refusal ? 'refusal' : stopReasonOf(finish);
-        const u = chatUsageToMessages(usage);
-        if (tier !== undefined) u.service_tier = tier;
-        out.push(
-          ev('message_delta', {
-            delta: { stop_reason: stopReason, stop_sequence: null, stop_details: stopReason === 'refusal' ? refusalDetails(refusal || null) : null },
-            usage: u,
-          }),
-        );
-        out.push(ev('message_stop', {}));
-        complete = true;
+        finishMessage(out);
         return out;
       }
       const chunk = parse(input);
@@ -385,6 +410,12 @@ export function chatToMessagesStream(): StreamTranslator {
       }
       return out;
     },
-    end: () => [],
+    // A provider that sent its finish (and usage) but closed without `[DONE]` gave a whole answer: it ends as
+    // one that sent `[DONE]` (a chat client gets the `[DONE]` added, too). Without a finish it was cut short.
+    end: () => {
+      const out: SseEvent[] = [];
+      if (!complete && finish !== null) finishMessage(out);
+      return out;
+    },
   };
 }

@@ -1,0 +1,104 @@
+import { describe, expect, it } from 'vitest';
+import { post, sseEvents, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+import { perTestGateways } from '../fixtures/per-test';
+
+const t = perTestGateways();
+
+/**
+ * Providers that send a whole answer and then keep the connection open. Their idle timeout is short, so a
+ * gateway that went on reading after the terminal event would end the client's stream with a timeout error
+ * (and bill the answer as failed) instead of ending it at once.
+ */
+const yaml = () =>
+  testConfigYaml(t.upstream.url)
+    .replace('providers:', `providers:
+  - { id: held-openai, kind: openai, base_url: ${t.upstream.url}, api_key: sk-held-openai-secret, idle_timeout_ms: 1500 }
+  - { id: held-anthropic, kind: anthropic, base_url: ${t.upstream.url}, api_key: sk-held-anthropic-secret, idle_timeout_ms: 1500 }`)
+    .replace('pipelines:', `  - { id: held/chat, endpoints: [{ provider: held-openai, upstream_model: held-chat, pricing: { prompt: 1, completion: 2 } }] }
+  - { id: held/messages, endpoints: [{ provider: held-anthropic, upstream_model: held-msg, pricing: { prompt: 1, completion: 2 } }] }
+pipelines:`);
+
+const sse = (event: string | null, data: unknown) => `${event ? `event: ${event}\n` : ''}data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`;
+const chunk = (delta: object, finish: string | null = null, extra: object = {}) =>
+  sse(null, { id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'held-chat', choices: [{ index: 0, delta, finish_reason: finish }], ...extra });
+const CHAT_ANSWER = [
+  chunk({ role: 'assistant', content: '' }),
+  chunk({ content: 'Hi there' }),
+  chunk({}, 'stop'),
+  sse(null, { id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'held-chat', choices: [], usage: { prompt_tokens: 5, completion_tokens: 2, total_tokens: 7 } }),
+  sse(null, '[DONE]'),
+].join('');
+const MESSAGES_ANSWER = [
+  sse('message_start', { type: 'message_start', message: { id: 'msg_1', type: 'message', role: 'assistant', model: 'held-msg', content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 5, output_tokens: 1 } } }),
+  sse('content_block_start', { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } }),
+  sse('content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Hi there' } }),
+  sse('content_block_stop', { type: 'content_block_stop', index: 0 }),
+  sse('message_delta', { type: 'message_delta', delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: 2 } }),
+  sse('message_stop', { type: 'message_stop' }),
+].join('');
+
+let g: TestGateway;
+const ask = (path: 'messages' | 'chat/completions', model: string) =>
+  post(`${g.url}/${path}`, g.key, { model, max_tokens: 20, stream: true, messages: [{ role: 'user', content: 'hi' }] });
+
+async function rowOf(id: string) {
+  for (let i = 0; i < 200; i++) {
+    const row = await g.ledgerRow(id);
+    if (row) return row;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  return null;
+}
+
+describe('a stream ends at its terminal event, even if the provider keeps the connection open', () => {
+  it.each([
+    ['chat from a chat provider', 'chat/completions', 'held/chat', 'held-chat', CHAT_ANSWER],
+    ['messages from a messages provider', 'messages', 'held/messages', 'held-msg', MESSAGES_ANSWER],
+    ['messages from a chat provider (translated)', 'messages', 'held/chat', 'held-chat', CHAT_ANSWER],
+    ['chat from a messages provider (translated)', 'chat/completions', 'held/messages', 'held-msg', MESSAGES_ANSWER],
+  ] as const)('%s', async (_name, path, model, upstreamModel, text) => {
+    g = await t.start({ yaml: yaml() });
+    t.upstream.always.set(upstreamModel, { kind: 'raw-stream', text, hold: true });
+    const before = t.upstream.abandoned();
+    const r = await ask(path, model);
+    expect(r.status).toBe(200);
+    const events = sseEvents(r.text);
+    expect(events.at(-1)!.data).toBe('[DONE]');
+    expect(events.filter((e) => e.data === '[DONE]')).toHaveLength(1);
+    const data = events.filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+    // No in-band error (a timeout after the answer would have added one).
+    expect(data.filter((d) => d.error || d.type === 'error')).toEqual([]);
+    const text_ = path === 'messages' ? data.filter((d) => d.type === 'content_block_delta').map((d) => d.delta.text).join('') : data.map((d) => d.choices?.[0]?.delta?.content ?? '').join('');
+    expect(text_).toBe('Hi there');
+    // The gateway closed the provider's held connection itself.
+    for (let i = 0; i < 200 && t.upstream.abandoned() === before; i++) await new Promise((res) => setTimeout(res, 10));
+    expect(t.upstream.abandoned()).toBe(before + 1);
+    const id = data.find((d) => d.id ?? d.message?.id)!;
+    const row = await rowOf(id.id ?? id.message.id);
+    expect(row?.status).toBe('completed');
+    expect(row?.completionTokens).toBe(2);
+  });
+});
+
+describe('a translated stream whose chat provider reported no usage', () => {
+  it('is billed from what it relayed (as a chat client is), not as zero tokens', async () => {
+    g = await t.start({ yaml: yaml() });
+    const noUsage = [chunk({ role: 'assistant', content: '' }), chunk({ content: 'Sixteen chars!!!' }), chunk({}, 'stop'), sse(null, '[DONE]')].join('');
+    t.upstream.always.set('held-chat', { kind: 'raw-stream', text: noUsage });
+    const rows = [];
+    for (const path of ['messages', 'chat/completions'] as const) {
+      const events = sseEvents((await ask(path, 'held/chat')).text);
+      const data = events.filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+      expect(data.filter((d) => d.error || d.type === 'error')).toEqual([]);
+      const first = data[0];
+      rows.push(await rowOf(first.id ?? first.message.id));
+    }
+    const [messages, chat] = rows;
+    expect(messages?.status).toBe('completed');
+    expect(messages?.completionTokens).toBe(4); // 16 characters at 4 per token
+    expect(messages?.promptTokens).toBeGreaterThan(0); // the request, counted with the tokenizer
+    expect(messages?.costUsd).toBeGreaterThan(0);
+    // The same answer costs a messages client what it costs a chat client.
+    expect({ p: messages?.promptTokens, c: messages?.completionTokens, usd: messages?.costUsd }).toEqual({ p: chat?.promptTokens, c: chat?.completionTokens, usd: chat?.costUsd });
+  });
+});
