@@ -39,6 +39,9 @@ export function applyPreset(body: Record<string, unknown>, dialect: Dialect, ref
   delete request.preset;
   if (ref.model !== undefined) request.model = ref.model;
   else if (typeof request.model === 'string' && IN_MODEL.test(request.model)) delete request.model;
+  // A field the request sets wins over the preset's under any of its names: a chat request's `max_tokens`
+  // over the preset's (translated) `max_completion_tokens`, its `reasoning` over `reasoning_effort`, …
+  for (const names of dialect === 'messages' ? [] : CHAT_ALIASES) if (names.some((n) => request[n] !== undefined)) for (const n of names) delete base[n];
   const merged: Record<string, unknown> = { ...base, ...request };
   const prompt = found.version.systemPrompt;
   if (prompt) {
@@ -50,6 +53,14 @@ export function applyPreset(body: Record<string, unknown>, dialect: Dialect, ref
   }
   return merged;
 }
+
+/** Chat fields that set one thing under two names (a preset's translated config may use the other one). */
+const CHAT_ALIASES: readonly (readonly string[])[] = [
+  ['max_tokens', 'max_completion_tokens'],
+  ['reasoning', 'reasoning_effort'],
+  ['tools', 'functions'],
+  ['tool_choice', 'function_call'],
+];
 
 function chatConfig(config: Record<string, unknown>): Record<string, unknown> {
   const out = messagesToChatRequest({ ...config, messages: [] });

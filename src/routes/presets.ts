@@ -30,7 +30,8 @@ export function presetWriteStage(services: Services): Stage {
     const state = ctx.state.gateway;
     const body = state.body!;
     // `messages` is not persisted (spec 4.3), so the empty list clients send with a preset is fine here.
-    const checked = Array.isArray(body.messages) && body.messages.length === 0 ? { ...body, messages: [{ role: 'user', content: '' }] } : body;
+    const object = typeof body === 'object' && body !== null && !Array.isArray(body);
+    const checked = object && Array.isArray(body.messages) && body.messages.length === 0 ? { ...body, messages: [{ role: 'user', content: '' }] } : body;
     const problem = requestValidators().messages(checked);
     if (problem) throw new GatewayError('invalid_request', problem.message, { metadata: { field: problem.field } });
     if (presetReference(body)) throw new GatewayError('invalid_request', 'A preset cannot name another preset', { metadata: { field: 'model' } });

@@ -64,12 +64,18 @@ export function inputTokens(body: Record<string, unknown>, count: (text: string)
   return tokens;
 }
 
+/**
+ * The completion limit a request sets. A chat request may set both names (providers differ in which they
+ * honour, and the translation and simulated provider take `max_completion_tokens`): the larger one is held,
+ * so that setting a small `max_tokens` beside a large `max_completion_tokens` does not shrink the hold.
+ */
 function requestedMaxTokens(body: Record<string, unknown>): number | undefined {
+  let max: number | undefined;
   for (const f of ['max_tokens', 'max_completion_tokens']) {
     const v = body[f];
-    if (typeof v === 'number' && Number.isFinite(v) && v >= 0) return Math.floor(v);
+    if (typeof v === 'number' && Number.isFinite(v) && v >= 0) max = Math.max(max ?? 0, Math.floor(v));
   }
-  return undefined;
+  return max;
 }
 
 const hasPrice = (p: Pricing) => p.prompt > 0 || p.completion > 0 || p.request > 0 || (p.cached_read ?? 0) > 0 || (p.cache_write ?? 0) > 0;

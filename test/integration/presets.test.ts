@@ -100,6 +100,12 @@ describe('POST /presets/{slug}/messages', () => {
     expect((await get(`${g.url}/presets`, g.managementKey)).json.data).toEqual([]); // nothing was saved
     // `messages` is not persisted: the empty list a client sends with a preset is accepted.
     expect((await save(g, 'ok', { model: 'fake/gpt', max_tokens: 10, messages: [] })).status).toBe(200);
+    // A body that is JSON but not an object is the 400 the inference endpoints give (was a 500).
+    for (const bad of [null, [], 'text', 3]) {
+      const r = await save(g, 'ok', bad);
+      expect(r.status).toBe(400);
+      expect(r.json.error.metadata.error_type).toBe('invalid_request');
+    }
   });
 
   it('500 when the store fails, with the generic message', async () => {
@@ -194,6 +200,16 @@ describe('using a preset', () => {
     await chat({ model: '@preset/terse', temperature: 1.5, messages: [{ role: 'system', content: 'Mine.' }, { role: 'user', content: 'hi' }] });
     expect(sent().temperature).toBe(1.5);
     expect(sent().messages.filter((m: { role: string }) => m.role === 'system')).toEqual([{ role: 'system', content: 'Mine.' }]);
+    // A field the request sets wins under either of its chat names: the preset's max_tokens arrives as
+    // max_completion_tokens, and the request's own max_tokens replaces it (it was sent beside it).
+    await chat({ model: '@preset/terse', max_tokens: 3 });
+    expect(sent()).toMatchObject({ max_tokens: 3 });
+    expect(sent()).not.toHaveProperty('max_completion_tokens');
+    await save(current, 'thinker', { model: 'fake/gpt', max_tokens: 5000, thinking: { type: 'enabled', budget_tokens: 1024 }, messages: [] });
+    const own = await chat({ model: '@preset/thinker', reasoning: { effort: 'high' } });
+    expect(own.status).toBe(200);
+    expect(sent().reasoning).toEqual({ effort: 'high' });
+    expect(sent()).not.toHaveProperty('reasoning_effort');
   });
 
   it('messages: `preset` field and "<model>@preset/<slug>"; system_prompt becomes system', async () => {

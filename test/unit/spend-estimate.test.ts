@@ -41,6 +41,10 @@ describe('estimate', () => {
     expect(e).toMatchObject({ paid: true, inputTokens: 7, completionTokens: 100 });
     expect(e.usd).toBeCloseTo((7 * 1 + 100 * 2) / 1e6, 12);
     expect(estimate({ ...body, max_completion_tokens: 10 }, models, 4096).completionTokens).toBe(10);
+    // Both names set: the larger is held (a small max_tokens beside a large max_completion_tokens, which the
+    // translation and many providers honour, must not shrink the hold).
+    expect(estimate({ ...body, max_tokens: 1, max_completion_tokens: 2000 }, models, 4096).completionTokens).toBe(2000);
+    expect(estimate({ ...body, max_tokens: 300, max_completion_tokens: 20 }, models, 4096).completionTokens).toBe(300);
   });
 
   it('the per-request cap when max_tokens is unset, capped by the model’s max_output_tokens', () => {
