@@ -101,9 +101,18 @@ async function main(argv: string[]): Promise<number> {
 
 type Values = { [K in keyof typeof OPTIONS]?: (typeof OPTIONS)[K]['type'] extends 'boolean' ? boolean : string };
 
+/** The calendar date of an ISO 8601 text exists (Date.parse rolls 2027-02-30 over to March 2). */
+function realDate(text: string): boolean {
+  const [y, m, d] = text.slice(0, 10).split('-').map(Number);
+  const date = new Date(Date.UTC(y, m - 1, d));
+  return date.getUTCFullYear() === y && date.getUTCMonth() === m - 1 && date.getUTCDate() === d;
+}
+
 async function keysCreate(store: Store, v: Values): Promise<number> {
   if (!v.name) throw new UsageError('keys create needs --name');
-  const limit = v.limit === undefined ? null : Number(v.limit);
+  if (v.workspace !== undefined && v.workspace.trim() === '') throw new UsageError('--workspace must name a workspace');
+  // Number('') is 0: an unset shell variable must not make a key whose every paid request is refused.
+  const limit = v.limit === undefined ? null : v.limit.trim() === '' ? Number.NaN : Number(v.limit);
   if (limit !== null && !(Number.isFinite(limit) && limit >= 0)) throw new UsageError('--limit must be a non-negative number (USD)');
   const reset = v['limit-reset'] as LimitReset | undefined;
   if (reset !== undefined && !['daily', 'weekly', 'monthly'].includes(reset)) throw new UsageError('--limit-reset must be daily, weekly or monthly');
@@ -113,7 +122,7 @@ async function keysCreate(store: Store, v: Values): Promise<number> {
   let expiresAt: string | null = null;
   if (v['expires-at'] !== undefined) {
     // Date.parse alone accepts "5" (as a year-month); require an ISO 8601 date or date-time.
-    const t = ISO_8601.test(v['expires-at']) ? Date.parse(v['expires-at']) : Number.NaN;
+    const t = ISO_8601.test(v['expires-at']) && realDate(v['expires-at']) ? Date.parse(v['expires-at']) : Number.NaN;
     if (Number.isNaN(t)) throw new UsageError('--expires-at must be an ISO 8601 timestamp, e.g. 2027-01-31T00:00:00Z');
     expiresAt = new Date(t).toISOString();
   }
@@ -153,7 +162,8 @@ async function creditsAdd(store: Store, v: Values): Promise<number> {
   const account = await store.findAccount(v.account);
   if (!account) throw new UsageError(`no account ${v.account}`);
   const after = await store.addCredits(account.id, usd);
-  process.stdout.write(`account ${after.name}: balance ${after.balanceUsd} USD\n`);
+  // Balances are sums of float amounts: printed to the micro-dollar (194.36, not 194.3600000000001).
+  process.stdout.write(`account ${after.name}: balance ${Number(after.balanceUsd.toFixed(6))} USD\n`);
   return 0;
 }
 
