@@ -15,7 +15,7 @@ import type { Dialect, Provider, UpstreamCall, UpstreamReply } from '../provider
 import { billedByDelivery } from '../spend/delivered';
 import { pendingRowOf, type LedgerJournal } from '../spend/journal';
 import { costOf } from '../spend/pricing';
-import { blamesCaller, nextStep } from './attempt-policy';
+import { blamesCaller, nextStep, type NextStep } from './attempt-policy';
 import type { Candidate } from './candidates';
 import { generationId } from './generation-id';
 import type { EndpointHealth } from './health';
@@ -84,11 +84,13 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
         const attempt = startAttempt(deps.tracer, state, candidate, apiKey !== undefined);
         const started = performance.now();
         try {
-          const upstreamBody = translateRequest(
-            dialect,
-            candidate.dialect,
-            DIALECTS[dialect].upstreamBody(body, { upstreamModel: candidate.endpoint.upstream_model, hashUser: deps.hashUser }),
-            { defaultMaxTokens: candidate.model.max_output_tokens ?? DEFAULT_MAX_TOKENS },
+          const upstreamBody = untranslatable(() =>
+            translateRequest(
+              dialect,
+              candidate.dialect,
+              DIALECTS[dialect].upstreamBody(body, { upstreamModel: candidate.endpoint.upstream_model, hashUser: deps.hashUser }),
+              { defaultMaxTokens: candidate.model.max_output_tokens ?? DEFAULT_MAX_TOKENS },
+            ),
           );
           if (stream && debugEcho(body)) state.debugEchoes.push({ provider: candidate.provider.id, model: candidate.model.id, body: redactedEcho(upstreamBody) });
           const sent = performance.now();
@@ -119,7 +121,11 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           if (stream && e.metadata?.accepted) accepted = { c: candidate, isByok: apiKey !== undefined };
           if (!blamesCaller(e)) deps.health.recordFailure(endpointKey(candidate));
           const remaining = plan.slice(i + 1).filter((c) => !skipped.has(c));
-          const step = nextStep(e, { retriedSame, lastCandidate: remaining.length === 0, retryWaitMaxMs: deps.routing.retry_wait_max_ms });
+          // A request the other API style cannot express (chat `n` > 1 for a messages provider, …) may still
+          // be served by an endpoint that speaks the client's style: the next one is tried.
+          const step: NextStep = e.metadata?.untranslatable
+            ? { kind: 'next_endpoint' }
+            : nextStep(e, { retriedSame, lastCandidate: remaining.length === 0, retryWaitMaxMs: deps.routing.retry_wait_max_ms });
           if (step.kind === 'stop') {
             if (accepted) return streamFailedBeforeOutput(state, accepted, e);
             throw withoutRoutingFlags(e);
@@ -175,12 +181,22 @@ function streamFailedBeforeOutput(state: GatewayState, served: Served, err: Gate
   })() };
 }
 
-/** The error without the flags routing reads (`after_headers`, `accepted`), for the caller to see. */
+/** The error without the flags routing reads (`after_headers`, `accepted`, `untranslatable`), for the caller to see. */
 function withoutRoutingFlags(err: GatewayError): GatewayError {
   const m = err.metadata;
-  if (!m || (!('after_headers' in m) && !('accepted' in m))) return err;
-  const { after_headers: _a, accepted: _b, ...metadata } = m;
+  if (!m || (!('after_headers' in m) && !('accepted' in m) && !('untranslatable' in m))) return err;
+  const { after_headers: _a, accepted: _b, untranslatable: _u, ...metadata } = m;
   return new GatewayError(err.errorType, err.message, { status: err.status, metadata, headers: err.headers, cause: err });
+}
+
+/** The translated request, or the translator's refusal flagged `untranslatable` (see the attempt loop). */
+function untranslatable<T>(translate: () => T): T {
+  try {
+    return translate();
+  } catch (err) {
+    const e = toGatewayError(err);
+    throw new GatewayError(e.errorType, e.message, { status: e.status, metadata: { ...e.metadata, untranslatable: true }, headers: e.headers, cause: e });
+  }
 }
 
 /**

@@ -202,7 +202,16 @@ describe('routing errors', () => {
     const res = await chat(gw.key, { ...chatBody, model: 'fake/claude', n: 2 });
     expectStandard(res, 400, 'invalid_request');
     expect(res.json.error.message).toMatch(/`n`/);
+    expect(res.json.error.metadata).not.toHaveProperty('untranslatable');
     expect(upstream.received.length).toBe(before);
+  });
+
+  it('a request one endpoint\'s style cannot express goes to the next endpoint, which speaks the client\'s', async () => {
+    const before = upstream.received.length;
+    const res = await chat(gw.key, { ...chatBody, model: 'fake/claude', models: ['fake/gpt'], n: 2 });
+    expect(res.status).toBe(200);
+    expect(res.json.model).toBe('fake/gpt');
+    expect(upstream.received.slice(before).map((r) => r.body.n)).toEqual([2]);
   });
 
   it('404 for an unknown route', async () => {
