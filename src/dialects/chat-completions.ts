@@ -38,7 +38,8 @@ function stampUsage(usage: Record<string, unknown>, cost: number, isByok: boolea
 /**
  * Stamps the gateway's id, model and provider on an ordinary content chunk with string edits instead of a
  * JSON parse and re-serialisation: a chunk that starts `{"id":"…"` and has one plain `"model":"…"` gets
- * both values swapped and `"provider"` added. Returns null for anything else (the caller parses it then).
+ * both values swapped and `"provider"` added (when it has none of its own). Returns null for anything else
+ * (the caller parses it then).
  * Safe because inside JSON strings every `"` is escaped, so `"model":"` can only be a real key.
  */
 export function stampChunk(data: string, stamp: { id: string; model: string; provider: string }): string | null {
@@ -50,6 +51,9 @@ export function stampChunk(data: string, stamp: { id: string; model: string; pro
   const modelStart = m + 9;
   const modelEnd = data.indexOf('"', modelStart);
   if (modelEnd < 0 || data.charCodeAt(modelEnd - 1) === 92) return null;
+  // A provider's own `provider` member (OpenRouter-style upstreams send one) is replaced by the parser path:
+  // added here, the key would appear twice and JSON readers would take the provider's value.
+  if (keyAt(data, 'provider":') >= 0) return null;
   return `{"id":${stamp.id},"provider":${stamp.provider}${data.slice(idEnd + 1, modelStart - 1)}${stamp.model}${data.slice(modelEnd + 1)}`;
 }
 

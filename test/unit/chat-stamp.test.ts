@@ -18,6 +18,14 @@ describe('stampChunk (the string path for content chunks)', () => {
     expect(stampChunk(String.raw`{"id":"a","model":"m\"x"}`, stamp)).toBeNull(); // escaped quote in the model
   });
 
+  it('a chunk with its own provider member is left to the parser, which replaces it (no duplicate key)', () => {
+    expect(stampChunk('{"id":"x","provider":"OpenAI","model":"m","choices":[]}', stamp)).toBeNull();
+    const rw = chatCompletions.streamRewriter({ generationId: 'gen-1-abc', model: 'gw/model', provider: 'prov', isByok: false, costOf: () => 0, clientWantsUsage: false });
+    const out = rw.rewrite({ data: '{"id":"c","object":"chat.completion.chunk","created":1,"model":"u","provider":"OpenAI","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}' })!;
+    expect(out.data.match(/"provider":/g)).toHaveLength(1);
+    expect(JSON.parse(out.data).provider).toBe('prov');
+  });
+
   it('the stream rewriter gives identical results on both paths', () => {
     const info = { generationId: 'gen-1-abc', model: 'gw/model', provider: 'prov', isByok: false, costOf: () => 0.5, clientWantsUsage: true };
     const rw = chatCompletions.streamRewriter(info);
