@@ -318,6 +318,23 @@ describe('chat → messages: reasoning', () => {
       budget_tokens: 1024,
     });
   });
+
+  it('leaves thinking off with a forced tool or a prefilled assistant turn (the Messages API refuses both with it)', () => {
+    const tools = [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }];
+    const user = [{ role: 'user', content: 'hi' }];
+    for (const tool_choice of ['required', { type: 'function', function: { name: 'f' } }]) {
+      const out = toMessages({ messages: user, tools, tool_choice, reasoning_effort: 'high', temperature: 0.5 });
+      expect(out).not.toHaveProperty('thinking');
+      expect(out.temperature).toBe(0.5); // kept: thinking is off
+    }
+    expect(toMessages({ messages: user, tools, tool_choice: 'auto', reasoning_effort: 'high' }).thinking).toMatchObject({ type: 'enabled' });
+    expect(toMessages({ messages: [...user, { role: 'assistant', content: 'Sure,' }], reasoning_effort: 'medium' })).not.toHaveProperty('thinking');
+  });
+
+  it('leaves out stop sequences that are only whitespace (the Messages API refuses them)', () => {
+    expect(toMessages({ messages: [{ role: 'user', content: 'hi' }], stop: '\n' })).not.toHaveProperty('stop_sequences');
+    expect(toMessages({ messages: [{ role: 'user', content: 'hi' }], stop: ['\n\n', 'END', ' '] }).stop_sequences).toEqual(['END']);
+  });
 });
 
 describe('messages → chat: top-level fields', () => {

@@ -21,7 +21,8 @@
  *   With thinking on, `temperature` and `top_k` are dropped and `top_p` below 0.95 is dropped (messages
  *   rejects them together with thinking). Thinking is also left off when the request is inside a tool loop
  *   whose last assistant turn has no signed thinking block (messages would reject it; chat clients rarely
- *   keep signatures).
+ *   keep signatures), when `tool_choice` forces a tool, and when the last turn is an assistant prefill
+ *   (messages rejects thinking with either).
  * - Reasoning, messages → chat: `output_config.effort` → `reasoning_effort` as is; else thinking enabled →
  *   `reasoning_effort` by budget: ≤ 2048 low, ≤ 8192 medium, above high. Adaptive/disabled thinking →
  *   nothing (provider default; `none` would break non-reasoning models). Only the official
@@ -89,7 +90,8 @@ export function chatToMessagesRequest(body: Record<string, unknown>, options: { 
   if (typeof b.temperature === 'number') out.temperature = Math.min(b.temperature, 1);
   if (typeof b.top_p === 'number') out.top_p = b.top_p;
   if (typeof b.top_k === 'number') out.top_k = b.top_k;
-  const stop = typeof b.stop === 'string' ? [b.stop] : Array.isArray(b.stop) ? b.stop.filter((s: unknown) => typeof s === 'string') : [];
+  // The Messages API refuses a stop sequence that is only whitespace ("\n" is common in chat requests): left out.
+  const stop = (typeof b.stop === 'string' ? [b.stop] : Array.isArray(b.stop) ? b.stop : []).filter((s: unknown) => typeof s === 'string' && s.trim() !== '');
   if (stop.length) out.stop_sequences = stop;
   if (b.stream !== undefined) out.stream = b.stream;
   if (typeof b.user === 'string') out.metadata = { user_id: b.user };
@@ -246,11 +248,17 @@ function applyThinking(out: Obj, b: Obj, clientSetMax: boolean, defaultMax: numb
   budget = Math.max(MIN_BUDGET, budget);
   if (!clientSetMax && budget >= out.max_tokens) out.max_tokens = budget + defaultMax;
   if (budget >= out.max_tokens) budget = out.max_tokens - 1;
-  if (budget < MIN_BUDGET || inUnsignedToolLoop(out.messages)) return;
+  // The Messages API refuses thinking with a forced tool (`tool_choice` any or tool) and with a prefilled
+  // assistant turn: the request goes without it rather than fail.
+  if (budget < MIN_BUDGET || inUnsignedToolLoop(out.messages) || forcesTool(out.tool_choice) || out.messages[out.messages.length - 1]?.role === 'assistant') return;
   out.thinking = { type: 'enabled', budget_tokens: budget, ...(r.exclude === true ? { display: 'omitted' } : {}) };
   delete out.temperature;
   delete out.top_k;
   if (typeof out.top_p === 'number' && out.top_p < 0.95) delete out.top_p;
+}
+
+function forcesTool(choice: unknown): boolean {
+  return isObj(choice) && (choice.type === 'any' || choice.type === 'tool');
 }
 
 /** The last turn answers tool calls of an assistant turn that has no thinking block. */
