@@ -43,7 +43,8 @@ export function presetConfigOf(body: Record<string, unknown>): { config: Record<
 function systemText(system: unknown): string | null {
   if (typeof system === 'string') return system || null;
   if (!Array.isArray(system)) return null;
-  const texts = system.flatMap((b) => (b && typeof b === 'object' && typeof (b as { text?: unknown }).text === 'string' ? [(b as { text: string }).text] : []));
+  // Empty text blocks carry no prompt: a system of only those is "only an empty one" (null).
+  const texts = system.flatMap((b) => (b && typeof b === 'object' && typeof (b as { text?: unknown }).text === 'string' && (b as { text: string }).text ? [(b as { text: string }).text] : []));
   return texts.length > 0 ? texts.join('\n\n') : null;
 }
 

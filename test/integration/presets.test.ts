@@ -64,6 +64,9 @@ describe('POST /presets/{slug}/messages', () => {
     expect(next.json.data.id).toBe(data.id);
     expect(next.json.data.designated_version).toMatchObject({ version: 2, config: { model: 'fake/claude' }, system_prompt: null });
     expect(next.json.data.designated_version_id).not.toBe(data.designated_version_id);
+    // A system of only empty text blocks is no system prompt (as an empty string is).
+    const empty = await save(g, 'terse-writer', { model: 'fake/claude', system: [{ type: 'text', text: '' }], messages: [] });
+    expect(empty.json.data.designated_version.system_prompt).toBeNull();
   });
 
   it('401 without a key, 403 for a regular key, in the standard envelope', async () => {
