@@ -22,7 +22,7 @@ export function createSimulatedProvider(config: SimulatedProviderConfig): Provid
       if (config.latency_ms > 0) await sleep(config.latency_ms, undefined, { signal: call.signal });
       const answer = compose(call, config);
       if (!call.stream) {
-        return { stream: false, body: call.dialect === 'messages' ? messagesBody(answer) : chatBody(answer) };
+        return { stream: false, body: call.dialect === 'messages' ? messagesBody(answer) : chatBody(answer, choiceCount(call.body)) };
       }
       const events = call.dialect === 'messages' ? messagesEvents(answer) : chatEvents(answer, call.body);
       return { stream: true, events: paced(events, config.chunk_delay_ms, call.signal) };
@@ -86,16 +86,24 @@ function lastUserText(messages: unknown): string {
   return '';
 }
 
-function chatBody(a: Answer): Record<string, unknown> {
+/** What the simulated backend reports as its `system_fingerprint` (spec 4.2 lists the field; OpenAI sends one). */
+const FINGERPRINT = 'fp_simulated';
+
+/** Chat `n`: that many choices (the same text each; completion tokens counted for all of them). */
+function choiceCount(body: Record<string, unknown>): number {
+  return typeof body.n === 'number' && Number.isInteger(body.n) && body.n > 1 ? body.n : 1;
+}
+
+function chatBody(a: Answer, n: number): Record<string, unknown> {
+  const choice = (index: number) => ({ index, message: { role: 'assistant', content: a.words.join(' '), refusal: null }, logprobs: null, finish_reason: a.truncated ? 'length' : 'stop' });
   return {
     id: `chatcmpl-${a.id}`,
     object: 'chat.completion',
     created: a.created,
     model: a.model,
-    choices: [
-      { index: 0, message: { role: 'assistant', content: a.words.join(' '), refusal: null }, logprobs: null, finish_reason: a.truncated ? 'length' : 'stop' },
-    ],
-    usage: { prompt_tokens: a.inputTokens, completion_tokens: a.words.length, total_tokens: a.inputTokens + a.words.length },
+    system_fingerprint: FINGERPRINT,
+    choices: Array.from({ length: n }, (_, i) => choice(i)),
+    usage: { prompt_tokens: a.inputTokens, completion_tokens: a.words.length * n, total_tokens: a.inputTokens + a.words.length * n },
   };
 }
 
@@ -113,15 +121,16 @@ function messagesBody(a: Answer): Record<string, unknown> {
 }
 
 function* chatEvents(a: Answer, body: Record<string, unknown>): Generator<SseEvent> {
-  const base = { id: `chatcmpl-${a.id}`, object: 'chat.completion.chunk', created: a.created, model: a.model };
-  const chunk = (delta: Record<string, unknown>, finish: string | null) =>
-    ({ data: JSON.stringify({ ...base, choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }] }) });
-  yield chunk({ role: 'assistant', content: '' }, null);
-  for (let i = 0; i < a.words.length; i++) yield chunk({ content: i === 0 ? a.words[i] : ` ${a.words[i]}` }, null);
-  yield chunk({}, a.truncated ? 'length' : 'stop');
+  const base = { id: `chatcmpl-${a.id}`, object: 'chat.completion.chunk', created: a.created, model: a.model, system_fingerprint: FINGERPRINT };
+  const n = choiceCount(body);
+  const chunk = (index: number, delta: Record<string, unknown>, finish: string | null) =>
+    ({ data: JSON.stringify({ ...base, choices: [{ index, delta, logprobs: null, finish_reason: finish }] }) });
+  for (let c = 0; c < n; c++) yield chunk(c, { role: 'assistant', content: '' }, null);
+  for (let i = 0; i < a.words.length; i++) for (let c = 0; c < n; c++) yield chunk(c, { content: i === 0 ? a.words[i] : ` ${a.words[i]}` }, null);
+  for (let c = 0; c < n; c++) yield chunk(c, {}, a.truncated ? 'length' : 'stop');
   const options = body.stream_options as { include_usage?: boolean } | undefined;
   if (options?.include_usage) {
-    const usage = { prompt_tokens: a.inputTokens, completion_tokens: a.words.length, total_tokens: a.inputTokens + a.words.length };
+    const usage = { prompt_tokens: a.inputTokens, completion_tokens: a.words.length * n, total_tokens: a.inputTokens + a.words.length * n };
     yield { data: JSON.stringify({ ...base, choices: [], usage }) };
   }
   yield { data: '[DONE]' };

@@ -56,6 +56,21 @@ describe('official openai SDK', () => {
     });
   }
 
+  it('n choices from the simulated provider, JSON and stream, each with the system_fingerprint', async () => {
+    const res = await openai.chat.completions.create({ model: 'sim/chat', n: 3, messages: [{ role: 'user', content: 'Say hello' }] });
+    expect(res.choices.map((c) => c.index)).toEqual([0, 1, 2]);
+    expect(new Set(res.choices.map((c) => c.message.content)).size).toBe(1);
+    expect(res.system_fingerprint).toBe('fp_simulated');
+    const one = await openai.chat.completions.create({ model: 'sim/chat', messages: [{ role: 'user', content: 'Say hello' }] });
+    expect(res.usage!.completion_tokens).toBe(3 * one.usage!.completion_tokens);
+    const stream = openai.chat.completions.stream({ model: 'sim/chat', n: 2, messages: [{ role: 'user', content: 'Say hello' }], stream: true });
+    const final = await stream.finalChatCompletion();
+    expect(final.choices.map((c) => [c.index, c.message.content, c.finish_reason])).toEqual([
+      [0, one.choices[0].message.content, 'stop'],
+      [1, one.choices[0].message.content, 'stop'],
+    ]);
+  });
+
   it('streams without a usage chunk when the client did not ask for one', async () => {
     const stream = await openai.chat.completions.create({ model: 'fake/gpt', messages: [{ role: 'user', content: 'hi' }], stream: true });
     const chunks = [];
