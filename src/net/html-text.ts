@@ -13,7 +13,7 @@ export function htmlToText(html: string): string {
     .replace(/<(script|style|noscript|template|svg|math|iframe|object|head)\b[\s\S]*?(?:<\/\1\s*>|$)/gi, (m, tag: string) =>
       tag.toLowerCase() === 'head' ? titleOf(m) : ' ',
     )
-    .replace(/<[!?][^>]*>/g, ' ');
+    .replace(/<[!?][^<>]*>/g, ' ');
   s = s.replace(TAG, (_m, name: string) => {
     const tag = name.toLowerCase();
     if (BLOCK.has(tag)) return '\n';
@@ -23,8 +23,12 @@ export function htmlToText(html: string): string {
   return collapse(decodeEntities(s));
 }
 
-/** A start or end tag, with attributes whose quoted values may contain `>`. */
-const TAG = /<\/?([a-zA-Z][a-zA-Z0-9-]*)(?:\s+[^\s"'>/=]+(?:\s*=\s*(?:"[^"]*"|'[^']*'|[^\s>]*))?)*\s*\/?>/g;
+/**
+ * A start or end tag, with attributes whose quoted values may contain `>`. Attribute names and unquoted
+ * values stop at `<`, so a tag that never closes is given up at the next `<`: with `<` allowed in them, each
+ * of a page's unclosed `<a x` scanned to the end of the page (96 KB of them blocked the event loop 14 s).
+ */
+const TAG = /<\/?([a-zA-Z][a-zA-Z0-9-]*)(?:\s+[^\s"'<>/=]+(?:\s*=\s*(?:"[^"]*"|'[^']*'|[^\s<>]*))?)*\s*\/?>/g;
 
 const BLOCK = new Set(
   'address article aside blockquote br dd div dl dt fieldset figcaption figure footer form h1 h2 h3 h4 h5 h6 header hr li main nav ol p pre section table tbody thead tfoot tr ul title caption details summary'.split(' '),
@@ -32,7 +36,7 @@ const BLOCK = new Set(
 const INLINE = new Set('a abbr b bdi bdo cite code data dfn em font i kbd mark q s samp small span strong sub sup time u var wbr'.split(' '));
 
 function titleOf(head: string): string {
-  const m = /<title\b[^>]*>([\s\S]*?)<\/title\s*>/i.exec(head);
+  const m = /<title\b[^<>]*>([\s\S]*?)<\/title\s*>/i.exec(head);
   return m ? `\n${m[1]}\n` : ' ';
 }
 
