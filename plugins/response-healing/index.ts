@@ -66,7 +66,7 @@ function expected(requested: RequestedJson): 'object' | 'array' | 'any' {
   return type === 'object' || type === 'array' ? type : 'any';
 }
 
-type Verdict = SchemaVerdict | { valid: 'not_checked'; reason: string };
+type Verdict = SchemaVerdict;
 
 function verdictOf(
   requested: RequestedJson,

@@ -12,7 +12,9 @@ export type SchemaVerdict =
   | { valid: true }
   | { valid: false; errors: SchemaViolation[] }
   /** The request's schema itself could not be compiled: nothing was checked. */
-  | { valid: null; schemaError: string };
+  | { valid: null; schemaError: string }
+  /** The answer could not be checked (nested deeper than the validator's recursion reaches). */
+  | { valid: 'not_checked'; reason: string };
 
 const MAX_ERRORS = 10;
 
@@ -26,29 +28,63 @@ const MAX_ERRORS = 10;
  */
 export function createSchemaCheck(size: number): (schema: Record<string, unknown>, value: unknown) => SchemaVerdict {
   const options = { strict: false, allErrors: true, validateFormats: false } as const;
-  const draft7 = new Ajv(options);
-  const draft2020 = new Ajv2020(options);
-  const cache = new LRUCache<string, ValidateFunction | { error: string }>({ max: size });
+  const draft7 = ajvPool(() => new Ajv(options), size);
+  const draft2020 = ajvPool(() => new Ajv2020(options), size);
+  const cache = new LRUCache<string, Compiled>({ max: size });
   return (schema, value) => {
     const key = JSON.stringify(schema);
     let compiled = cache.get(key);
     if (!compiled) {
-      compiled = compile(schema, String(schema.$schema ?? '').includes('2020-12') ? draft2020 : draft7);
+      compiled = compile(schema, (String(schema.$schema ?? '').includes('2020-12') ? draft2020 : draft7)());
       cache.set(key, compiled);
     }
-    if ('error' in compiled) return { valid: null, schemaError: compiled.error };
-    if (compiled(value)) return { valid: true };
-    const errors = (compiled.errors ?? []).slice(0, MAX_ERRORS).map((e) => ({ path: e.instancePath || '/', message: e.message ?? e.keyword }));
+    const validate = compiled.validate;
+    if (!validate) return { valid: null, schemaError: compiled.error! };
+    try {
+      if (validate(value)) return { valid: true };
+    } catch (err) {
+      // A recursive schema ({"items": {"$ref": "#"}}) walks the answer as deep as it goes: an answer nested
+      // thousands deep overflows the stack. That answer is left unchecked, never a failed request.
+      if (err instanceof RangeError) return { valid: 'not_checked', reason: 'the answer is nested too deeply to check against the schema' };
+      throw err;
+    }
+    const errors = (validate.errors ?? []).slice(0, MAX_ERRORS).map((e) => ({ path: e.instancePath || '/', message: e.message ?? e.keyword }));
     return { valid: false, errors };
   };
 }
 
-function compile(schema: Record<string, unknown>, ajv: Ajv | Ajv2020): ValidateFunction | { error: string } {
+/** A compiled schema, or why it did not compile. */
+interface Compiled {
+  validate?: ValidateFunction;
+  error?: string;
+}
+
+/**
+ * The Ajv instance to compile the next schema with. An Ajv instance keeps the code of every schema it ever
+ * compiled (its scope's values; `removeSchema` does not free them), so one instance would hold every distinct
+ * schema clients ever sent: ~4 KB each, without bound. Each instance compiles at most `max(size, 64)` schemas,
+ * then a fresh one takes over; a retired instance is garbage once the LRU has evicted its validators, so at most
+ * about `size + 2 × that` compiled schemas are alive at once.
+ */
+export function ajvPool<T extends Ajv>(make: () => T, size: number): () => T {
+  const limit = Math.max(size, 64);
+  let current = make();
+  let compiled = 0;
+  return () => {
+    if (compiled++ >= limit) {
+      current = make();
+      compiled = 1;
+    }
+    return current;
+  };
+}
+
+function compile(schema: Record<string, unknown>, ajv: Ajv | Ajv2020): Compiled {
   // Why: ajv keeps every schema with an `$id` in its registry and refuses a second one with the same id;
   // client schemas are anonymous to us, so the top-level id and meta-schema pointer are dropped.
   const { $id: _id, $schema: _meta, ...anonymous } = schema;
   try {
-    return ajv.compile(anonymous);
+    return { validate: ajv.compile(anonymous) };
   } catch (err) {
     return { error: (err as Error).message };
   }

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { answerText, requestedJson, setAnswerText } from '../../src/healing/answer';
 import { healJson, type Repair } from '../../src/healing/repair';
-import { createSchemaCheck } from '../../src/healing/schema-check';
+import { ajvPool, createSchemaCheck } from '../../src/healing/schema-check';
 
 /** [broken text, the value it must heal to, repairs that must be named] */
 const CORPUS: [string, unknown, Repair[]][] = [
@@ -125,6 +125,22 @@ describe('schema check', () => {
   it('reports a schema that cannot compile instead of throwing', () => {
     const v = check({ type: 'no-such-type' }, {});
     expect(v.valid).toBeNull();
+  });
+
+  it('leaves an answer nested too deep for a recursive schema unchecked, instead of throwing (was a 500)', () => {
+    const deep = JSON.parse('['.repeat(20000) + ']'.repeat(20000));
+    expect(check({ type: 'array', items: { $ref: '#' } }, deep)).toEqual({ valid: 'not_checked', reason: expect.stringMatching(/nested too deeply/) });
+    expect(check({ type: 'array', items: { $ref: '#' } }, [[[]]])).toEqual({ valid: true });
+  });
+
+  it('compiles with a fresh Ajv instance every max(size, 64) schemas (an instance keeps every schema it compiled)', () => {
+    let made = 0;
+    const next = ajvPool(() => ({ n: ++made }) as never, 100);
+    const used = Array.from({ length: 250 }, () => (next() as unknown as { n: number }).n);
+    expect(made).toBe(3);
+    expect(used.filter((n) => n === 1)).toHaveLength(100);
+    expect(used.filter((n) => n === 2)).toHaveLength(100);
+    expect(used.filter((n) => n === 3)).toHaveLength(50);
   });
 });
 
