@@ -49,6 +49,13 @@ export const fusion: StageDefinition<FusionConfig, Services> = {
       const dialect = state.endpoint;
       if (asked?.enabled === false || (!asked && !config.enabled_by_default) || (dialect !== 'chat_completions' && dialect !== 'messages')) return next();
       const field = `plugins[${pluginIndex(state.body)}]`;
+      // A gateway server tool (`gateway:web_fetch`) runs its own loop of model calls in upstream's place: fusing
+      // would send the tool to every candidate raw and throw the loop's answer and cost away. Asked for
+      // explicitly, the combination is refused; on by default, fusion steps aside.
+      if (state.answerer || hasServerTool(state.body)) {
+        if (!asked) return next();
+        throw new GatewayError('invalid_request', 'The fusion plugin cannot be combined with a gateway server tool (gateway:web_fetch)', { metadata: { field } });
+      }
       const models = requestModels(asked, config, field);
       const judge = requestJudge(asked, judges, config.judge, field);
       const forward = forwardedHeaders(ctx, config.forward_headers);
@@ -271,4 +278,10 @@ function checkConfig(config: FusionConfig, services: Services): void {
   if (!services.models.has(config.judge)) throw new ConfigError(`plugins.fusion.judge: unknown model "${config.judge}"`);
   if (config.min_answers > config.models.length) throw new ConfigError(`plugins.fusion.min_answers: more than the ${config.models.length} models`);
   if (config.judge_prompt !== undefined && !config.judge_prompt.includes('{answers}')) throw new ConfigError('plugins.fusion.judge_prompt: must contain {answers}');
+}
+
+/** Whether the request's tools include a gateway server tool (a `type` starting `gateway:`). */
+function hasServerTool(body: Record<string, unknown> | null): boolean {
+  const tools = body?.tools;
+  return Array.isArray(tools) && tools.some((t) => !!t && typeof t === 'object' && String((t as { type?: unknown }).type ?? '').startsWith('gateway:'));
 }

@@ -19,7 +19,9 @@ export const upstream: StageDefinition<UpstreamConfig, Services> = {
     return async (ctx, next) => {
       const forward = forwardedHeaders(ctx, config.forward_headers);
       // A stage before this one (fusion) may already have produced the answer: never call a provider twice.
-      if (!ctx.state.gateway.response) ctx.state.gateway.response = await services.dispatch(ctx.state.gateway, forward);
+      // One that answers in the provider call's place (web-fetch's tool loop) does it here.
+      const state = ctx.state.gateway;
+      if (!state.response) state.response = state.answerer ? await state.answerer() : await services.dispatch(state, forward);
       await next();
     };
   },

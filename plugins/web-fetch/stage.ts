@@ -58,7 +58,9 @@ export function webFetchDefinition(overrides: WebFetchFetcherOverrides = {}): St
         if (tool) {
           const stopWhen = stopConditionsOf(state.body!);
           const forward = forwardedHeaders(ctx, config.forward_headers);
-          state.response = await runToolLoop({ state, services, config, overrides, tool, stopWhen, forward });
+          // The loop calls the model, so it runs where `upstream` stands: after the routers (the model they
+          // choose), rate-limit and budget-check (a refused request sends nothing upstream and bills nothing).
+          state.answerer = () => runToolLoop({ state, services, config, overrides, tool, stopWhen, forward });
         }
         await next();
       };

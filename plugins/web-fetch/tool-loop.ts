@@ -51,6 +51,10 @@ export async function runToolLoop(input: ToolLoopInput): Promise<GatewayResponse
   let finalTurn = false;
   let answer: Obj;
   let last!: GatewayState;
+  // The last turn a provider answered: a later turn that fails before any answer has no route of its own,
+  // and the request's row (billing the turns done) is written on this one's.
+  let served: GatewayState | undefined;
+  const billedOn = (): GatewayState => (last.route || !served ? last : served);
   for (;;) {
     if (finalTurn) body.tool_choice = dialect === 'chat_completions' ? 'none' : { type: 'none' };
     const turn = { ...body, messages: [...body.messages] };
@@ -59,7 +63,7 @@ export async function runToolLoop(input: ToolLoopInput): Promise<GatewayResponse
       try {
         await services.spend.cover(services.config, services.models, state, [{ body: turn }], addCost(loop.cost) ?? 0);
       } catch (err) {
-        adopt(state, last, loop, 'failed');
+        adopt(state, billedOn(), loop, 'failed');
         throw toGatewayError(err);
       }
     }
@@ -69,9 +73,10 @@ export async function runToolLoop(input: ToolLoopInput): Promise<GatewayResponse
     try {
       response = await services.dispatch(last, forward);
     } catch (err) {
-      adopt(state, last, loop, 'failed');
+      adopt(state, billedOn(), loop, 'failed');
       throw toGatewayError(err);
     }
+    served = last;
     loop.usage.push(last.usage);
     loop.cost.push(last.costUsd);
     if (response.kind !== 'json') throw new GatewayError('provider_unavailable', 'The provider answered a tool turn with a stream');

@@ -112,6 +112,12 @@ export interface GatewayState {
   onFinish: (() => void)[];
   response: GatewayResponse | null;
   /**
+   * A stage that answers in the provider call's place by calling upstreams itself, when that must happen
+   * where `upstream` stands (after the routers and the spend checks), sets this instead of `response`:
+   * web-fetch's `gateway:web_fetch` tool loop. The `upstream` stage calls it in place of the dispatch.
+   */
+  answerer: (() => Promise<GatewayResponse>) | null;
+  /**
    * The request's spend hold, set when `budget-check` ran (`admission` null: nothing is held). A stage that
    * calls upstreams in the request's place widens it with `services.spend.cover`; the hold held when the
    * request ends is the one settled.

@@ -41,6 +41,7 @@ export class RequestState {
     this.outcome = 'completed';
     this.onFinish = [];
     this.response = null;
+    this.answerer = null;
     this.pendingLedger = { id: null };
   }
 

@@ -46,6 +46,7 @@ export function childState(parent: GatewayState, options: ChildOptions): Gateway
     outcome: 'completed',
     onFinish: [],
     response: null,
+    answerer: null,
     pendingLedger: parent.pendingLedger,
   };
 }

@@ -189,6 +189,46 @@ describe('gateway:web_fetch server tool (URLs the model asks for)', () => {
     expect(t.upstream.received).toHaveLength(2);
   });
 
+  it('the loop runs where upstream stands: web-fetch before budget-check (the suggested order), a refused request sends nothing upstream', async () => {
+    const g = await t.start({ yaml: yaml('{}', '[auth, validate, web-fetch, budget-check, upstream]'), registry: testRegistry() });
+    // The account has no credits: budget-check refuses before any model turn.
+    const r = await post(`${g.url}/messages`, g.key, { model: 'fake/claude', max_tokens: 10, tools: [SERVER_TOOL], messages: [{ role: 'user', content: 'Read it' }] });
+    expect(r.status).toBe(402);
+    expect(t.upstream.received).toHaveLength(0);
+    expect(g.gateway.spend.inFlightHolds()).toBe(0);
+  });
+
+  it('a later turn that fails before any answer still bills the turns done, in a failed row', async () => {
+    const g = await t.start({ yaml: yaml(), registry: testRegistry() });
+    const down = { kind: 'status' as const, status: 500, body: { type: 'error', error: { type: 'api_error', message: 'boom' } } };
+    t.upstream.scripts.set('claude-upstream', [messagesCalls([{ name: 'web_fetch', input: { url: `${pages.url}/second` } }]), down, down]);
+    const r = await post(`${g.url}/messages`, g.key, { model: 'fake/claude', max_tokens: 10, tools: [SERVER_TOOL], messages: [{ role: 'user', content: 'Read it' }] });
+    expect(r.status).toBe(502);
+    expect(t.upstream.received.length).toBeGreaterThanOrEqual(2);
+    let row = null;
+    for (let i = 0; i < 100 && !row; i++) {
+      row = await g.ledgerRow(r.json.request_id);
+      if (!row) await new Promise((res) => setTimeout(res, 10));
+    }
+    expect(row).toMatchObject({ promptTokens: 8, completionTokens: 4, status: 'failed', provider: 'fake-anthropic' });
+  });
+
+  it('fusion asked for together with gateway:web_fetch is a 400; fusion on by default steps aside for the loop', async () => {
+    const fusion = 'fusion: { models: [fake/gpt, sim/chat], judge: fake/gpt }';
+    const both = `${testConfigYaml(t.upstream.url, '[auth, validate, web-fetch, fusion, upstream]')}plugins:\n  web-fetch: {}\n  ${fusion}\n`;
+    const g = await t.start({ yaml: both, registry: testRegistry() });
+    const body = { model: 'fake/gpt', tools: [SERVER_TOOL], messages: [{ role: 'user', content: 'Read it' }] };
+    const r = await post(`${g.url}/chat/completions`, g.key, { ...body, plugins: [{ id: 'fusion' }] });
+    expect(r.status).toBe(400);
+    expect(r.json.error.metadata).toMatchObject({ error_type: 'invalid_request', field: 'plugins[0]' });
+    expect(t.upstream.received).toHaveLength(0);
+    const byDefault = await t.start({ yaml: both.replace('judge: fake/gpt }', 'judge: fake/gpt, enabled_by_default: true }'), registry: testRegistry() });
+    t.upstream.scripts.set('gpt-upstream', [chatCalls([{ name: 'web_fetch', args: { url: `${pages.url}/second` } }])]);
+    const ok = await post(`${byDefault.url}/chat/completions`, byDefault.key, body);
+    expect(ok.status).toBe(200);
+    expect(t.upstream.received).toHaveLength(2); // the loop's two turns, no fusion candidates
+  });
+
   it('an answer that also calls a client tool goes to the client without the web_fetch call, and nothing is fetched', async () => {
     const g = await t.start({ yaml: yaml(), registry: testRegistry() });
     const before = pages.hits();
