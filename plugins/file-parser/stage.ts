@@ -1,6 +1,7 @@
 import { GatewayError } from '../../src/errors/gateway-error';
 import { pdfText, PdfUnreadable } from '../../src/files/pdf-text';
 import { FetchRefused, safeFetch, type Resolver } from '../../src/net/safe-fetch';
+import { keepAskedText } from '../../src/pipeline/asked-text';
 import { inferenceBody, requestPlugin } from '../../src/pipeline/request-plugins';
 import type { GatewayState, PipelineRecord, StageDefinition } from '../../src/pipeline/types';
 import { requestedModels } from '../../src/routing/candidates';
@@ -65,6 +66,7 @@ export function fileParserDefinition(overrides: FileParserFetcherOverrides = {})
           try {
             if (i >= config.max_files) throw new FileFailure('too_many_files', `More than max_files (${config.max_files}) PDFs in one request`);
             const { text, record } = await parseOne(block, config, overrides, state.signal);
+            keepAskedText(state);
             block.replace(text);
             state.pipeline.push(record);
             parsed++;

@@ -1,5 +1,6 @@
 import { GatewayError } from '../../src/errors/gateway-error';
 import { forwardedHeaders } from '../../src/pipeline/forward-headers';
+import { keepAskedText } from '../../src/pipeline/asked-text';
 import { requestPlugin } from '../../src/pipeline/request-plugins';
 import type { GatewayState, StageDefinition } from '../../src/pipeline/types';
 import type { Resolver } from '../../src/net/safe-fetch';
@@ -89,7 +90,10 @@ async function fetchNamedUrls(state: GatewayState, asked: Record<string, unknown
       metadata: { plugin: 'web-fetch', url: failed.url, reason: failed.error.code },
     });
   }
-  if (fetched.length > 0) injectInto(state, fetched.map(blockText));
+  if (fetched.length > 0) {
+    keepAskedText(state);
+    injectInto(state, fetched.map(blockText));
+  }
 }
 
 /** The request's `urls` (strings, deduplicated) plus, when the operator allows it, URLs in the last user message. */

@@ -1,5 +1,6 @@
 import { ConfigError } from '../../src/config/load';
 import { GatewayError } from '../../src/errors/gateway-error';
+import { askedText } from '../../src/pipeline/asked-text';
 import { requestPlugin } from '../../src/pipeline/request-plugins';
 import type { GatewayState, StageDefinition } from '../../src/pipeline/types';
 import { createSearch, SearchFailed, type SearchBackendConfig, type SearchResult } from '../../src/search/backends';
@@ -43,7 +44,8 @@ export const web: StageDefinition<WebConfig> = {
       const asked = requestPlugin(state.body, 'web');
       if (asked?.enabled === false || (!asked && !online && !config.enabled_by_default)) return next();
 
-      const query = lastUserText(state.body).trim().slice(0, config.max_query_chars);
+      // What the user asked: not the pages or documents a stage before added to the message.
+      const query = askedText(state).trim().slice(0, config.max_query_chars);
       if (!query) {
         state.pipeline.push({ type: 'web', name: 'web', summary: 'No user text to search for; no search made', data: { outcome: 'skipped', reason: 'no_query' } });
         return next();
@@ -120,19 +122,3 @@ function promptOf(asked: unknown, config: WebConfig): string {
   return asked;
 }
 
-/** The text of the last user message (string content, or its text parts/blocks joined). */
-function lastUserText(body: Record<string, unknown>): string {
-  const messages = body.messages;
-  if (!Array.isArray(messages)) return '';
-  for (let i = messages.length - 1; i >= 0; i--) {
-    const m = messages[i] as { role?: unknown; content?: unknown };
-    if (!m || typeof m !== 'object' || m.role !== 'user') continue;
-    if (typeof m.content === 'string') return m.content;
-    if (!Array.isArray(m.content)) return '';
-    return m.content
-      .filter((p): p is { type: string; text: string } => !!p && p.type === 'text' && typeof p.text === 'string')
-      .map((p) => p.text)
-      .join('\n');
-  }
-  return '';
-}

@@ -118,6 +118,11 @@ export interface GatewayState {
    */
   answerer: (() => Promise<GatewayResponse>) | null;
   /**
+   * The client's own text of its last user message, kept by the first stage that adds to that message
+   * (web-fetch, file-parser): see `src/pipeline/asked-text.ts`. Null until then.
+   */
+  askedText: string | null;
+  /**
    * The request's spend hold, set when `budget-check` ran (`admission` null: nothing is held). A stage that
    * calls upstreams in the request's place widens it with `services.spend.cover`; the hold held when the
    * request ends is the one settled.

@@ -42,6 +42,7 @@ export class RequestState {
     this.onFinish = [];
     this.response = null;
     this.answerer = null;
+    this.askedText = null;
     this.pendingLedger = { id: null };
   }
 

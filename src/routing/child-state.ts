@@ -47,6 +47,7 @@ export function childState(parent: GatewayState, options: ChildOptions): Gateway
     onFinish: [],
     response: null,
     answerer: null,
+    askedText: null,
     pendingLedger: parent.pendingLedger,
   };
 }

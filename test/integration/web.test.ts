@@ -4,9 +4,13 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { post, sseEvents, testConfigYaml } from '../fixtures/gateway';
 import { SEARCH_RESULTS, startFakeSearch, type FakeSearch } from '../fixtures/fake-search';
 import { perTestGateways } from '../fixtures/per-test';
+import { pageServer } from '../fixtures/pages';
+import { registry } from '../../plugins';
+import { webFetchDefinition } from '../../plugins/web-fetch/stage';
 
 const t = perTestGateways();
 let search: FakeSearch;
+const pages = pageServer((_req, res) => res.writeHead(200, { 'content-type': 'text/plain' }).end('A page about rivers.'));
 
 beforeAll(async () => {
   search = await startFakeSearch();
@@ -64,6 +68,25 @@ describe('web search stage through the server', () => {
         data: { outcome: 'searched', engine: 'searxng', query: 'Do otters hold hands?', max_results: 2, results: 2, urls: ['https://site1.example/page1', 'https://site2.example/page2'] },
       },
     ]);
+  });
+
+  it('searches what the user asked, not the pages web-fetch added to the message before it', async () => {
+    const stages = '[auth, validate, web-fetch, web, upstream]';
+    const backend = `{ kind: searxng, base_url: '${search.url}', timeout_ms: 500 }`;
+    const config = `${testConfigYaml(t.upstream.url, stages)}plugins:\n  web: { backend: ${backend} }\n  web-fetch: {}\n`;
+    const g = await t.start({ yaml: config, registry: new Map(registry).set('web-fetch', webFetchDefinition({ testOnlyLoopbackPorts: [pages.port] })) });
+    for (const content of ['Do otters hold hands?', [{ type: 'text', text: 'Do otters hold hands?' }]]) {
+      search.calls.length = 0;
+      const r = await post(`${g.url}/chat/completions`, g.key, {
+        model: 'fake/gpt',
+        plugins: [{ id: 'web-fetch', urls: [`${pages.url}/rivers`] }, { id: 'web' }],
+        messages: [{ role: 'user', content }],
+      });
+      expect(r.status).toBe(200);
+      expect(new URL(search.calls[0].url, search.url).searchParams.get('q')).toBe('Do otters hold hands?');
+      // The page still reached the model.
+      expect(JSON.stringify(t.upstream.received.at(-1)!.body.messages)).toContain('A page about rivers.');
+    }
   });
 
   it('chat: prepends to an existing leading system message', async () => {
