@@ -37,8 +37,10 @@ export function judgeBody(input: { body: Obj; judge: string; answers: string[]; 
   if (lastText !== null) messages.pop();
   const question = lastText ?? '(the conversation above)';
   const numbered = answers.map((a, i) => `Answer ${i + 1}:\n${a}`).join('\n\n');
-  // split/join, not String.replace: a `$&` in user text must stay literal.
-  const content = template.split('{question}').join(question).split('{count}').join(String(answers.length)).split('{answers}').join(numbered);
+  // One pass over the template, with a function (a `$&` in user text stays literal): a `{count}` or
+  // `{answers}` inside the question or an answer is their text, not a placeholder filled in again.
+  const values: Record<string, string> = { question, count: String(answers.length), answers: numbered };
+  const content = template.replace(/\{(question|count|answers)\}/g, (_m, name: string) => values[name]);
   messages.push({ role: 'user', content });
   const out: Obj = { ...body, model: judge, messages, stream };
   for (const k of ROUTING_FIELDS) delete out[k];
