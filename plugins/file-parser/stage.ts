@@ -17,6 +17,7 @@ export interface FileParserConfig {
   max_pages: number;
   max_chars: number;
   timeout_ms: number;
+  parse_timeout_ms: number;
   max_redirects: number;
   on_error: 'deny' | 'allow';
 }
@@ -106,7 +107,7 @@ async function parseOne(
   const bytes = await pdfBytes(block, config, overrides, signal);
   let doc;
   try {
-    doc = await pdfText(bytes, { maxPages: config.max_pages });
+    doc = await pdfText(bytes, { maxPages: config.max_pages, maxChars: config.max_chars, timeoutMs: config.parse_timeout_ms });
   } catch (err) {
     throw new FileFailure('unreadable', err instanceof PdfUnreadable ? `not a readable PDF (${err.message})` : (err as Error).message);
   }

@@ -1,4 +1,5 @@
-import { getDocumentProxy } from 'unpdf';
+import { Worker } from 'node:worker_threads';
+import { findPackageFile } from '../config/package-root';
 
 /** Text of a PDF, page by page up to a cap. */
 export interface PdfText {
@@ -18,43 +19,47 @@ export class PdfUnreadable extends Error {
   }
 }
 
+/** Memory a PDF's parse may use (the worker's old generation): a decompression bomb stops there. */
+const WORKER_HEAP_MB = 256;
+
 /**
- * Extracts the text of the first `maxPages` pages of a PDF with pdf.js (through unpdf's bundled,
- * worker-less build, so no worker file and no native canvas are needed for text).
+ * Extracts the text of the first `maxPages` pages of a PDF with pdf.js (unpdf's bundled build: no canvas
+ * needed for text), in a worker thread (`workers/pdf-text.cjs`): a small hostile PDF can inflate to
+ * gigabytes or take seconds of CPU, and on the gateway's own thread that blocked every other request (a
+ * 29 KB file inflating to 10 MB held the event loop 14 s). The worker is stopped after `timeoutMs`, its heap
+ * is capped, and it stops reading pages once it has more than `maxChars` characters.
  *
- * @example const { pages, text } = await pdfText(buffer, { maxPages: 50 });
+ * @example const { pages, text } = await pdfText(buffer, { maxPages: 50, maxChars: 100_000, timeoutMs: 15_000 });
  */
-export async function pdfText(bytes: Uint8Array, options: { maxPages: number }): Promise<PdfText> {
+export async function pdfText(bytes: Uint8Array, options: { maxPages: number; maxChars: number; timeoutMs: number }): Promise<PdfText> {
   if (!startsLikePdf(bytes)) throw new PdfUnreadable('Not a PDF (no %PDF- header)');
-  // pdf.js takes ownership of (detaches) the buffer it is given: hand it a copy.
+  // pdf.js takes ownership of (detaches) the buffer it is given: the worker gets a copy.
   const data = new Uint8Array(bytes);
-  let doc: Awaited<ReturnType<typeof getDocumentProxy>>;
+  const worker = new Worker(findPackageFile('workers/pdf-text.cjs'), {
+    workerData: { bytes: data, maxPages: options.maxPages, maxChars: options.maxChars },
+    transferList: [data.buffer],
+    resourceLimits: { maxOldGenerationSizeMb: WORKER_HEAP_MB },
+    stdout: true,
+    stderr: true,
+  });
+  // What pdf.js prints is not the gateway's output: read and dropped.
+  worker.stdout.resume();
+  worker.stderr.resume();
+  let timer: NodeJS.Timeout | undefined;
   try {
-    // verbosity 0: pdf.js would otherwise print its recoverable-error warnings to the console.
-    doc = await getDocumentProxy(data, { verbosity: 0, isEvalSupported: false });
-  } catch (err) {
-    throw new PdfUnreadable((err as Error).message || 'Invalid PDF');
-  }
-  try {
-    const pagesRead = Math.min(doc.numPages, options.maxPages);
-    const texts: string[] = [];
-    for (let i = 1; i <= pagesRead; i++) {
-      const page = await doc.getPage(i);
-      const content = await page.getTextContent();
-      let out = '';
-      for (const item of content.items) {
-        if (!('str' in item)) continue;
-        out += item.str;
-        if (item.hasEOL) out += '\n';
-      }
-      texts.push(out.trim());
-      page.cleanup();
-    }
-    return { pages: doc.numPages, pagesRead, text: texts.join('\n\n') };
-  } catch (err) {
-    throw new PdfUnreadable((err as Error).message || 'Invalid PDF');
+    const result = await new Promise<PdfText | { unreadable: string }>((resolve, reject) => {
+      timer = setTimeout(() => reject(new PdfUnreadable(`parsing took longer than ${options.timeoutMs} ms`)), options.timeoutMs);
+      worker.once('message', resolve);
+      worker.once('error', (err: Error & { code?: string }) =>
+        reject(new PdfUnreadable(err.code === 'ERR_WORKER_OUT_OF_MEMORY' ? `parsing needed more than ${WORKER_HEAP_MB} MB` : err.message || 'Invalid PDF')),
+      );
+      worker.once('exit', (code) => reject(new PdfUnreadable(`the parser stopped (exit ${code})`)));
+    });
+    if ('unreadable' in result) throw new PdfUnreadable(result.unreadable);
+    return result;
   } finally {
-    await doc.destroy();
+    clearTimeout(timer);
+    void worker.terminate();
   }
 }
 

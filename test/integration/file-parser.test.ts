@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { registry } from '../../plugins';
 import { fileParserDefinition } from '../../plugins/file-parser/stage';
-import { minimalPdf } from '../fixtures/minimal-pdf';
+import { bombPdf, minimalPdf } from '../fixtures/minimal-pdf';
 import { post, testConfigYaml } from '../fixtures/gateway';
 import { pageServer } from '../fixtures/pages';
 import { perTestGateways } from '../fixtures/per-test';
@@ -40,6 +40,24 @@ function chatBody(model = 'fake/gpt', fileData = `data:application/pdf;base64,${
 }
 
 describe('file-parser stage through the server', () => {
+  it('a decompression bomb is parsed off the event loop and stopped at parse_timeout_ms; other requests are answered meanwhile', async () => {
+    const g = await t.start({ yaml: yaml('{ parse_timeout_ms: 500 }') });
+    const bomb = bombPdf(10_000_000).toString('base64');
+    expect(bomb.length).toBeLessThan(100_000);
+    const parsing = post(`${g.url}/chat/completions`, g.key, chatBody('fake/gpt', `data:application/pdf;base64,${bomb}`)).then((r) => ({ r, at: performance.now() }));
+    // While the bomb is being parsed (seconds of pdf.js work), the gateway still answers.
+    await new Promise((res) => setTimeout(res, 100));
+    const health = await fetch(`${g.url.replace(/\/api\/v1$/, '')}/healthz`);
+    const healthAt = performance.now();
+    expect(health.status).toBe(200);
+    const { r, at } = await parsing;
+    expect(healthAt).toBeLessThan(at);
+    expect(r.status).toBe(400);
+    expect(r.json.error.message).toMatch(/longer than 500 ms|more than 256 MB/);
+    expect(t.upstream.received).toHaveLength(0);
+  });
+
+
   it('chat completions: a base64 PDF becomes a text part with its name and page count', async () => {
     const g = await t.start({ yaml: yaml() });
     const r = await post(`${g.url}/chat/completions`, g.key, chatBody(), META);
