@@ -118,7 +118,9 @@ export class RateLimiter {
       if (r.model !== model) continue;
       const w = fixed(r.window_s);
       const who = r.per === 'key' ? `key:${key.id}` : 'all';
-      lines.push({ key: `rl:model:${model}:${who}:${w.start}`, limit: r.requests, resetAt: w.resetAt, scope: 'model', what: `model ${model} per ${r.window_s} s${r.per === 'key' ? ' for this key' : ''}` });
+      // The window's length is part of the key: two limits on one model whose windows start together (1 s and
+      // 10 s at a multiple of 10 s) would otherwise count in, and expire with, one counter.
+      lines.push({ key: `rl:model:${model}:${who}:${r.window_s}s:${w.start}`, limit: r.requests, resetAt: w.resetAt, scope: 'model', what: `model ${model} per ${r.window_s} s${r.per === 'key' ? ' for this key' : ''}` });
     }
     if (free) {
       const f = config.free_models;

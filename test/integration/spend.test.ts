@@ -387,6 +387,21 @@ describe('rate limits', () => {
     expect(m.json.error).toMatchObject({ type: 'rate_limit_error', error_type: 'rate_limit_exceeded' });
   });
 
+  it('per model: two limits on one model whose windows start together count apart (1 s and 10 s)', async () => {
+    let now = Date.UTC(2026, 10, 22, 10, 0, 10);
+    const g = await start(
+      'rate_limits: { models: [{ model: fake/gpt, requests: 100, window_s: 1, per: key }, { model: fake/gpt, requests: 3, window_s: 10, per: key }] }\naccounts:\n  - { name: default, billing: invoice }\n',
+      () => now,
+    );
+    expect((await post(`${g.url}/chat/completions`, g.key, chat())).status).toBe(200);
+    expect((await post(`${g.url}/chat/completions`, g.key, chat())).status).toBe(200);
+    now += 1000; // a new 1 s window, the same 10 s one
+    expect((await post(`${g.url}/chat/completions`, g.key, chat())).status).toBe(200);
+    const r = await post(`${g.url}/chat/completions`, g.key, chat());
+    expect(r.status).toBe(429);
+    expect(r.json.error.metadata).toMatchObject({ scope: 'model', limit: 3 });
+  });
+
   it('per model: global across keys', async () => {
     const g = await start('rate_limits: { models: [{ model: fake/gpt, requests: 1 }] }\naccounts:\n  - { name: default, billing: invoice }\n');
     expect((await post(`${g.url}/chat/completions`, g.key, chat())).status).toBe(200);
