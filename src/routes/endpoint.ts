@@ -70,6 +70,9 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       const response = state.response;
       if (!response) throw new GatewayError('server', 'The pipeline produced no response');
       if (response.headers) ctx.set(response.headers);
+      // While draining every answer closes its connection: a client must not send its next request on a
+      // connection the shutdown is about to close (it would see a reset, not the 503 it would get on a new one).
+      if (drain?.started) ctx.set('Connection', 'close');
       ctx.status = response.status;
       if (response.kind === 'json') {
         writeJson(ctx, withPipelineRecords(state, response.body));
@@ -105,6 +108,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       const style = spec.style;
       ctx.status = statusFor(e, style);
       if (e.headers) ctx.set(e.headers);
+      if (drain?.started) ctx.set('Connection', 'close');
       setJsonBody(ctx, errorBody(e, style, state?.requestId ?? null));
       if (state?.metadataOptIn && (state.candidates.length > 0 || state.pipeline.length > 0)) {
         (ctx.body as Record<string, unknown>).gateway_metadata = routingMetadata(state);
@@ -142,9 +146,14 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       span.end();
     }
 
-    /** Last: a shutdown waits for every request to leave before it closes the ledger. */
+    /**
+     * Last: a shutdown waits for every request to leave before it closes the ledger and the connections.
+     * While draining, a request leaves once its answer is written out: an error answer is written by Koa
+     * after this returns, and closing the connections before that sent the client nothing at all.
+     */
     function settle(): void {
-      drain?.leave(abort);
+      if (drain?.started && !gone && !ctx.res.writableFinished && !ctx.res.destroyed) ctx.res.once('close', () => drain.leave(abort));
+      else drain?.leave(abort);
       runtime.services.metrics?.request({
         endpoint: spec.id,
         status: gone ? CLIENT_CLOSED_STATUS : ctx.status,

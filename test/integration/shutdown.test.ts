@@ -96,6 +96,26 @@ describe('SIGTERM drains a real gateway process', () => {
     }
   }, 60_000);
 
+  it('a JSON request in flight that ends in an error while draining gets its error answer, with Connection: close', async () => {
+    const gw = processGateway(upstream.url, { server: 'drain_timeout_ms: 400' });
+    dirs.push(gw.dir);
+    const key = await cliKey(gw.dir, gw.file);
+    const { proc, url } = await startServe(['--config', gw.file], { cwd: gw.dir });
+    upstream.always.set('gpt-slow', { kind: 'hang' }); // a JSON answer that never comes
+    const before = upstream.received.length;
+    const answer = post(`${url}/chat/completions`, key, SLOW);
+    // The request is in flight (waiting on the paused provider) before the signal.
+    for (let i = 0; i < 500 && upstream.received.length === before; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(upstream.received.length).toBe(before + 1);
+    proc.child.kill('SIGTERM');
+    // Cut at the drain timeout: the typed 503 is written out before the connections close (it was an empty reply).
+    const r = await within(answer, 10_000, 'the cut request to be answered');
+    expect(r.status).toBe(503);
+    expect(r.json.error).toMatchObject({ code: 503, message: 'The gateway shut down before the answer was complete' });
+    expect(r.headers.get('connection')).toBe('close');
+    expect(await within(proc.exited, 10_000, 'the process to exit')).toBe(0);
+  }, 60_000);
+
   it('at the drain timeout a stream still in flight ends with the in-band error; the process exits 0 with its ledger row', async () => {
     const gw = processGateway(upstream.url, { server: 'drain_timeout_ms: 300' });
     dirs.push(gw.dir);
