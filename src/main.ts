@@ -275,7 +275,8 @@ async function serve(file: string): Promise<number> {
   logger.info({ port, host: config.server.host, base_path: config.server.base_path }, 'gateway listening');
   process.stdout.write(`Gateway listening on http://${config.server.host}:${port}${config.server.base_path}\n`);
   await stopped;
-  logger.info({ in_flight: gateway.drain.inFlight, drain_timeout_ms: config.server.drain_timeout_ms }, 'shutting down: draining');
+  // The drain timeout of the config now serving (a reload may have changed it), as close() uses it.
+  logger.info({ in_flight: gateway.drain.inFlight, drain_timeout_ms: gateway.runtime().config.server.drain_timeout_ms }, 'shutting down: draining');
   stopWatching();
   youngGeneration?.stop();
   await gateway.close();

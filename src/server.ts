@@ -213,6 +213,11 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       health.configure({ failureThreshold: config.routing.circuit_breaker.failure_threshold, cooldownMs: config.routing.circuit_breaker.cooldown_ms });
       sticky.ttlMs = config.routing.sticky_ttl_ms;
       const differs = (a: unknown, b: unknown) => JSON.stringify(a) !== JSON.stringify(b);
+      // The log level applies at once (pino reads it per line; every part of the gateway logs through this logger).
+      if (before.logging.level !== config.logging.level) {
+        logger.level = config.logging.level;
+        logger.info({ level: config.logging.level }, 'log level changed');
+      }
       for (const section of ['storage', 'state', 'telemetry', 'ledger'] as const) {
         if (differs(before[section], config[section])) {
           logger.warn({ section }, `config section "${section}" changed: it takes effect at the next restart`);

@@ -120,6 +120,29 @@ describe('config reload', () => {
       stop();
     }
   });
+
+  it('picks up a Kubernetes ConfigMap update: the file is a link through ..data, and a new ..data is renamed into place', async () => {
+    gw = await startTestGateway({ yaml: yaml(['m/a']) });
+    const { mkdirSync, renameSync, symlinkSync } = await import('node:fs');
+    dir = mkdtempSync(path.join(tmpdir(), 'gw-reload-cm-'));
+    mkdirSync(path.join(dir, '..v1'));
+    writeFileSync(path.join(dir, '..v1', 'gateway.yaml'), yaml(['m/a']));
+    symlinkSync('..v1', path.join(dir, '..data'));
+    symlinkSync('..data/gateway.yaml', path.join(dir, 'gateway.yaml'));
+    const file = path.join(dir, 'gateway.yaml');
+    const reload = configReloader({ file, registry, gateway: gw.gateway, logger: pino({ level: 'silent' }) });
+    const stop = watchFile(file, () => reload('file changed'), 20);
+    try {
+      // What kubelet does: the new version in its own folder, a new link to it, renamed over ..data.
+      mkdirSync(path.join(dir, '..v2'));
+      writeFileSync(path.join(dir, '..v2', 'gateway.yaml'), yaml(['m/a', 'm/new']));
+      symlinkSync('..v2', path.join(dir, '..data_tmp'));
+      renameSync(path.join(dir, '..data_tmp'), path.join(dir, '..data'));
+      await eventually(async () => expect((await ask('m/new')).status).toBe(200));
+    } finally {
+      stop();
+    }
+  });
 });
 
 function writeTemp(text: string): string {
@@ -144,6 +167,23 @@ describe('server fields at reload', () => {
     expect(warnings).toHaveLength(1);
     expect(warnings[0].fields).toEqual(['port']);
     expect(warnings[0].msg).toBe('config fields server.port changed: they take effect at the next restart');
+  });
+
+  it('a logging.level change applies at once (it was kept until a restart, unannounced)', async () => {
+    gw = await startTestGateway({ yaml: `${yaml(['m/a'])}logging: { level: info }\n` });
+    dir = mkdtempSync(path.join(tmpdir(), 'gw-reload-log-'));
+    const file = path.join(dir, 'gateway.yaml');
+    writeFileSync(file, `${yaml(['m/a'])}logging: { level: warn }\n`);
+    gw.gateway.reload(loadConfig(file, { registry }));
+    const before = gw.logs.length;
+    expect((await ask('m/a')).status).toBe(200);
+    await new Promise((r) => setTimeout(r, 50));
+    // The access line is info: no longer written.
+    expect(gw.logs.slice(before).map((l) => JSON.parse(l).msg)).not.toContain('request');
+    writeFileSync(file, `${yaml(['m/a'])}logging: { level: info }\n`);
+    gw.gateway.reload(loadConfig(file, { registry }));
+    expect((await ask('m/a')).status).toBe(200);
+    await eventually(async () => expect(gw!.logs.slice(before).map((l) => JSON.parse(l).msg)).toContain('request'));
   });
 
   it('routing settings that outlive a reload follow it: the breaker threshold and cooldown, the sticky TTL', async () => {
