@@ -42,6 +42,9 @@ export function serverToolOf(body: Obj): { index: number; options: ServerToolOpt
   if (index < 0) return null;
   const tool = tools[index] as Obj;
   const field = `tools[${index}]`;
+  // One entry: a second would reach the provider raw (only one is turned into the model's function).
+  const again = tools.findIndex((t: unknown, i: number) => i > index && isObj(t) && t.type === SERVER_TOOL_TYPE);
+  if (again >= 0) throw new GatewayError('invalid_request', `The ${SERVER_TOOL_TYPE} tool may be listed once`, { metadata: { field: `tools[${again}]` } });
   const bad = (name: string, what: string) => new GatewayError('invalid_request', `\`${name}\` of the ${SERVER_TOOL_TYPE} tool ${what}`, { metadata: { field: `${field}.${name}` } });
   for (const k of Object.keys(tool)) {
     if (!['type', 'max_uses', 'allowed_domains', 'blocked_domains', 'cache_control'].includes(k)) throw bad(k, 'is not a known field (max_uses, allowed_domains, blocked_domains)');

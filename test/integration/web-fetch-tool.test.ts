@@ -292,6 +292,7 @@ describe('gateway:web_fetch server tool (URLs the model asks for)', () => {
       { tools: [{ ...SERVER_TOOL, allowed_domains: 'example.com' }], field: 'tools[0].allowed_domains' },
       { tools: [SERVER_TOOL], stop_server_tools_when: [{ type: 'when_pigs_fly' }], field: 'stop_server_tools_when[0]' },
       { tools: [SERVER_TOOL, { type: 'function', function: { name: 'web_fetch' } }], field: 'tools' },
+      { tools: [SERVER_TOOL, { type: 'function', function: { name: 'f' } }, SERVER_TOOL], field: 'tools[2]' },
     ];
     for (const { field, ...extra } of cases) {
       const r = await ask(extra);
