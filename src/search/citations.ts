@@ -119,7 +119,7 @@ export async function* chatStreamWithAnnotations(events: AsyncIterable<SseEvent>
   for await (const ev of events) {
     if (!sent && ev.data === '[DONE]') {
       sent = true;
-      yield annotationChunk(last);
+      if (text) yield annotationChunk(last); // a tool-call-only answer gets none, as a JSON one
     } else if (!sent) {
       const chunk = parse(ev.data);
       const choice = chunk && Array.isArray(chunk.choices) ? (chunk.choices as Obj[]).find((c) => isObj(c) && (c.index ?? 0) === 0) : undefined;
@@ -131,11 +131,11 @@ export async function* chatStreamWithAnnotations(events: AsyncIterable<SseEvent>
         if (typeof delta?.content === 'string' && delta.content.length > 0) {
           yield ev;
           sent = true;
-          yield annotationChunk(last);
+          if (text) yield annotationChunk(last); // a tool-call-only answer gets none, as a JSON one
           continue;
         }
         sent = true;
-        yield annotationChunk(last);
+        if (text) yield annotationChunk(last); // a tool-call-only answer gets none, as a JSON one
       }
     }
     yield ev;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { addCitations, chatAnnotations, injectSystemText, linkSpan, searchPromptText } from '../../src/search/citations';
+import { addCitations, chatAnnotations, chatStreamWithAnnotations, injectSystemText, linkSpan, searchPromptText } from '../../src/search/citations';
 
 const R = [
   { url: 'https://otters.example/facts', title: 'Otter facts', snippet: 'Otters hold hands.' },
@@ -42,5 +42,21 @@ describe('web search citations', () => {
     const chat: Record<string, unknown> = { messages: [{ role: 'developer', content: [{ type: 'text', text: 'D' }] }] };
     injectSystemText('chat_completions', chat, 'S');
     expect(chat.messages).toEqual([{ role: 'developer', content: [{ type: 'text', text: 'S' }, { type: 'text', text: 'D' }] }]);
+  });
+
+  it('a streamed chat answer gets the annotations chunk only when it carries text (tool calls only: none, as JSON)', async () => {
+    const chunk = (delta: object, finish: string | null = null) => ({ data: JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta, finish_reason: finish }] }) });
+    async function* events(list: { data: string }[]) {
+      yield* list;
+    }
+    const collect = async (list: { data: string }[]) => {
+      const out: string[] = [];
+      for await (const ev of chatStreamWithAnnotations(events(list), R)) out.push(ev.data);
+      return out;
+    };
+    const tools = await collect([chunk({ role: 'assistant', tool_calls: [{ index: 0, id: 'x', type: 'function', function: { name: 'f', arguments: '{}' } }] }), chunk({}, 'tool_calls'), { data: '[DONE]' }]);
+    expect(tools.some((d) => d.includes('annotations'))).toBe(false);
+    const text = await collect([chunk({ role: 'assistant', content: 'Hi' }), chunk({}, 'stop'), { data: '[DONE]' }]);
+    expect(text.filter((d) => d.includes('annotations'))).toHaveLength(1);
   });
 });
