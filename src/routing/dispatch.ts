@@ -12,7 +12,7 @@ import { clientClosed } from '../pipeline/request-abort';
 import type { GatewayResponse, GatewayState, SseEvent } from '../pipeline/types';
 import { batched, batchesOf } from '../providers/sse';
 import type { Dialect, Provider, UpstreamCall, UpstreamReply } from '../providers/types';
-import { billedByDelivery } from '../spend/delivered';
+import { billedByDelivery, estimatedAnswerUsage, type StreamDialect } from '../spend/delivered';
 import { pendingRowOf, type LedgerJournal } from '../spend/journal';
 import { costOf } from '../spend/pricing';
 import { blamesCaller, nextStep, type NextStep } from './attempt-policy';
@@ -320,7 +320,13 @@ function jsonResponse(state: GatewayState, served: Served, reply: UpstreamReply,
   if (reply.stream) throw new GatewayError('provider_unavailable', `Provider ${c.provider.id} answered with a stream`);
   const dialect = state.endpoint as Dialect;
   const body = translateResponse(c.dialect, dialect, reply.body);
-  const { usage, cost } = DIALECTS[dialect].finishBody(body, finishInfo(state, served));
+  const info = finishInfo(state, served);
+  let { usage, cost } = DIALECTS[dialect].finishBody(body, info);
+  if (!usage || (usage.inputTokens === 0 && usage.outputTokens === 0)) {
+    // No usage from the provider (or a translation's zeros): billed from the request and the answer.
+    usage = estimatedAnswerUsage(dialect as StreamDialect, body, state.body);
+    cost = info.costOf(usage);
+  }
   choose(state, served);
   state.usage = usage;
   state.costUsd = cost;

@@ -104,3 +104,34 @@ export function billedByDelivery(inner: StreamRewriter, o: { dialect: StreamDial
     complete: () => inner.complete(),
   };
 }
+
+/**
+ * Usage for a non-streaming answer whose provider reported none (or only zeros, as a translated answer
+ * carries): input tokens counted from the request with the tokenizer of the spend estimates, output tokens at
+ * 4 characters per token of the answer's text, reasoning and tool-call arguments. As for a stream billed by
+ * delivery: an answer served is never billed as free because its provider left the usage out.
+ */
+export function estimatedAnswerUsage(dialect: StreamDialect, answer: Record<string, unknown>, request: Record<string, unknown> | null): NormalizedUsage {
+  let chars = 0;
+  const add = (v: unknown) => {
+    if (typeof v === 'string') chars += v.length;
+    else if (v && typeof v === 'object') chars += JSON.stringify(v).length;
+  };
+  if (dialect === 'chat_completions') {
+    for (const choice of Array.isArray(answer.choices) ? answer.choices : []) {
+      const m = (choice as { message?: Record<string, unknown> } | null)?.message;
+      if (!m) continue;
+      add(m.content);
+      add(m.reasoning ?? m.reasoning_content);
+      add(m.refusal);
+      for (const call of Array.isArray(m.tool_calls) ? m.tool_calls : []) add((call as { function?: { arguments?: unknown } })?.function?.arguments);
+    }
+  } else {
+    for (const block of Array.isArray(answer.content) ? answer.content : []) {
+      const b = block as Record<string, unknown> | null;
+      if (!b) continue;
+      add(b.type === 'tool_use' ? b.input : (b.text ?? b.thinking));
+    }
+  }
+  return { inputTokens: request ? inputTokens(request) : 0, outputTokens: Math.ceil(chars / CHARS_PER_TOKEN), cachedTokens: 0, cacheWriteTokens: 0, reasoningTokens: 0 };
+}

@@ -102,3 +102,22 @@ describe('a translated stream whose chat provider reported no usage', () => {
     expect({ p: messages?.promptTokens, c: messages?.completionTokens, usd: messages?.costUsd }).toEqual({ p: chat?.promptTokens, c: chat?.completionTokens, usd: chat?.costUsd });
   });
 });
+
+describe('a JSON answer whose provider reported no usage', () => {
+  it('is billed from the request and the answer, in either client style (was free)', async () => {
+    g = await t.start({ yaml: yaml() });
+    const answer = { id: 'c1', object: 'chat.completion', created: 1, model: 'held-chat', choices: [{ index: 0, message: { role: 'assistant', content: 'Sixteen chars!!!' }, finish_reason: 'stop' }] };
+    t.upstream.always.set('held-chat', { kind: 'status', status: 200, body: answer });
+    const rows = [];
+    for (const path of ['chat/completions', 'messages'] as const) {
+      const r = await post(`${g.url}/${path}`, g.key, { model: 'held/chat', max_tokens: 20, messages: [{ role: 'user', content: 'hi' }] });
+      expect(r.status).toBe(200);
+      rows.push(await rowOf(r.json.id));
+    }
+    const [chat, messages] = rows;
+    expect(chat).toMatchObject({ status: 'completed', completionTokens: 4 });
+    expect(chat!.promptTokens).toBeGreaterThan(0);
+    expect(chat!.costUsd).toBeGreaterThan(0);
+    expect({ p: messages?.promptTokens, c: messages?.completionTokens, usd: messages?.costUsd }).toEqual({ p: chat!.promptTokens, c: chat!.completionTokens, usd: chat!.costUsd });
+  });
+});
