@@ -9,7 +9,7 @@ import { endedBeforeOutput } from '../dialects/stream-error';
 import { shutdownCut } from '../drain';
 import { GatewayError, toGatewayError } from '../errors/gateway-error';
 import { clientClosed } from '../pipeline/request-abort';
-import type { GatewayResponse, GatewayState, SseEvent } from '../pipeline/types';
+import type { GatewayResponse, GatewayState, NormalizedUsage, SseEvent } from '../pipeline/types';
 import { batched, batchesOf } from '../providers/sse';
 import type { Dialect, Provider, UpstreamCall, UpstreamReply } from '../providers/types';
 import { billedByDelivery, estimatedAnswerUsage, type StreamDialect } from '../spend/delivered';
@@ -358,7 +358,8 @@ async function streamResponse(
   const dialect = state.endpoint as Dialect;
   // Same style: the provider's events go straight to the rewriter (no extra generator on the hot path), a
   // batch at a time (the events that arrived together).
-  const events = c.dialect === dialect ? reply.events : translateStream(c.dialect, dialect, reply.events, c.provider.id);
+  const seen = { reported: (): NormalizedUsage | null => null };
+  const events = c.dialect === dialect ? reply.events : translateStream(c.dialect, dialect, reply.events, c.provider.id, seen);
   const iterator = batchesOf(events);
   const waitFrom = performance.now();
   const first = await firstOutput(iterator, c, reply.abort, DIALECTS[dialect].opensOutput)
@@ -372,7 +373,7 @@ async function streamResponse(
   const info = finishInfo(state, served);
   // Messages style: the routing metadata rides in message_start (a new event name could upset SDKs).
   if (state.metadataOptIn && dialect === 'messages') info.metadata = routingMetadata(state);
-  const rewriter = billedByDelivery(DIALECTS[dialect].streamRewriter(info), { dialect, info, body: state.body });
+  const rewriter = billedByDelivery(DIALECTS[dialect].streamRewriter(info), { dialect, info, body: state.body, reported: () => seen.reported() });
   const before = dialect === 'chat_completions' ? sideChunks(state, c) : [];
   return { kind: 'sse', status: 200, events: batched(() => relay(state, iterator, first, rewriter, attempt, before, onStreamEnd)) };
 }

@@ -57,7 +57,10 @@ function escaped(data: string, quote: number): boolean {
  *
  * @example const rewriter = billedByDelivery(DIALECTS[d].streamRewriter(info), { dialect: d, info, body });
  */
-export function billedByDelivery(inner: StreamRewriter, o: { dialect: StreamDialect; info: FinishInfo; body: Record<string, unknown> | null }): StreamRewriter {
+export function billedByDelivery(
+  inner: StreamRewriter,
+  o: { dialect: StreamDialect; info: FinishInfo; body: Record<string, unknown> | null; reported?: () => NormalizedUsage | null },
+): StreamRewriter {
   let chars = 0;
   // Relayed events not counted yet. Why not count each at once: a stream that ends with the provider's usage
   // (nearly all) never needs the count, and counting was ~2 % of a 20-event stream's CPU. At most
@@ -77,6 +80,13 @@ export function billedByDelivery(inner: StreamRewriter, o: { dialect: StreamDial
     const output = Math.ceil(chars / CHARS_PER_TOKEN);
     if (reported) return reported.outputTokens >= output ? reported : { ...reported, outputTokens: output };
     if (chars === 0) return null;
+    // The provider reported usage the client's stream could not carry yet (a translated message_start's input
+    // count): its figures, not the tokenizer's.
+    const partial = o.reported?.();
+    if (partial) {
+      estimated = partial.outputTokens >= output ? partial : { ...partial, outputTokens: output };
+      return estimated;
+    }
     // Computed once: the tokenizer is not cheap, and usage() and cost() are both asked.
     estimated = { inputTokens: o.body ? inputTokens(o.body) : 0, outputTokens: output, cachedTokens: 0, cacheWriteTokens: 0, reasoningTokens: 0 };
     return estimated;

@@ -121,3 +121,20 @@ describe('a JSON answer whose provider reported no usage', () => {
     expect({ p: messages?.promptTokens, c: messages?.completionTokens, usd: messages?.costUsd }).toEqual({ p: chat!.promptTokens, c: chat!.completionTokens, usd: chat!.costUsd });
   });
 });
+
+describe('a chat stream translated from a messages provider that dies mid-stream', () => {
+  it("is billed the input count the provider's message_start gave, not the tokenizer's", async () => {
+    g = await t.start({ yaml: yaml() });
+    const start = sse('message_start', { type: 'message_start', message: { id: 'msg_1', type: 'message', role: 'assistant', model: 'held-msg', content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 1234, output_tokens: 1 } } });
+    const text = [
+      sse('content_block_start', { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } }),
+      sse('content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Sixteen chars!!!' } }),
+    ].join('');
+    t.upstream.always.set('held-msg', { kind: 'raw-stream', text: start + text, destroy: true });
+    const events = sseEvents((await ask('chat/completions', 'held/messages')).text);
+    const data = events.filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+    expect(data.some((d) => d.error)).toBe(true); // the in-band error of a stream cut short
+    const row = await rowOf(data[0].id);
+    expect(row).toMatchObject({ status: 'failed', promptTokens: 1234, completionTokens: 4 });
+  });
+});

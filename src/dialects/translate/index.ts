@@ -1,5 +1,5 @@
 import { GatewayError } from '../../errors/gateway-error';
-import type { SseEvent } from '../../pipeline/types';
+import type { NormalizedUsage, SseEvent } from '../../pipeline/types';
 import type { Dialect } from '../../providers/types';
 import { chatToMessagesRequest, messagesToChatRequest } from './request';
 import { chatToMessagesResponse, messagesToChatResponse } from './response';
@@ -30,9 +30,17 @@ export function translateResponse(from: Dialect, to: Dialect, body: Record<strin
  * event is a failure (it must never look like a successful end), raised so the caller ends the client's
  * stream with the in-band error of spec 7.5.
  */
-export async function* translateStream(from: Dialect, to: Dialect, events: AsyncIterable<SseEvent>, providerId: string): AsyncGenerator<SseEvent> {
+export async function* translateStream(
+  from: Dialect,
+  to: Dialect,
+  events: AsyncIterable<SseEvent>,
+  providerId: string,
+  seen?: { reported: () => NormalizedUsage | null },
+): AsyncGenerator<SseEvent> {
   if (from === to) throw new Error('translateStream: nothing to translate between one style and itself');
   const translator = from === 'messages' ? messagesToChatStream() : chatToMessagesStream();
+  // What the provider reported before the translated stream can carry it (for the bill of a stream cut short).
+  if (seen && translator.reported) seen.reported = () => translator.reported!();
   for await (const ev of events) {
     yield* translator.push(ev);
     // Its terminal event seen, the answer is whole: a provider that keeps the connection open after it (or

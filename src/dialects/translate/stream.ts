@@ -1,5 +1,6 @@
 import { GatewayError } from '../../errors/gateway-error';
-import type { SseEvent } from '../../pipeline/types';
+import type { NormalizedUsage, SseEvent } from '../../pipeline/types';
+import { messagesUsage } from '../messages';
 import { isObj, type Obj } from '../common';
 import {
   argumentsOf,
@@ -26,6 +27,11 @@ export interface StreamTranslator {
    * translator has emitted no successful ending, and the caller must end the client's stream with an error.
    */
   readonly complete: boolean;
+  /**
+   * The usage the provider has reported so far, before the translated stream could carry it (messages →
+   * chat: `message_start`'s input count, which a chat stream only carries at its end); null when none.
+   */
+  reported?(): NormalizedUsage | null;
 }
 
 const DONE: SseEvent = { data: '[DONE]' };
@@ -94,6 +100,10 @@ export function messagesToChatStream(): StreamTranslator {
   return {
     get complete() {
       return complete;
+    },
+    reported() {
+      const u = messagesUsage(usage);
+      return u && (u.inputTokens > 0 || u.outputTokens > 0) ? u : null;
     },
     push(ev: SseEvent): SseEvent[] {
       // Messages streams end with a `[DONE]` sentinel after message_stop (spec 4.1); ours comes from message_stop.
