@@ -83,3 +83,20 @@ describe('estimateCalls (several upstream calls for one request)', () => {
   });
 });
 
+
+describe('countTokens on long texts', () => {
+  it('counts prose in pieces exactly as whole; runs without breaks in linear time; very long texts by length', () => {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const exact = require('gpt-tokenizer/cjs/encoding/cl100k_base').countTokens as (t: string) => number;
+    const prose = 'The quick brown fox jumps over the lazy dog, and then it runs away into the forest. '.repeat(300);
+    expect(countTokens(prose)).toBe(exact(prose));
+    // 8 letters a token either way; whole, 99 000 letters took the tokenizer ~8 s (quadratic in the run).
+    expect(countTokens('a'.repeat(99_000))).toBe(99_000 / 8);
+    expect(countTokens('😀'.repeat(5000))).toBeGreaterThan(0); // pieces never split a surrogate pair
+    expect(countTokens('x'.repeat(300_000))).toBe(100_000);
+    // A request's texts are tokenized up to 100 000 characters in all, the rest estimated by length.
+    const text = 'word '.repeat(19_000); // 95 000 characters
+    const body = { messages: [{ role: 'user', content: text }, { role: 'user', content: text }] };
+    expect(inputTokens(body)).toBe(8 + 2 * countTokens('user') + countTokens(text) + Math.ceil(95_000 / 3));
+  });
+});
