@@ -114,7 +114,16 @@ function urlsOf(state: GatewayState, asked: unknown, config: WebFetchConfig): st
 
 /** http(s) URLs in free text, without the punctuation that usually follows one in a sentence. */
 export function urlsInText(text: string): string[] {
-  return [...text.matchAll(/\bhttps?:\/\/[^\s<>"'`]+/gi)].map((m) => m[0].replace(/[.,;:!?)\]}]+$/, ''));
+  return [...text.matchAll(/\bhttps?:\/\/[^\s<>"'`]+/gi)].map((m) => withoutTrailingPunctuation(m[0]));
+}
+
+const TRAILING = new Set('.,;:!?)]}');
+
+/** The URL without the sentence's punctuation after it; a loop from the end (a `[.,…]+$` regex rescanned a long run of dots from every position). */
+function withoutTrailingPunctuation(url: string): string {
+  let end = url.length;
+  while (end > 0 && TRAILING.has(url[end - 1])) end--;
+  return url.slice(0, end);
 }
 
 type Message = { role?: unknown; content?: unknown };
