@@ -393,23 +393,37 @@ function traceObject(body: Record<string, unknown> | null): Record<string, unkno
 
 function spanName(id: EndpointId, body: Record<string, unknown> | null): string {
   const t = traceObject(body);
-  if (typeof t?.span_name === 'string' && t.span_name) return t.span_name;
-  if (typeof t?.trace_name === 'string' && t.trace_name) return t.trace_name;
+  if (typeof t?.span_name === 'string' && t.span_name) return clip(t.span_name);
+  if (typeof t?.trace_name === 'string' && t.trace_name) return clip(t.trace_name);
   return `gateway.request ${id}`;
 }
 
 const KNOWN_TRACE_KEYS = new Set(['trace_id', 'parent_span_id', 'span_name', 'trace_name', 'generation_name']);
+/** What a request may put in its span (read before the key is checked): values and names cut, keys counted. */
+const SPAN_TEXT_MAX = 256;
+const SPAN_TRACE_KEYS_MAX = 32;
+const clip = (text: string): string => (text.length > SPAN_TEXT_MAX ? text.slice(0, SPAN_TEXT_MAX) : text);
 
+/**
+ * The request span's attributes from the body: the model asked for and the caller's `trace` fields. These
+ * come from anyone (before authentication) and live in the export queue until sent: each value and name is
+ * cut to 256 characters and at most 32 trace fields are taken, or a slow collector let unauthenticated
+ * requests with a 9 MB `model` hold gigabytes.
+ */
 function spanAttributes(ctx: GatewayContext, body: Record<string, unknown> | null): Record<string, string | number | boolean> {
-  const attrs: Record<string, string | number | boolean> = { 'http.request.method': ctx.method, 'url.path': ctx.path };
-  if (typeof body?.model === 'string') attrs['gateway.requested_model'] = body.model;
+  const attrs: Record<string, string | number | boolean> = { 'http.request.method': ctx.method, 'url.path': clip(ctx.path) };
+  if (typeof body?.model === 'string') attrs['gateway.requested_model'] = clip(body.model);
   const t = traceObject(body);
   if (t) {
-    if (typeof t.trace_name === 'string') attrs['gateway.trace_name'] = t.trace_name;
+    if (typeof t.trace_name === 'string') attrs['gateway.trace_name'] = clip(t.trace_name);
+    let taken = 0;
     for (const [k, v] of Object.entries(t)) {
       if (KNOWN_TRACE_KEYS.has(k)) continue;
-      if (typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean') attrs[`gateway.trace.${k}`] = v;
-      else if (v !== null && v !== undefined) attrs[`gateway.trace.${k}`] = JSON.stringify(v);
+      if (++taken > SPAN_TRACE_KEYS_MAX) break;
+      const name = `gateway.trace.${clip(k)}`;
+      if (typeof v === 'string') attrs[name] = clip(v);
+      else if (typeof v === 'number' || typeof v === 'boolean') attrs[name] = v;
+      else if (v !== null && v !== undefined) attrs[name] = clip(JSON.stringify(v));
     }
   }
   return attrs;

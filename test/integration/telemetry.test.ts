@@ -167,6 +167,17 @@ describe('the body `trace` object', () => {
       ['gateway.trace.canary', 'gateway.trace.environment', 'gateway.trace.run', 'gateway.trace.tags'],
     );
   });
+
+  it('cuts what a request puts in its span: values and names to 256 characters, at most 32 trace fields', async () => {
+    const trace: Record<string, string> = { trace_name: 'n'.repeat(5000), big: 'v'.repeat(5000) };
+    for (let i = 0; i < 50; i++) trace[`f${i}`] = 'x';
+    const res = await post(`${gw.url}/chat/completions`, gw.key, { ...CHAT, trace });
+    expect(res.status).toBe(200);
+    const { request } = await traceOfGeneration(res.json.id);
+    expect(request.name).toBe('n'.repeat(256));
+    expect(request.attributes['gateway.trace.big']).toBe('v'.repeat(256));
+    expect(Object.keys(request.attributes).filter((k) => k.startsWith('gateway.trace.'))).toHaveLength(32);
+  });
 });
 
 describe('failures', () => {
