@@ -49,7 +49,12 @@ export class Presets {
     }
     const found = await this.find(state.key.workspaceId, ref.slug);
     if (!found) throw new GatewayError('not_found', `Preset \`${ref.slug}\` not found`, { metadata: { preset: ref.slug } });
-    state.body = applyPreset(body, state.endpoint as Dialect, ref, found);
+    const applied = applyPreset(body, state.endpoint as Dialect, ref, found);
+    // A preset's contents are for management keys (GET /presets is 403 to others): the debug echo of the
+    // upstream body, which holds them, is not given to a regular key using one.
+    const debug = applied.debug as { echo_upstream_body?: unknown } | undefined;
+    if (debug?.echo_upstream_body === true && !state.key.isManagement) applied.debug = { ...debug, echo_upstream_body: false };
+    state.body = applied;
     state.span.setAttribute('gateway.preset', ref.slug);
     state.span.setAttribute('gateway.preset_version', found.version.version);
   }

@@ -191,6 +191,19 @@ describe('using a preset', () => {
   const gw = () => current;
   const sent = () => t.upstream.received.at(-1)!.body;
 
+  it("the debug echo of a preset's request goes to management keys only (a preset is management-only to read)", async () => {
+    current = await start();
+    await save(current, 'terse');
+    const body = { model: '@preset/terse', stream: true, debug: { echo_upstream_body: true }, messages: [{ role: 'user', content: 'hi' }] };
+    const regular = await fetch(`${current.url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${current.key}` }, body: JSON.stringify(body) });
+    const regularText = await regular.text();
+    expect(regular.status).toBe(200);
+    expect(regularText).not.toContain('echo_upstream_body');
+    expect(regularText).not.toContain('You are terse.');
+    const management = await fetch(`${current.url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${current.managementKey}` }, body: JSON.stringify(body) });
+    expect(await management.text()).toContain('You are terse.');
+  });
+
   it('chat: model "@preset/<slug>" applies the designated version translated to chat; request fields win', async () => {
     current = await start();
     await save(current, 'terse');
