@@ -120,9 +120,13 @@ export const chatCompletions: DialectAdapter = {
     return {
       rewrite(ev: SseEvent): SseEvent | null {
         if (ev.data === '[DONE]') {
+          // `[DONE]` before any finish_reason: the answer was cut, never a clean end (spec 7.5).
+          if (!finished) throw new GatewayError('provider_unavailable', `Provider ${info.provider} ended the stream before it was complete`, { metadata: { provider_name: info.provider } });
           done = true;
           return DONE;
         }
+        // A named event (`event: ping`) is not a chat chunk: chat clients read every data line as one.
+        if (ev.event !== undefined && ev.event !== 'message') return null;
         // Content chunks (nearly all of a stream) take the string path; usage and error chunks are parsed.
         // The searches leave out the key's opening quote: JSON is full of quotes, and a search that starts
         // with one stops at each (three searches cost ~700 ns a chunk with it, ~190 without). A looser match
@@ -147,6 +151,8 @@ export const chatCompletions: DialectAdapter = {
           // A chunk that cannot be read may have carried content: the stream fails rather than skip it.
           throw new GatewayError('provider_unavailable', `Provider ${info.provider} sent a malformed stream chunk`, { metadata: { provider_name: info.provider } });
         }
+        // Data that is no chunk (no choices, no usage, no error: a provider's keep-alive `{}`) is not passed on.
+        if (!Array.isArray(chunk.choices) && chunk.usage == null && !chunk.error) return null;
         if (Array.isArray(chunk.choices) && chunk.choices.some((c: { finish_reason?: unknown }) => typeof c?.finish_reason === 'string')) finished = true;
         chunk.id = info.generationId;
         chunk.model = info.model;

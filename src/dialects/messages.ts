@@ -85,6 +85,8 @@ export const messages: DialectAdapter = {
     return {
       rewrite(ev: SseEvent): SseEvent | null {
         if (ev.data === '[DONE]') {
+          // `[DONE]` before message_stop: the answer was cut, never a clean end (spec 7.5).
+          if (!stopped) throw new GatewayError('provider_unavailable', `Provider ${info.provider} ended the stream before it was complete`, { metadata: { provider_name: info.provider } });
           ended = true;
           return DONE;
         }

@@ -14,7 +14,8 @@ const FORWARDED = ['anthropic-beta'];
  */
 export function createAnthropicProvider(config: AnthropicProviderConfig): Provider {
   const target = upstreamTarget(config.base_url, '/messages');
-  const headers: Record<string, string> = { 'content-type': 'application/json', ...config.headers, 'anthropic-version': config.anthropic_version };
+  // identity: see openai.ts (the gateway does not decompress provider answers).
+  const headers: Record<string, string> = { 'content-type': 'application/json', 'accept-encoding': 'identity', ...config.headers, 'anthropic-version': config.anthropic_version };
   if (config.api_key) headers['x-api-key'] = config.api_key;
   const credentials = credentialsIn(headers);
   const timeouts = timeoutsOf(config);

@@ -12,7 +12,9 @@ const DIALECTS: ReadonlySet<Dialect> = new Set(['chat_completions']);
  */
 export function createOpenAIProvider(config: OpenAIProviderConfig): Provider {
   const target = upstreamTarget(config.base_url, '/chat/completions');
-  const headers: Record<string, string> = { 'content-type': 'application/json', ...config.headers };
+  // identity: the gateway reads the bytes as they are (undici's dispatch does not decompress), so a server
+  // free to pick an encoding when none is named must not gzip them.
+  const headers: Record<string, string> = { 'content-type': 'application/json', 'accept-encoding': 'identity', ...config.headers };
   if (config.api_key) headers.authorization = `Bearer ${config.api_key}`;
   const credentials = credentialsIn(headers);
   const timeouts = timeoutsOf(config);

@@ -51,9 +51,20 @@ export async function* parseSseBatches(body: AsyncIterable<Uint8Array | string>,
     else if (field === 'event') event = value;
     return undefined;
   };
+  /** The last chunk ended with '\r': a '\n' starting the next one is the second half of that line end. */
+  let crAtEnd = false;
+  let first = true;
   for await (const chunk of body) {
     buffer += typeof chunk === 'string' ? chunk : decoder.write(chunk);
     let start = 0;
+    if (first && buffer !== '') {
+      first = false;
+      if (buffer.charCodeAt(0) === 0xfeff) start = 1; // a byte order mark is not part of the first field
+    }
+    if (crAtEnd && buffer.length > start) {
+      crAtEnd = false;
+      if (buffer.charCodeAt(start) === 10) start++;
+    }
     const hasCr = buffer.includes('\r');
     let batch: SseEvent[] | undefined;
     for (;;) {
@@ -64,9 +75,10 @@ export async function* parseSseBatches(body: AsyncIterable<Uint8Array | string>,
       if (buffer.startsWith('data: ', start) && nl > start + 6) addData(buffer.slice(start + 6, nl));
       else ev = line(buffer.slice(start, nl));
       start = nl + (buffer[nl] === '\r' && buffer[nl + 1] === '\n' ? 2 : 1);
+      if (start === buffer.length && buffer[nl] === '\r') crAtEnd = true;
       if (ev) (batch ??= []).push(ev);
     }
-    // What is left is a partial line (a lone '\r' at the end may be the first half of '\r\n').
+    // What is left is a partial line.
     buffer = buffer.slice(start);
     if (batch) yield batch;
   }
@@ -121,7 +133,9 @@ function nextLineEnd(s: string, from: number, hasCr: boolean): number {
   if (!hasCr) return nl; // the common case: '\n' line ends only, found natively
   const cr = s.indexOf('\r', from);
   if (cr < 0 || (nl >= 0 && nl < cr)) return nl;
-  return cr + 1 < s.length ? cr : -1; // a '\r' at the very end may be the first half of '\r\n': wait
+  // A '\r' at the very end ends its line now (a provider using '\r' alone must not wait for its next
+  // write); a '\n' starting the next chunk is then skipped as that '\r\n's second half.
+  return cr;
 }
 
 /** One event in wire form. */

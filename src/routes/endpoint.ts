@@ -276,7 +276,9 @@ async function writeSse(ctx: GatewayContext, status: number, events: AsyncIterab
       }
       if (blocked) {
         blocked = false;
-        await drained(res, state.abort);
+        // The socket may have drained already (the write went out while this waited for the next batch):
+        // waiting for a 'drain' that came and went hung the stream for good.
+        if (res.writableNeedDrain) await drained(res, state.abort);
       }
     }
   } catch (err) {

@@ -138,3 +138,45 @@ describe('a chat stream translated from a messages provider that dies mid-stream
     expect(row).toMatchObject({ status: 'failed', promptTokens: 1234, completionTokens: 4 });
   });
 });
+
+describe('what a same-style stream passes on', () => {
+  it('a write of 16 KB or more that drains at once does not hang the stream (the drain was awaited after it came)', async () => {
+    g = await t.start({ yaml: yaml() });
+    const big = 'x'.repeat(20_000);
+    const parts = [chunk({ role: 'assistant', content: '' }), chunk({ content: big }), chunk({ content: 'y' }), chunk({}, 'stop'), sse(null, '[DONE]')];
+    t.upstream.always.set('held-chat', { kind: 'raw-parts', parts, gapMs: 30 });
+    const r = await ask('chat/completions', 'held/chat');
+    const data = sseEvents(r.text).filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+    expect(data.map((d) => d.choices?.[0]?.delta?.content ?? '').join('')).toBe(`${big}y`);
+    expect(data.some((d) => d.error)).toBe(false);
+    expect((await rowOf(data[0].id))?.status).toBe('completed');
+  });
+
+  it('chat: a named event (event: ping) and data that is no chunk are not passed on', async () => {
+    g = await t.start({ yaml: yaml() });
+    const ping = 'event: ping\ndata: {}\n\n';
+    t.upstream.always.set('held-chat', { kind: 'raw-stream', text: [chunk({ role: 'assistant', content: '' }), ping, chunk({ content: 'Hi' }), sse(null, {}), chunk({}, 'stop'), sse(null, '[DONE]')].join('') });
+    const data = sseEvents((await ask('chat/completions', 'held/chat')).text).filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+    for (const d of data) expect(d.object).toBe('chat.completion.chunk');
+    expect(data.map((d) => d.choices?.[0]?.delta?.content ?? '').join('')).toBe('Hi');
+  });
+
+  it('[DONE] after output but before any finish ends with the in-band error and a failed row, in both styles', async () => {
+    g = await t.start({ yaml: yaml() });
+    t.upstream.always.set('held-chat', { kind: 'raw-stream', text: [chunk({ role: 'assistant', content: '' }), chunk({ content: 'Hel' }), sse(null, '[DONE]')].join('') });
+    const chat = sseEvents((await ask('chat/completions', 'held/chat')).text);
+    const chatData = chat.filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+    expect(chatData.filter((d) => d.error)).toHaveLength(1);
+    expect((await rowOf(chatData[0].id))?.status).toBe('failed');
+
+    const start = sse('message_start', { type: 'message_start', message: { id: 'msg_1', type: 'message', role: 'assistant', model: 'held-msg', content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 5, output_tokens: 1 } } });
+    const block = sse('content_block_start', { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } });
+    const delta = sse('content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Hel' } });
+    t.upstream.always.set('held-msg', { kind: 'raw-stream', text: start + block + delta + sse(null, '[DONE]') });
+    const messages = sseEvents((await ask('messages', 'held/messages')).text);
+    expect(messages.filter((e) => e.event === 'error')).toHaveLength(1);
+    expect(messages.filter((e) => e.event === 'message_stop')).toHaveLength(0);
+    const id = JSON.parse(messages.find((e) => e.event === 'message_start')!.data).message.id;
+    expect((await rowOf(id))?.status).toBe('failed');
+  });
+});

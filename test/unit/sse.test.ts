@@ -117,6 +117,24 @@ describe('parseSse', () => {
     expect(events).toEqual([{ data: 'a\nb' }]);
   });
 
+  it('a chunk ending in \\r ends its line and event at once (CR-only providers are not held a read late)', async () => {
+    const batches: SseEvent[][] = [];
+    async function* chunks() {
+      yield 'data: one\r\r';
+      // The first event is out before the next chunk is even asked for.
+      expect(batches).toEqual([[{ data: 'one' }]]);
+      yield '\ndata: two\r\n\r\n';
+    }
+    for await (const b of parseSseBatches(chunks())) batches.push(b);
+    // The '\\n' that began the second chunk was the second half of a '\\r\\n', not a blank line of its own.
+    expect(batches).toEqual([[{ data: 'one' }], [{ data: 'two' }]]);
+  });
+
+  it('skips a byte order mark before the first field', async () => {
+    expect(await parseAll([new Uint8Array([0xef, 0xbb, 0xbf]), encoder.encode('data: first\n\ndata: second\n\n')])).toEqual([{ data: 'first' }, { data: 'second' }]);
+    expect(await parseAll(['\ufeffevent: message_start\ndata: {}\n\n'])).toEqual([{ event: 'message_start', data: '{}' }]);
+  });
+
   it('handles \\r\\r (a \\r line end followed by a blank line) split between chunks', async () => {
     expect(await parseAll(['data: a\r', '\r', 'data: b\r\r'])).toEqual([{ data: 'a' }, { data: 'b' }]);
   });
