@@ -62,6 +62,27 @@ function textSlots(m: Message): { get(): string; set(v: string): void }[] {
   return slots;
 }
 
+/**
+ * The order in which taking the middle element of a shrinking list (`splice(floor(length / 2), 1)`) visits
+ * its indices, without the splices (each moved the rest of the list: 230 000 messages took 6.5 s): the
+ * middle, then alternately its neighbours outwards, the left one first when the length is even.
+ *
+ * @example [...middleOutOrder(6)] // [3, 2, 4, 1, 5, 0]
+ */
+export function* middleOutOrder(length: number): Generator<number> {
+  if (length === 0) return;
+  const mid = Math.floor(length / 2);
+  yield mid;
+  let left = mid - 1;
+  let right = mid + 1;
+  let leftTurn = length % 2 === 0;
+  while (left >= 0 || right < length) {
+    if (leftTurn ? left >= 0 : right >= length) yield left--;
+    else yield right++;
+    leftTurn = !leftTurn;
+  }
+}
+
 /** Texts shorter than this are not truncated further. */
 const MIN_TRUNCATE_CHARS = 200;
 
@@ -90,8 +111,9 @@ export function middleOut(input: { body: Record<string, unknown>; budget: number
   let total = tokensBefore;
   const dropped = new Set<number>();
   const removed: Compression['removed'] = [];
-  while (total > budget && removable.length > 0) {
-    const [start, end] = removable.splice(Math.floor(removable.length / 2), 1)[0];
+  for (const k of middleOutOrder(removable.length)) {
+    if (total <= budget) break;
+    const [start, end] = removable[k];
     for (let i = start; i <= end; i++) {
       dropped.add(i);
       total -= cost[i];
