@@ -3,7 +3,7 @@ import { GatewayError } from '../errors/gateway-error';
 import type { NormalizedUsage, SseEvent } from '../pipeline/types';
 import { DONE } from '../providers/sse';
 import { num, stripGatewayFields } from './common';
-import { endedBeforeOutput, eventData, providerStreamError } from './stream-error';
+import { endedBeforeOutput, endedIncomplete, eventData, providerStreamError } from './stream-error';
 import type { DialectAdapter, FinishInfo, StreamRewriter } from './types';
 
 /** Chat-completions usage → normalized usage. */
@@ -121,7 +121,7 @@ export const chatCompletions: DialectAdapter = {
       rewrite(ev: SseEvent): SseEvent | null {
         if (ev.data === '[DONE]') {
           // `[DONE]` before any finish_reason: the answer was cut, never a clean end (spec 7.5).
-          if (!finished) throw new GatewayError('provider_unavailable', `Provider ${info.provider} ended the stream before it was complete`, { metadata: { provider_name: info.provider } });
+          if (!finished) throw endedIncomplete(info.provider);
           done = true;
           return DONE;
         }
@@ -195,7 +195,7 @@ export const chatCompletions: DialectAdapter = {
       end() {
         if (done) return [];
         if (finished) return [DONE];
-        return this.failure(new GatewayError('provider_unavailable', `Provider ${info.provider} ended the stream before it was complete`, { metadata: { provider_name: info.provider } }));
+        return this.failure(endedIncomplete(info.provider));
       },
       usage: () => usage,
       cost: () => cost,

@@ -3,7 +3,7 @@ import { GatewayError } from '../errors/gateway-error';
 import type { NormalizedUsage, SseEvent } from '../pipeline/types';
 import { DONE } from '../providers/sse';
 import { num, stripGatewayFields } from './common';
-import { endedBeforeOutput, eventData, providerStreamError } from './stream-error';
+import { endedBeforeOutput, endedIncomplete, eventData, providerStreamError } from './stream-error';
 import type { DialectAdapter, FinishInfo, StreamRewriter } from './types';
 
 /** Messages usage → normalized usage (`input_tokens` there excludes cache reads and writes). */
@@ -86,7 +86,7 @@ export const messages: DialectAdapter = {
       rewrite(ev: SseEvent): SseEvent | null {
         if (ev.data === '[DONE]') {
           // `[DONE]` before message_stop: the answer was cut, never a clean end (spec 7.5).
-          if (!stopped) throw new GatewayError('provider_unavailable', `Provider ${info.provider} ended the stream before it was complete`, { metadata: { provider_name: info.provider } });
+          if (!stopped) throw endedIncomplete(info.provider);
           ended = true;
           return DONE;
         }
@@ -133,7 +133,7 @@ export const messages: DialectAdapter = {
       end() {
         if (ended) return [];
         if (stopped) return [DONE];
-        return this.failure(new GatewayError('provider_unavailable', `Provider ${info.provider} ended the stream before it was complete`, { metadata: { provider_name: info.provider } }));
+        return this.failure(endedIncomplete(info.provider));
       },
       usage: current,
       cost: () => {

@@ -44,3 +44,8 @@ export function eventData(ev: SseEvent, providerId: string): unknown {
 export function endedBeforeOutput(providerId: string): GatewayError {
   return new GatewayError('provider_unavailable', `Provider ${providerId} ended its stream before any output`, { metadata: { provider_name: providerId } });
 }
+
+/** A provider's stream that stopped (its body, or a `[DONE]`) after output but before its finish: cut short. */
+export function endedIncomplete(providerId: string): GatewayError {
+  return new GatewayError('provider_unavailable', `Provider ${providerId} ended the stream before it was complete`, { metadata: { provider_name: providerId } });
+}

@@ -1,9 +1,9 @@
-import { GatewayError } from '../../errors/gateway-error';
 import type { NormalizedUsage, SseEvent } from '../../pipeline/types';
 import type { Dialect } from '../../providers/types';
 import { chatToMessagesRequest, messagesToChatRequest } from './request';
 import { chatToMessagesResponse, messagesToChatResponse } from './response';
 import { chatToMessagesStream, messagesToChatStream } from './stream';
+import { endedIncomplete } from '../stream-error';
 
 /**
  * The one translator pair between the two API styles, used when a client of one style is served by a
@@ -49,8 +49,6 @@ export async function* translateStream(
   }
   yield* translator.end();
   if (!translator.complete) {
-    throw new GatewayError('provider_unavailable', `Provider ${providerId} ended the stream before it was complete`, {
-      metadata: { provider_name: providerId },
-    });
+    throw endedIncomplete(providerId);
   }
 }
