@@ -4,6 +4,7 @@ import { GatewayError } from '../errors/gateway-error';
 import type { AbortWatch } from '../pipeline/request-abort';
 import { credentialsIn, withoutCredentials } from './credentials';
 import { classifyUpstreamError } from './upstream-errors';
+import { isJsonBody, jsonAsEvents, reportedFailure } from './json-stream';
 import { batched, parseSseBatches } from './sse';
 import type { UpstreamCall, UpstreamReply } from './types';
 
@@ -174,7 +175,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
           yield batch.length === 1 ? batch[0] : Buffer.concat(batch);
           continue;
         }
-        if (this.error) throw networkError(this.error, this.providerId);
+        if (this.error) throw networkError(this.error, this.providerId, true);
         if (this.done) return;
         await new Promise<void>((r) => (this.wake = r));
       }
@@ -236,25 +237,38 @@ export async function sendJson(input: {
   });
   // An answer may carry the key back too (an in-band error event, or a 2xx body holding an error).
   const credentials = input.credentials ?? credentialsIn(input.headers);
-  if (call.stream) return { stream: true, events: batched(() => parseSseBatches(exchange.bytes(), credentials)), abort: (reason) => exchange.abort(reason) };
+  if (call.stream && !isJsonBody(exchange.headers['content-type'])) {
+    return { stream: true, events: batched(() => parseSseBatches(exchange.bytes(), credentials)), abort: (reason) => exchange.abort(reason) };
+  }
   let text: string;
   try {
     text = withoutCredentials(await exchange.text(), credentials);
   } catch (err) {
     // The provider had already answered 2xx: spec 7.5.4 gives the caller a 200 holding only the error.
-    const e = networkError(err, providerId);
+    const e = networkError(err, providerId, true);
     throw new GatewayError(e.errorType, e.message, { metadata: { ...e.metadata, after_headers: true }, cause: err });
   }
+  if (call.stream) {
+    // A 2xx JSON body where events were asked for: an error keeps its type, a whole answer is streamed.
+    const events = jsonAsEvents(call.dialect, text, providerId);
+    return { stream: true, events: batched(async function* () { yield events; }) };
+  }
+  let body: Record<string, unknown>;
   try {
-    return { stream: false, body: JSON.parse(text) as Record<string, unknown> };
+    body = JSON.parse(text) as Record<string, unknown>;
   } catch {
     throw new GatewayError('provider_unavailable', `Provider ${providerId} returned a body that is not JSON`, {
       metadata: { provider_name: providerId },
     });
   }
+  // A 2xx body that reports a failure is a failed attempt (the next endpoint is tried), failed after headers (7.5.4).
+  const failure = reportedFailure(call.dialect, body, providerId);
+  if (failure) throw new GatewayError(failure.errorType, failure.message, { metadata: { ...failure.metadata, after_headers: true } });
+  return { stream: false, body };
 }
 
-function networkError(err: unknown, providerId: string): GatewayError {
+/** A failed call as the GatewayError it stands for; `midAnswer`: the provider had begun its answer (a cut, not an unreachable host). */
+function networkError(err: unknown, providerId: string, midAnswer = false): GatewayError {
   if (err instanceof GatewayError) return err;
   const name = (err as Error)?.name;
   if (name === 'AbortError') {
@@ -268,7 +282,8 @@ function networkError(err: unknown, providerId: string): GatewayError {
   // Nobody listening is not a blip worth an immediate retry; a connection reset is.
   const code = (err as { code?: string; cause?: { code?: string } })?.code ?? (err as { cause?: { code?: string } })?.cause?.code;
   const unreachable = code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'EHOSTUNREACH' || code === 'ENETUNREACH' || code === 'EAI_AGAIN';
-  return new GatewayError('provider_unavailable', `Provider ${providerId} could not be reached`, {
+  const message = midAnswer ? `Provider ${providerId} broke off its answer (connection lost)` : `Provider ${providerId} could not be reached`;
+  return new GatewayError('provider_unavailable', message, {
     metadata: { provider_name: providerId, ...(unreachable ? { network: 'unreachable' } : { network: 'reset' }) },
     cause: err,
   });
