@@ -1,7 +1,8 @@
+import { ConfigError } from '../../src/config/load';
 import { GatewayError } from '../../src/errors/gateway-error';
 import { inferenceBody, requestPlugin } from '../../src/pipeline/request-plugins';
 import type { StageDefinition } from '../../src/pipeline/types';
-import { modelPool, pluginField, requestedMaxTokens, type PoolConfig } from '../../src/routing/model-pool';
+import { modelPool, poolConfigProblem, pluginField, requestedMaxTokens, type PoolConfig } from '../../src/routing/model-pool';
 import type { Services } from '../../src/services';
 import { chooseModel, COST_TIERS, type AutoChoice, type CostTier, type Thresholds } from './choose';
 import { requestFeatures } from './features';
@@ -20,7 +21,10 @@ export interface AutoRouterConfig extends PoolConfig, Thresholds {
 export const autoRouter: StageDefinition<AutoRouterConfig, Services> = {
   id: 'auto-router',
   configSchema: schema,
+  beforeUpstream: true,
   create(config, services) {
+    const problem = poolConfigProblem(config, services.models, 'auto-router');
+    if (problem) throw new ConfigError(problem);
     return async (ctx, next) => {
       const state = ctx.state.gateway;
       const body = inferenceBody(state);

@@ -21,6 +21,7 @@ export interface ContextCompressionConfig {
 export const contextCompression: StageDefinition<ContextCompressionConfig, Services> = {
   id: 'context-compression',
   configSchema: schema,
+  beforeUpstream: true,
   create(config, services) {
     return async (ctx, next) => {
       const state = ctx.state.gateway;

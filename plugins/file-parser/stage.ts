@@ -50,6 +50,7 @@ export function fileParserDefinition(overrides: FileParserFetcherOverrides = {})
   return {
     id: 'file-parser',
     configSchema: schema,
+    beforeUpstream: true,
     create(config, services) {
       return async (ctx, next) => {
         const state = ctx.state.gateway;

@@ -39,6 +39,7 @@ type Candidate =
 export const fusion: StageDefinition<FusionConfig, Services> = {
   id: 'fusion',
   configSchema: schema,
+  beforeUpstream: true,
   create(config, services) {
     checkConfig(config, services);
     const template = config.judge_prompt ?? DEFAULT_JUDGE_PROMPT;

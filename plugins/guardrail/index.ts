@@ -39,6 +39,7 @@ export function assignedGuardrails(workspace: WorkspaceConfig | undefined, key: 
 export const guardrail: StageDefinition<Record<string, never>, Services> = {
   id: 'guardrail',
   configSchema: schema,
+  beforeUpstream: true,
   create(_config, services) {
     // Guardrails without content rules (budget only) have no engines and are skipped.
     const compiled = new Map<string, CompiledGuardrail>();

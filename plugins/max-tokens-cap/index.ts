@@ -1,3 +1,4 @@
+import { ConfigError } from '../../src/config/load';
 import { GatewayError } from '../../src/errors/gateway-error';
 import type { StageDefinition } from '../../src/pipeline/types';
 import type { Services } from '../../src/services';
@@ -26,21 +27,26 @@ const FIELDS = ['max_tokens', 'max_completion_tokens'] as const;
 export const maxTokensCap: StageDefinition<MaxTokensCapConfig, Services> = {
   id: 'max-tokens-cap',
   configSchema: schema,
-  create(config) {
+  beforeUpstream: true,
+  create(config, services) {
+    for (const model of Object.keys(config.per_model)) {
+      if (!services.models.has(model)) throw new ConfigError(`plugins.max-tokens-cap.per_model: unknown model "${model}"`);
+    }
     return async (ctx, next) => {
       const state = ctx.state.gateway;
       const body = state.body;
       if (body) {
         const cap = typeof body.model === 'string' ? (config.per_model[body.model] ?? config.max) : config.max;
-        const field = FIELDS.find((f) => typeof body[f] === 'number');
-        if (field === undefined) {
-          if (config.default !== undefined) {
-            const value = Math.min(config.default, cap);
-            body[state.endpoint === 'chat_completions' ? 'max_completion_tokens' : 'max_tokens'] = value;
-            state.pipeline.push({ type: 'max-tokens-cap', name: 'max-tokens-cap', summary: `set the completion budget to ${value}`, data: { action: 'default', value } });
-          }
-        } else if ((body[field] as number) > cap) {
+        const fields = FIELDS.filter((f) => typeof body[f] === 'number');
+        if (fields.length === 0 && config.default !== undefined) {
+          const value = Math.min(config.default, cap);
+          body[state.endpoint === 'chat_completions' ? 'max_completion_tokens' : 'max_tokens'] = value;
+          state.pipeline.push({ type: 'max-tokens-cap', name: 'max-tokens-cap', summary: `set the completion budget to ${value}`, data: { action: 'default', value } });
+        }
+        // A chat request may name both fields (a provider may read either): each is capped.
+        for (const field of fields) {
           const asked = body[field] as number;
+          if (asked <= cap) continue;
           if (config.mode === 'reject') {
             throw new GatewayError('invalid_request', `\`${field}\` may be at most ${cap} on this gateway (asked ${asked})`, { metadata: { field } });
           }

@@ -20,6 +20,7 @@ import schema from './schema.json';
 export const moderation: StageDefinition<Record<string, never>, Services> = {
   id: 'moderation',
   configSchema: schema,
+  beforeUpstream: true,
   create(_config, services) {
     const engines = new Map<string, ModerationEngine>(services.config.moderation.engines.map((e) => [e.id, compileEngine(e)]));
     return async (ctx, next) => {

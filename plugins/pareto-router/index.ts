@@ -1,8 +1,9 @@
+import { ConfigError } from '../../src/config/load';
 import type { ModelConfig } from '../../src/config/types';
 import { GatewayError } from '../../src/errors/gateway-error';
 import { inferenceBody, requestPlugin } from '../../src/pipeline/request-plugins';
 import type { StageDefinition } from '../../src/pipeline/types';
-import { modelPool, modelPrice, pluginField, requestedMaxTokens, type PoolConfig } from '../../src/routing/model-pool';
+import { modelPool, poolConfigProblem, modelPrice, pluginField, requestedMaxTokens, type PoolConfig } from '../../src/routing/model-pool';
 import type { Services } from '../../src/services';
 import { inputTokens } from '../../src/spend/estimate';
 import schema from './schema.json';
@@ -31,7 +32,10 @@ export function paretoChoice(pool: ModelConfig[], minQuality: number, needTokens
 export const paretoRouter: StageDefinition<ParetoRouterConfig, Services> = {
   id: 'pareto-router',
   configSchema: schema,
+  beforeUpstream: true,
   create(config, services) {
+    const problem = poolConfigProblem(config, services.models, 'pareto-router');
+    if (problem) throw new ConfigError(problem);
     return async (ctx, next) => {
       const state = ctx.state.gateway;
       const body = inferenceBody(state);

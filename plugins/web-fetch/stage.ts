@@ -48,6 +48,7 @@ export function webFetchDefinition(overrides: WebFetchFetcherOverrides = {}): St
   return {
     id: 'web-fetch',
     configSchema: schema,
+    beforeUpstream: true,
     create(config, services) {
       return async (ctx, next) => {
         const state = ctx.state.gateway;

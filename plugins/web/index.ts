@@ -32,6 +32,7 @@ const ONLINE = ':online';
 export const web: StageDefinition<WebConfig> = {
   id: 'web',
   configSchema: schema,
+  beforeUpstream: true,
   create(config) {
     // Why here: the loader fills defaults for a stage named in a pipeline without config but does not
     // reject it, and a search stage without a backend can only be a configuration mistake.

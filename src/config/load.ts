@@ -5,6 +5,7 @@ import { parse as parseYaml } from 'yaml';
 import { parseEncryptionKey } from '../auth/byok-seal';
 import { guardrailConfigProblem, guardrailStageProblem } from '../guardrails/check';
 import { moderationConfigProblem } from '../moderation/config';
+import { configValueProblem } from './values';
 import type { StageRegistry } from '../pipeline/types';
 import type { GatewayConfig } from './types';
 import { findPackageFile } from './package-root';
@@ -83,6 +84,8 @@ export interface LoadOptions {
 
 /** Validates a parsed config object (after interpolation): schema, stage ids, stage configs, references. */
 export function validateConfig(raw: unknown, options: LoadOptions): GatewayConfig {
+  const valueProblem = configValueProblem(raw);
+  if (valueProblem) throw new ConfigError(valueProblem);
   const schema = JSON.parse(readFileSync(findPackageFile('schemas/gateway.schema.json'), 'utf8'));
   schema.definitions.stageId.enum = [...options.registry.keys()];
   // coerceTypes: `port: ${PORT:-8080}` interpolates to a string; the schema's type turns it back into a number.
@@ -108,11 +111,11 @@ export function validateConfig(raw: unknown, options: LoadOptions): GatewayConfi
       config.plugins[id] = value;
     }
   }
-  checkReferences(config);
+  checkReferences(config, options.registry);
   return config;
 }
 
-function checkReferences(config: GatewayConfig): void {
+function checkReferences(config: GatewayConfig, registry: StageRegistry): void {
   const providerIds = new Set<string>();
   config.providers.forEach((p, i) => {
     if (providerIds.has(p.id)) throw new ConfigError(`providers[${i}].id: duplicate provider id "${p.id}"`);
@@ -147,6 +150,9 @@ function checkReferences(config: GatewayConfig): void {
       if (!list.includes(required)) throw new ConfigError(`pipelines.${name}: must include the "${required}" stage`);
     }
     if (list[0] !== 'auth') throw new ConfigError(`pipelines.${name}: "auth" must be the first stage`);
+    const upstreamAt = list.indexOf('upstream');
+    const late = list.slice(upstreamAt + 1).find((id) => registry.get(id)?.beforeUpstream);
+    if (late) throw new ConfigError(`pipelines.${name}: "${late}" must come before "upstream" (its checks would run after the provider was called and billed)`);
   }
 }
 
@@ -182,6 +188,12 @@ function checkSpendReferences(config: GatewayConfig): void {
     if (accounts.has(a.name)) throw new ConfigError(`accounts[${i}].name: duplicate account "${a.name}"`);
     accounts.add(a.name);
   });
+  config.workspaces.forEach((w, i) => {
+    // A misspelt account was created, empty and prepaid, and every request of the workspace refused (402).
+    if (w.account !== 'default' && !accounts.has(w.account)) {
+      throw new ConfigError(`workspaces[${i}].account: unknown account "${w.account}" (declare it under accounts, or use "default")`);
+    }
+  });
   const models = new Set(config.models.map((m) => m.id));
   config.rate_limits.models.forEach((r, i) => {
     if (!models.has(r.model)) throw new ConfigError(`rate_limits.models[${i}].model: unknown model "${r.model}"`);
@@ -200,15 +212,24 @@ export function loadConfig(file: string, options: LoadOptions): GatewayConfig {
   } catch (err) {
     throw new ConfigError(`${path.resolve(file)}: cannot read (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
   }
-  return parseConfigText(text, options);
+  try {
+    return parseConfigText(text, options);
+  } catch (err) {
+    // The file is named too: an operator with several configs (or a reload log line) sees which one.
+    if (err instanceof ConfigError) throw new ConfigError(`${path.resolve(file)}: ${err.message}`);
+    throw err;
+  }
 }
 
 export function parseConfigText(text: string, options: LoadOptions): GatewayConfig {
   let parsed: unknown;
   try {
-    parsed = parseYaml(text);
+    // merge: YAML 1.1's `<<: *anchor` merge keys, which operators use to share endpoint settings.
+    parsed = parseYaml(text, { merge: true });
   } catch (err) {
-    throw new ConfigError(`(yaml): ${(err as Error).message.split('\n')[0]}`);
+    // An unquoted `${VAR}` inside a flow mapping (`{ api_key: ${KEY} }`) reads as a nested mapping to YAML.
+    const hint = /\{[^}\n]*:\s*\$\{/.test(text) ? " (a ${VAR} inside { … } must be quoted: '${VAR}')" : '';
+    throw new ConfigError(`(yaml): ${(err as Error).message.split('\n')[0].replace(/:\s*$/, '')}${hint}`);
   }
   if (!parsed || typeof parsed !== 'object') throw new ConfigError('(root): must be a mapping');
   return validateConfig(interpolateEnv(parsed, options.env ?? process.env), options);

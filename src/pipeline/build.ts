@@ -2,6 +2,7 @@ import compose from 'koa-compose';
 import { SpanStatusCode, type Tracer } from '@opentelemetry/api';
 import type { GatewayContext, Stage, StageRegistry } from './types';
 import { withSpan } from '../telemetry/linked-context';
+import { ConfigError } from '../config/load';
 
 export interface BuildPipelineInput<S> {
   stageIds: readonly string[];
@@ -22,7 +23,15 @@ export function buildPipeline<S>(input: BuildPipelineInput<S>): (ctx: GatewayCon
   const stages = input.stageIds.map((id) => {
     const def = input.registry.get(id);
     if (!def) throw new Error(`unknown stage "${id}"`);
-    return traced(id, def.create(input.stageConfigs[id] ?? {}, input.services), input.tracer);
+    let stage: Stage;
+    try {
+      stage = def.create(input.stageConfigs[id] ?? {}, input.services);
+    } catch (err) {
+      // A stage's own refusal names its field already; anything else it threw is named after the stage.
+      if ((err as Error)?.name === 'ConfigError') throw err;
+      throw new ConfigError(`plugins.${id}: ${(err as Error)?.message ?? String(err)}`);
+    }
+    return traced(id, stage, input.tracer);
   });
   const run = compose<GatewayContext>([...stages, ...(input.tail ?? [])]);
   return (ctx) => run(ctx);

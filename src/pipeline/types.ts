@@ -153,6 +153,12 @@ export interface StageDefinition<C = any, S = any> {
   id: string;
   /** JSON Schema of the stage's operator config (`plugins.<id>` in gateway.yaml). */
   configSchema: object;
+  /**
+   * The stage's work is on the request, before the provider is called (checks, spend, routing, request
+   * changes): a pipeline that names it after `upstream` is a config error (it would run after the provider was
+   * called and billed). Stages that look at the answer (work after `await next()`) may stand anywhere.
+   */
+  beforeUpstream?: boolean;
   create(config: C, services: S): Stage;
 }
 

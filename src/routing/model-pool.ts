@@ -18,6 +18,20 @@ export interface PoolConfig {
   excluded_models: string[];
 }
 
+/**
+ * An operator's pool naming no configured model (a typo in `allowed_models` made every request a 400 that
+ * blamed the caller; one in `excluded_models` let the model it meant to exclude through): a config error.
+ *
+ * @example poolConfigProblem(config, services.models, 'auto-router') // 'plugins.auto-router.allowed_models[0]: "nope/x" matches no configured model'
+ */
+export function poolConfigProblem(config: PoolConfig, models: ReadonlyMap<string, ModelConfig>, stageId: string): string | undefined {
+  for (const field of ['allowed_models', 'excluded_models'] as const) {
+    const i = config[field].findIndex((p) => ![...models.keys()].some((id) => matchesPattern(p, id)));
+    if (i >= 0) return `plugins.${stageId}.${field}[${i}]: "${config[field][i]}" matches no configured model`;
+  }
+  return undefined;
+}
+
 function stringList(value: unknown, field: string): string[] | undefined {
   if (value === undefined) return undefined;
   if (!Array.isArray(value) || value.some((v) => typeof v !== 'string')) {

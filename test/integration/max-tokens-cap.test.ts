@@ -24,6 +24,12 @@ describe('max-tokens-cap', () => {
     expect(t.upstream.received.at(-1)!.body.max_tokens).toBe(7); // under the cap: untouched
   });
 
+  it('a chat request naming both max_tokens and max_completion_tokens has both capped (only the first was)', async () => {
+    const g = await start('{ max: 100 }');
+    await post(`${g.url}/chat/completions`, g.key, chat({ max_tokens: 10, max_completion_tokens: 5000 }));
+    expect(t.upstream.received.at(-1)!.body).toMatchObject({ max_tokens: 10, max_completion_tokens: 100 });
+  });
+
   it('reject mode answers 400 naming the field; nothing reaches the upstream', async () => {
     const g = await start('{ max: 100, mode: reject }');
     const r = await post(`${g.url}/chat/completions`, g.key, chat({ max_tokens: 101 }));

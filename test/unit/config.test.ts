@@ -1,6 +1,11 @@
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { trace } from '@opentelemetry/api';
 import { describe, it, expect } from 'vitest';
 import { ConfigError, interpolateEnv, loadConfig, parseConfigText } from '../../src/config/load';
+import { checkPipelines } from '../../src/runtime';
+import { createLogger } from '../../src/telemetry/log';
 import type { GatewayConfig } from '../../src/config/types';
 import { registry } from '../../plugins/index';
 
@@ -20,6 +25,7 @@ pipelines:
 function parse(text: string, env: NodeJS.ProcessEnv = {}): GatewayConfig {
   return parseConfigText(text, { registry, env });
 }
+const loadConfigText = parse;
 
 /** The ConfigError thrown by `fn`; fails the test if it throws anything else or nothing. */
 function configError(fn: () => unknown): ConfigError {
@@ -335,5 +341,102 @@ describe('loadConfig', () => {
 
   it('fails with a ConfigError for a missing file', () => {
     configError(() => loadConfig(path.join(ROOT, 'test', 'does-not-exist.yaml'), { registry, env: {} }));
+  });
+});
+
+describe('values the schema coercion would hide, and other operator mistakes', () => {
+  it('a key written with no value is an error naming it (was 0, false or "": a free model, a random port)', () => {
+    expectPathError(config({ extra: 'server:\n  port:' }), 'server.port');
+    expectPathError(config({ models: '  - { id: m1, endpoints: [{ provider: local, upstream_model: sim-1, pricing: { prompt: ~, completion: 1 } }] }' }), 'models[0].endpoints[0].pricing.prompt');
+    expectPathError(config({ extra: 'rate_limits:\n  key: { requests: }' }), 'rate_limits.key.requests');
+    expect(configError(() => parse(config({ extra: 'server:\n  drain_timeout_ms:' }))).message).toBe(
+      'server.drain_timeout_ms: has no value (write one, or remove the line for the default)',
+    );
+  });
+
+  it("a stage's own section may be empty: that stage with its defaults", () => {
+    const c = parse(config({ pipelines: '  default: [auth, validate, upstream]', extra: 'plugins:\n  validate:' }));
+    expect(c.plugins.validate).toBeTypeOf('object');
+  });
+
+  it('an infinite number is refused (a cost of Infinity cannot be billed)', () => {
+    expectPathError(config({ models: '  - { id: m1, endpoints: [{ provider: local, upstream_model: sim-1, pricing: { prompt: .inf, completion: 1 } }] }' }), 'models[0].endpoints[0].pricing.prompt');
+    expectPathError(config({ models: '  - { id: m1, endpoints: [{ provider: local, upstream_model: sim-1, pricing: { prompt: 1, completion: 1e400 } }] }' }), 'models[0].endpoints[0].pricing.completion');
+  });
+
+  it('a request-side stage after upstream is refused (it ran after the provider was called and billed); answer-side stages may follow', () => {
+    for (const late of ['budget-check', 'rate-limit', 'validate', 'guardrail', 'auto-router', 'fusion', 'max-tokens-cap']) {
+      const fusion = 'plugins:\n  fusion: { models: [m1, m2], judge: m1 }';
+      const models = '  - { id: m1, endpoints: [{ provider: local, upstream_model: sim-1 }] }\n  - { id: m2, endpoints: [{ provider: local, upstream_model: sim-2 }] }';
+      const err = configError(() => parse(config({ models, pipelines: `  default: [auth, upstream, ${late}]`, extra: late === 'fusion' ? fusion : '' })));
+      expect(err.message).toBe(`pipelines.default: "${late}" must come before "upstream" (its checks would run after the provider was called and billed)`);
+    }
+    expect(parse(config({ pipelines: '  default: [auth, validate, upstream, response-healing]' })).pipelines.default.at(-1)).toBe('response-healing');
+  });
+
+  it('a workspace naming an account nobody declared is refused (a misspelt one was created, empty and prepaid)', () => {
+    expect(configError(() => parse(config({ extra: 'workspaces:\n  - { name: research, account: defualt }' }))).message).toBe(
+      'workspaces[0].account: unknown account "defualt" (declare it under accounts, or use "default")',
+    );
+    const ok = parse(config({ extra: 'accounts:\n  - { name: acme }\nworkspaces:\n  - { name: research, account: acme }\n  - { name: other, account: default }' }));
+    expect(ok.workspaces.map((w) => w.account)).toEqual(['acme', 'default']);
+  });
+
+  it('YAML merge keys share settings between entries', () => {
+    const c = parse(config({ models: '  - id: m1\n    endpoints:\n      - &ep { provider: local, upstream_model: sim-1, pricing: { prompt: 2, completion: 3 } }\n  - id: m2\n    endpoints:\n      - { <<: *ep, upstream_model: sim-2 }' }));
+    expect(c.models[1].endpoints[0]).toMatchObject({ provider: 'local', upstream_model: 'sim-2', pricing: { prompt: 2, completion: 3 } });
+  });
+
+  it('a YAML error reads as a sentence, with a hint for an unquoted ${VAR} in a flow mapping', () => {
+    const tabs = configError(() => parse('providers:\n\t- { id: x }\n')).message;
+    expect(tabs.startsWith('(yaml): ')).toBe(true);
+    expect(tabs.endsWith(':')).toBe(false);
+    const flow = configError(() => parse(config({ providers: '  - { id: openai, kind: openai, base_url: https://api.openai.com/v1, api_key: ${OPENAI_API_KEY} }' }), { OPENAI_API_KEY: 'sk-x' })).message;
+    expect(flow).toContain("(a ${VAR} inside { … } must be quoted: '${VAR}')");
+  });
+
+  it("the shipped gateway.yaml's commented examples parse once uncommented", () => {
+    const text = readFileSync(path.join(ROOT, 'gateway.yaml'), 'utf8').replace(/^(\s*)# (- \{ id: (?:openai|anthropic),)/gm, '$1$2');
+    const c = loadConfigText(text, { OPENAI_API_KEY: 'sk-o', ANTHROPIC_API_KEY: 'sk-a' });
+    expect(c.providers.map((p) => p.id)).toEqual(['local', 'local-video', 'openai', 'anthropic']);
+  });
+
+  it('an error from a config file names the file', () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'gw-config-'));
+    const file = path.join(dir, 'gateway.yaml');
+    writeFileSync(file, config({ extra: 'server:\n  port: nope' }));
+    expect(configError(() => loadConfig(file, { registry, env: {} })).message.startsWith(`${file}: server.port:`)).toBe(true);
+  });
+});
+
+describe("stages' own checks of their config (run when the pipelines are built: start, reload, config check)", () => {
+  const check = (text: string) => checkPipelines(parse(text), registry, trace.getTracer('t'), createLogger('silent'));
+
+  it("a router's allowed or excluded model that matches no configured model", () => {
+    const pipelines = '  default: [auth, validate, auto-router, pareto-router, upstream]';
+    expect(configError(() => check(config({ pipelines, extra: 'plugins:\n  auto-router: { allowed_models: [nope/x] }' }))).message).toBe(
+      'plugins.auto-router.allowed_models[0]: "nope/x" matches no configured model',
+    );
+    expect(configError(() => check(config({ pipelines, extra: 'plugins:\n  pareto-router: { excluded_models: [m1, m9*] }' }))).message).toBe(
+      'plugins.pareto-router.excluded_models[1]: "m9*" matches no configured model',
+    );
+    check(config({ pipelines, extra: 'plugins:\n  auto-router: { allowed_models: [m*] }' }));
+  });
+
+  it("max-tokens-cap's per_model naming an unknown model", () => {
+    expect(configError(() => check(config({ pipelines: '  default: [auth, validate, max-tokens-cap, upstream]', extra: 'plugins:\n  max-tokens-cap: { per_model: { m2: 10 } }' }))).message).toBe(
+      'plugins.max-tokens-cap.per_model: unknown model "m2"',
+    );
+  });
+
+  it("a stage's create() that throws is named after the stage", () => {
+    const yaml = config({ pipelines: '  default: [auth, guardrail, upstream]', extra: 'guardrails:\n  - { id: g, patterns: [{ name: p, regex: "(" }] }\nworkspaces:\n  - { name: w, default_guardrail: g }' });
+    let message = '';
+    try {
+      check(yaml);
+    } catch (err) {
+      message = (err as Error).message;
+    }
+    expect(message).toMatch(/^(plugins\.guardrail: |guardrails\[0\])/);
   });
 });
