@@ -77,6 +77,9 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write(`${file}: ok\n`);
     return 0;
   }
+  // A mistyped command is told so before any config is read or store opened (or created).
+  const known = ['keys create', 'keys list', 'keys revoke', 'credits add', 'byok set', 'byok list', 'byok delete'];
+  if (!known.includes(`${command} ${sub ?? ''}`)) throw new UsageError(`unknown command: ${positionals.join(' ')}`);
   const config = loadConfig(file, { registry });
   const store = await openStore(config.storage);
   try {

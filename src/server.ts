@@ -177,17 +177,20 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   router.get('/videos/:jobId', serve({ id: 'videos_get', style: 'standard', readsBody: false }));
   router.post('/videos/:jobId/cancel', serve({ id: 'videos_cancel', style: 'standard', readsBody: false }));
   app.use(router.routes());
+  // Probes, /metrics and unknown paths: still answered while draining, but a kept-alive connection (a prober's,
+  // a scraper's) should not hold the shutdown up (the API routes say the same in routes/endpoint.ts).
+  app.use(async (ctx, next) => {
+    await next();
+    if (drain.started) ctx.set('Connection', 'close');
+  });
   const liveness = new Router();
   liveness.get('/healthz', (ctx) => {
     ctx.body = { status: 'ok' };
-    // Still alive while draining, but a kept-alive prober connection should not hold the shutdown up.
-    if (drain.started) ctx.set('Connection', 'close');
   });
   // Readiness: 503 from the moment a shutdown begins, so load balancers stop sending traffic.
   liveness.get('/readyz', (ctx) => {
     ctx.status = drain.started ? 503 : 200;
     ctx.body = { status: drain.started ? 'draining' : 'ready' };
-    if (drain.started) ctx.set('Connection', 'close');
   });
   if (metrics) liveness.get('/metrics', metricsRoute(metrics, options.config.server.metrics, keys));
   app.use(liveness.routes());

@@ -61,6 +61,12 @@ export class LedgerWriter {
 
   /** Queues a request's row; `pendingId` is its journal entry (see journal.ts), deleted when the row is written. */
   add(row: LedgerRow, pendingId?: string | null): void {
+    // The store refuses a cost that is no number; one such row would hold every row queued behind it (the
+    // batch is retried as a whole). It is written at cost 0 and said once, loudly.
+    if (!Number.isFinite(row.costUsd)) {
+      this.logger.error({ generation_id: row.generationId, model: row.model, cost: String(row.costUsd) }, 'ledger row cost is not a finite number; written at cost 0');
+      row = { ...row, costUsd: 0 };
+    }
     this.queue.push(row);
     if (pendingId) this.releases.push(pendingId);
     if (this.queue.length >= this.options.maxBatch) void this.flush();

@@ -1,4 +1,4 @@
-import { existsSync, mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -159,6 +159,16 @@ describe('serve', () => {
     expect((await get(`${url}/key`, KEY.exec(proc.stdout)![0])).status).toBe(200);
     proc.child.kill('SIGTERM');
     expect(await within(proc.exited, WAIT_MS, 'serve to exit after SIGTERM')).toBe(0);
+  });
+});
+
+describe('a mistyped command', () => {
+  it.each([['bogus'], ['keys', 'creat']])('"%s" exits 2 naming it, without a config or opening a store', async (...args) => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'gw-cli-typo-'));
+    const r = await runCli(args, { cwd: dir });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain(`unknown command: ${args.join(' ')}`);
+    expect(readdirSync(dir)).toEqual([]);
   });
 });
 

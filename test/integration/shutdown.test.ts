@@ -65,6 +65,11 @@ describe('SIGTERM drains a real gateway process', () => {
     const health = await fetch(`${origin}/healthz`);
     expect(health.status).toBe(200); // liveness: still alive while draining
     expect(health.headers.get('connection')).toBe('close');
+    // A scraper's kept-alive connection must not hold the shutdown up either (it said keep-alive).
+    const scrape = await fetch(`${origin}/metrics`);
+    expect(scrape.status).toBe(200);
+    expect(scrape.headers.get('connection')).toBe('close');
+    expect((await fetch(`${origin}/nowhere`)).headers.get('connection')).toBe('close');
 
     const chat = await post(`${url}/chat/completions`, key, { model: 'fake/gpt', messages: [{ role: 'user', content: 'new' }] });
     expect(chat.status).toBe(503);

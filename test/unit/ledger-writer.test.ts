@@ -57,6 +57,19 @@ describe('LedgerWriter', () => {
     expect(f.batches).toEqual([['gen-1']]);
   });
 
+  it('a row whose cost is no finite number is written at cost 0 and logged, so it cannot hold the rows behind it', async () => {
+    const written: LedgerRow[] = [];
+    const store = { insertLedgerBatch: async (rows: LedgerRow[]) => { for (const r of rows) if (!Number.isFinite(r.costUsd)) throw new Error('ledger cost must be a finite number'); written.push(...rows); return rows.length; } } as unknown as Store;
+    const lines: string[] = [];
+    const logger = pino({ level: 'info' }, { write: (l: string) => lines.push(l) });
+    const ledger = new LedgerWriter(store, logger, { flushMs: 5, maxBatch: 100 });
+    ledger.add({ ...row(1), costUsd: Number.NaN });
+    ledger.add(row(2));
+    await ledger.flush();
+    expect(written.map((r) => [r.generationId, r.costUsd])).toEqual([['gen-1', 0], ['gen-2', 0.5]]);
+    expect(lines.join('')).toContain('ledger row cost is not a finite number; written at cost 0');
+  });
+
   it('keeps the rows of a failed write, in order, and writes them on the next flush', async () => {
     const f = fakeStore();
     const w = new LedgerWriter(f.store, silent, { flushMs: 10_000, maxBatch: 100 });
