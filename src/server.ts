@@ -263,6 +263,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       await videos.stop();
       // After the server has drained: every finished request's row is queued, now write them all.
       await ledger.close();
+      await spend.close();
       await journal?.close();
       await state.close();
     },

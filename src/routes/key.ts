@@ -99,7 +99,12 @@ export function keyInfoStage(services: Services): Stage {
 async function freeModelCounter(services: Services, key: KeyRecord, account: Account | null, now: Date) {
   const limit = freeDailyLimit(services.config, account);
   const [live, logged] = await Promise.all([
-    services.state.rateCount(freeDailyKey(key.accountId, now), now.getTime()),
+    // The live counter only adds what the ledger has not written yet: without the shared state (Redis
+    // down) the ledger's count still answers, rather than GET /key failing as a whole.
+    services.state.rateCount(freeDailyKey(key.accountId, now), now.getTime()).catch((err) => {
+      services.logger.warn({ err }, 'GET /key: the free-model counter is unavailable; counting from the ledger');
+      return 0;
+    }),
     services.store.countFreeModelRequests(key.accountId, windowStart('daily', now).getTime()),
   ]);
   const used = Math.max(live, logged);

@@ -5,12 +5,13 @@ import type { ByokKeys } from '../auth/byok-keys';
 import type { GatewayConfig, ModelConfig, WorkspaceConfig } from '../config/types';
 import { GatewayError } from '../errors/gateway-error';
 import type { GatewayState } from '../pipeline/types';
-import { fromNano, toNano, type BudgetLine, type ReserveResult, type SharedState } from '../state/types';
+import { fromNano, toNano, type BudgetLine, type ReserveInput, type ReserveResult, type SettleInput, type SharedState } from '../state/types';
 import type { Account, KeyRecord, Store } from '../store/types';
 import { applicableBudgets, budgetWindow, counterId, type ApplicableBudget } from './budgets';
 import { estimateCalls, estimateOf, priced, pricedCalls, unpriced, type Estimate, type PlannedCall, type Priced } from './estimate';
 import type { LedgerWriter } from './ledger';
 import { budgetRejection, creditsRejection, inFlightRejection } from './rejections';
+import { SettleRetries } from './settle-retry';
 
 /** What an admitted request holds, to be settled when it ends. */
 export interface Admission {
@@ -56,9 +57,12 @@ export class SpendControl {
   /** Admissions of this process not settled yet (for the `gateway_in_flight_holds` gauge). */
   private open = 0;
   readonly clock: () => number;
+  /** Settlements and releases the shared state refused, sent again until it takes them. */
+  private readonly retries: SettleRetries;
 
   constructor(private readonly deps: SpendDeps) {
     this.clock = deps.clock ?? Date.now;
+    this.retries = new SettleRetries((input) => deps.state.settle(input), deps.logger, this.clock);
   }
 
   async admit(config: GatewayConfig, models: ReadonlyMap<string, ModelConfig>, state: GatewayState): Promise<Admission | null> {
@@ -83,6 +87,7 @@ export class SpendControl {
       try {
         await this.release(previous);
       } catch (err) {
+        this.retries.add(releaseOf(previous.holdId, previous.groups, previous.inFlightGroup), state.requestId ?? null);
         throw checksUnavailable(err);
       }
     }
@@ -141,10 +146,10 @@ export class SpendControl {
     if (lines.length === 0 && !inFlight && !balanceBlocked) return null;
     const holdId = randomUUID();
     const input = { holdId, now, lines, balanceBlocked, estimateNano, holdUntil: now + config.spend.hold_ttl_ms, inFlight };
-    let result: ReserveResult = await this.deps.state.reserve(input);
+    let result: ReserveResult = await this.reserve(input, state);
     for (let i = 0; i < 3 && !result.ok && result.reason === 'missing'; i++) {
       await this.initCounters(result.counters, budgets, lines, date);
-      result = await this.deps.state.reserve(input);
+      result = await this.reserve(input, state);
     }
     if (result.ok) {
       state.span.setAttribute('gateway.spend.estimate_usd', est.usd);
@@ -180,21 +185,47 @@ export class SpendControl {
     return own.size > 0 && models.every((m) => m.endpoints.every((e) => own.has(e.provider)));
   }
 
-  /** Releases the request's hold and counts its actual cost; never throws (a failure is logged). */
+  /**
+   * A reserve that failed (Redis unreachable or too slow) may still have run in Redis and taken its holds:
+   * they are released (retried until the state takes it) rather than left to block spend until the hold TTL.
+   */
+  private async reserve(input: ReserveInput, state: GatewayState): Promise<ReserveResult> {
+    try {
+      return await this.deps.state.reserve(input);
+    } catch (err) {
+      const groups = [...new Set(input.lines.map((l) => l.group))];
+      this.retries.add(releaseOf(input.holdId, groups, input.inFlight?.group ?? null), state.requestId ?? null);
+      throw err;
+    }
+  }
+
+  /** Releases the request's hold and counts its actual cost; never throws (a failure is retried, see SettleRetries). */
   settle(admission: Admission, state: GatewayState): void {
     this.open--;
     const costNano = toNano(state.costUsd ?? 0);
     const now = this.clock();
-    this.deps.state
-      .settle({
-        holdId: admission.holdId,
-        groups: admission.groups,
-        counters: admission.counters,
-        byok: state.route?.isByok ?? false,
-        costNano,
-        inFlight: admission.inFlightGroup ? { group: admission.inFlightGroup, until: now + admission.settlementMs } : null,
-      })
-      .catch((err) => this.deps.logger.error({ err, generation_id: state.requestId }, 'settling a spend hold failed; it expires by TTL'));
+    const input: SettleInput = {
+      holdId: admission.holdId,
+      groups: admission.groups,
+      counters: admission.counters,
+      byok: state.route?.isByok ?? false,
+      costNano,
+      inFlight: admission.inFlightGroup ? { group: admission.inFlightGroup, until: now + admission.settlementMs } : null,
+    };
+    this.deps.state.settle(input).catch((err) => {
+      this.deps.logger.warn({ err, generation_id: state.requestId }, 'settling a spend hold failed; retrying until the shared state takes it');
+      this.retries.add(input, state.requestId ?? null);
+    });
+  }
+
+  /** Settlements waiting for the shared state to come back. */
+  pendingSettlements(): number {
+    return this.retries.pending;
+  }
+
+  /** At shutdown, before the shared state closes: one last try of the settlements still waiting. */
+  close(): Promise<void> {
+    return this.retries.close();
   }
 
   /** Drops a hold without counting any cost (it is being replaced: `cover`). */
@@ -252,6 +283,11 @@ export class SpendControl {
       }),
     );
   }
+}
+
+/** A settlement that only drops a hold (no cost counted): a replaced hold, or one a failed reserve may have taken. */
+function releaseOf(holdId: string, groups: string[], inFlightGroup: string | null): SettleInput {
+  return { holdId, groups, counters: [], byok: false, costNano: 0, inFlight: inFlightGroup ? { group: inFlightGroup, until: 0 } : null };
 }
 
 /**

@@ -23,11 +23,13 @@ export class HoldGroup {
     this.push({ until, id });
   }
 
-  delete(id: string): void {
+  /** Removes a hold; whether it was there. */
+  delete(id: string): boolean {
     const h = this.holds.get(id);
-    if (!h) return;
+    if (!h) return false;
     this.holds.delete(id);
     this.total -= h.amount;
+    return true;
   }
 
   /** What is held at `now` (holds expiring at or before `now` are dropped first). */

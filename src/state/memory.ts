@@ -57,9 +57,11 @@ export class MemoryState implements SharedState {
   }
 
   async settle(input: SettleInput): Promise<void> {
-    for (const g of input.groups) this.holds.get(g)?.delete(input.holdId);
+    let held = false;
+    for (const g of input.groups) if (this.holds.get(g)?.delete(input.holdId)) held = true;
     const now = this.clock();
-    for (const id of input.counters) {
+    // A retried settlement whose hold is gone was settled already (see SettleInput.retry).
+    for (const id of input.retry && !held ? [] : input.counters) {
       const c = this.counter(id, now);
       if (!c) continue;
       if (input.byok) c.byok += input.costNano;

@@ -65,13 +65,14 @@ local function nextExpiry(key)
   return first[2] and tonumber(first[2]) or false
 end
 
--- Removes a hold from a group (no-op when absent).
+-- Removes a hold from a group (no-op when absent); whether it was there.
 local function dropHold(key, id)
   local old = redis.call('HGET', key, id)
-  if not old then return end
+  if not old then return false end
   redis.call('HDEL', key, id)
   redis.call('ZREM', key .. ':exp', id)
   redis.call('DECRBY', key .. ':sum', old)
+  return true
 end
 
 -- Adds a hold under an id not yet in the group; amount and untilMs are ARGV strings, written as given.
@@ -151,19 +152,24 @@ return {'ok'}
 
 /**
  * KEYS: g groups, c counters, then the in-flight group when there is one.
- * ARGV: holdId, now, byok (1|0), cost, g, c, until, holdTtl.
+ * ARGV: holdId, now, byok (1|0), cost, g, c, until, holdTtl, retry (1|0).
+ * A retry counts the cost only if the hold was still in a group: a first attempt that ran removed it.
  */
 export const settleLua =
   helpers +
   `
 local holdId, now, field, cost = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1' and 'byok' or 'paid', ARGV[4]
 local g, c = tonumber(ARGV[5]), tonumber(ARGV[6])
-for i = 1, g do dropHold(KEYS[i], holdId) end
+local held = false
+for i = 1, g do
+  if dropHold(KEYS[i], holdId) then held = true end
+end
+if ARGV[9] == '1' and not held then c = 0 end
 for i = g + 1, g + c do
   -- A missing counter is rebuilt from the ledger, which already has this cost.
   if counter(KEYS[i], now) then redis.call('HINCRBY', KEYS[i], field, cost) end
 end
-local inFlight = KEYS[g + c + 1]
+local inFlight = KEYS[g + tonumber(ARGV[6]) + 1]
 if inFlight then
   if tonumber(cost) > 0 and tonumber(ARGV[7]) > now then
     setHold(inFlight, holdId, cost, ARGV[7])

@@ -121,7 +121,7 @@ export class RedisState implements SharedState {
     const keys = [...input.groups.map((g) => this.key('holds', g)), ...input.counters.map((c) => this.key('counter', c))];
     if (inFlight) keys.push(this.key('holds', inFlight.group));
     const until = inFlight?.until ?? 0;
-    const args = [input.holdId, this.clock(), input.byok ? 1 : 0, input.costNano, input.groups.length, input.counters.length, until, this.gcTtl(until)];
+    const args = [input.holdId, this.clock(), input.byok ? 1 : 0, input.costNano, input.groups.length, input.counters.length, until, this.gcTtl(until), input.retry ? 1 : 0];
     await this.run('budgetSettle', keys, args);
   }
 

@@ -57,6 +57,11 @@ export interface SettleInput {
   costNano: number;
   /** The in-flight hold turns into the actual cost until `until` (epoch ms), covering the balance's lag. */
   inFlight: { group: string; until: number } | null;
+  /**
+   * A settlement sent again after the state refused it: the cost is counted only if the hold was still in
+   * one of `groups` (a first attempt that ran, its reply lost, removed it), so it is never counted twice.
+   */
+  retry?: boolean;
 }
 
 /** A fixed-window request counter. */

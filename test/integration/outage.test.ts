@@ -1,5 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import Redis from 'ioredis';
 import { openStore } from '../../src/store';
+import { toNano } from '../../src/state/types';
 import type { Store } from '../../src/store/types';
 import { deleteRedisKeys, dropSchemas, PG_URL, REDIS_URL, uniquePrefix, uniqueSchema } from '../fixtures/backing';
 import { startFakeUpstream, type FakeUpstream } from '../fixtures/fake-upstream';
@@ -99,6 +101,45 @@ describe('a backing service goes away mid-run', () => {
     expect(m.status).toBe(503);
     expect(m.json).toMatchObject({ type: 'error', error: { type: 'api_error' } });
     expect(upstream.received).toHaveLength(1); // only the first request
+    redisProxy.restore();
+    await eventually(async () => (await post(`${g.url}/chat/completions`, g.key, CHAT)).status === 200);
+  });
+
+  it('Redis: a request that finishes while Redis is down is settled once it is back: its hold released, its cost counted once', async () => {
+    const { secret, record } = await g.createKey({ limitUsd: 100 });
+    expect((await post(`${g.url}/chat/completions`, secret, CHAT)).status).toBe(200); // builds the key's counter
+    const redis = new Redis(REDIS_URL);
+    try {
+      const counter = `${prefix}counter:key:${record.id}:lifetime`;
+      const heldSum = `${prefix}holds:key:${record.id}:sum`;
+      const paidBefore = Number(await redis.hget(counter, 'paid'));
+      let release!: () => void;
+      upstream.faults.push({ kind: 'hold', until: new Promise<void>((r) => (release = r)) });
+      const pending = post(`${g.url}/chat/completions`, secret, CHAT);
+      await eventually(async () => upstream.received.length === 2);
+      expect(Number(await redis.get(heldSum))).toBeGreaterThan(0); // admitted: its estimate is held
+      redisProxy.cut();
+      release();
+      const r = await pending;
+      expect(r.status).toBe(200); // the answer was there; only its settlement waits
+      await eventually(async () => g.gateway.spend.pendingSettlements() === 1);
+      expect(Number(await redis.get(heldSum))).toBeGreaterThan(0);
+      redisProxy.restore();
+      await eventually(async () => g.gateway.spend.pendingSettlements() === 0);
+      expect(Number(await redis.get(heldSum))).toBe(0);
+      const row = await g.ledgerRow(r.json.id);
+      expect(Number(await redis.hget(counter, 'paid')) - paidBefore).toBe(toNano(row!.costUsd));
+    } finally {
+      await redis.quit();
+    }
+  });
+
+  it('GET /key answers while Redis is down (the free-model count from the ledger), instead of a 500', async () => {
+    redisProxy.cut();
+    const r = await fetch(`${g.url}/key`, { headers: { authorization: `Bearer ${g.key}` } });
+    expect(r.status).toBe(200);
+    const body = (await r.json()) as { data: Record<string, unknown> };
+    expect(body.data).toHaveProperty('usage');
     redisProxy.restore();
     await eventually(async () => (await post(`${g.url}/chat/completions`, g.key, CHAT)).status === 200);
   });

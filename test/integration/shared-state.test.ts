@@ -130,6 +130,20 @@ describe.each(drivers)('shared state contract (%s)', (_name, make) => {
     expect(await state.held('key:k1', NOW)).toBe(0);
   });
 
+  it('a retried settlement counts the cost only if its hold was still there (a first attempt that ran is not counted twice)', async () => {
+    state = make();
+    await state.initCounter('c', 0, 0, null);
+    await state.reserve(reserve({ lines: [line({ counter: 'c', limitNano: 10_000 })] }));
+    const settle = { holdId: 'h1', groups: ['key:k1'], counters: ['c'], byok: false, costNano: 30, inFlight: null };
+    await state.settle(settle); // ran, but its reply was lost
+    await state.settle({ ...settle, retry: true });
+    // 30 spent, not 60: a line with limit 60 still has room.
+    expect(await state.reserve(reserve({ holdId: 'h2', estimateNano: 30, lines: [line({ counter: 'c', limitNano: 60 })] }))).toEqual({ ok: true });
+    // A first attempt that never ran: the retry finds the hold and counts the cost.
+    await state.settle({ holdId: 'h2', groups: ['key:k1'], counters: ['c'], byok: false, costNano: 25, inFlight: null, retry: true });
+    expect(await state.reserve(reserve({ holdId: 'h3', estimateNano: 6, lines: [line({ counter: 'c', limitNano: 55 })] }))).toMatchObject({ ok: false, reason: 'budget', spentNano: 55 });
+  });
+
   it('rate windows: all or nothing, limited once full, counts reported', async () => {
     state = make();
     const lines = [

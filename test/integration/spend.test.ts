@@ -361,6 +361,27 @@ describe('shared state unreachable', () => {
     expect(m.json.error).toMatchObject({ type: 'api_error', error_type: 'server' });
     expect(t.upstream.received).toHaveLength(0);
   });
+
+  it('a reserve whose reply was lost (it ran, then timed out) has its hold released, not left to block spend until the hold TTL', async () => {
+    const g = await start();
+    const { secret, record } = await g.createKey({ limitUsd: 1 });
+    await credit(g, 100);
+    const state = g.gateway.state;
+    const reserve = state.reserve.bind(state);
+    let lose = 1;
+    state.reserve = async (input) => {
+      const r = await reserve(input);
+      if (r.ok && lose-- > 0) throw new Error('Command timed out');
+      return r;
+    };
+    const r = await post(`${g.url}/chat/completions`, secret, chat());
+    expect(r.status).toBe(503);
+    expect(t.upstream.received).toHaveLength(0);
+    for (let i = 0; i < 100 && (await state.held(`key:${record.id}`, Date.now())) > 0; i++) await new Promise((res) => setTimeout(res, 10));
+    expect(await state.held(`key:${record.id}`, Date.now())).toBe(0);
+    expect(g.gateway.spend.pendingSettlements()).toBe(0);
+    expect((await post(`${g.url}/chat/completions`, secret, chat())).status).toBe(200);
+  });
 });
 
 describe('rate limits', () => {

@@ -1,6 +1,7 @@
 import { describe, it, expect } from 'vitest';
 import { ERROR_STATUS, GatewayError, toGatewayError, type ErrorType } from '../../src/errors/gateway-error';
 import { errorBody, messagesEnvelope, messagesErrorType, standardEnvelope, statusFor } from '../../src/errors/envelope';
+import { isUnavailable } from '../../src/errors/unavailable';
 
 /** Spec 7.4, copied from the table: error_type → HTTP status. */
 const SPEC_STATUS: Record<string, number> = {
@@ -294,5 +295,20 @@ describe('backing service unavailable → 503 with Retry-After', () => {
     ['pg: a syntax error', withCode('syntax error at or near "SELEC"', '42601')],
   ])('%s stays a 500', (_name, err) => {
     expect(toGatewayError(err).status).toBe(500);
+  });
+});
+
+describe('isUnavailable: a Redis that is down or too slow', () => {
+  it.each([
+    "Stream isn't writeable and enableOfflineQueue options is false",
+    'Command timed out',
+    'redis not ready after 1000 ms: connect ECONNREFUSED 127.0.0.1:6379',
+    'Connection is closed.',
+  ])('%s', (message) => {
+    expect(isUnavailable(new Error(message))).toBe(true);
+  });
+
+  it('other errors are not', () => {
+    expect(isUnavailable(new Error('ERR wrong number of arguments'))).toBe(false);
   });
 });

@@ -1,0 +1,109 @@
+import type { Logger } from 'pino';
+import type { SettleInput } from '../state/types';
+
+interface Waiting {
+  input: SettleInput;
+  generationId: string | null;
+  since: number;
+}
+
+export interface SettleRetryOptions {
+  /** First wait before a retry; it doubles after each failed round, up to `maxDelayMs`. */
+  firstDelayMs: number;
+  maxDelayMs: number;
+  /** A settlement still failing after this long is given up (logged); its hold expires by TTL. */
+  maxAgeMs: number;
+  /** Most settlements kept waiting; beyond it the oldest is given up (logged). */
+  maxWaiting: number;
+}
+
+const DEFAULTS: SettleRetryOptions = { firstDelayMs: 250, maxDelayMs: 5_000, maxAgeMs: 10 * 60_000, maxWaiting: 100_000 };
+
+/**
+ * Settlements (a finished request's hold released and its cost counted) that the shared state refused, sent
+ * again until they go through. Without it one Redis blip at the moment requests finished left their holds
+ * held until the hold TTL (30 minutes: a prepaid account refused as "in flight" with nothing in flight) and
+ * their costs out of the spend counters for good (a lifetime key limit overspent once the holds lapsed).
+ * Retries are marked `retry`, so the state counts a cost only if the hold was still there: a first attempt
+ * that did run (its reply lost to a timeout) is not counted twice. Rounds run one settlement at a time and
+ * stop at the first failure (the state is still down); the wait doubles between failed rounds.
+ *
+ * @example const retries = new SettleRetries((input) => state.settle(input), logger, Date.now);
+ *          state.settle(input).catch(() => retries.add(input, generationId));
+ */
+export class SettleRetries {
+  private waiting: Waiting[] = [];
+  private timer: NodeJS.Timeout | undefined;
+  private delay: number;
+  private running: Promise<void> | null = null;
+  private readonly options: SettleRetryOptions;
+
+  constructor(
+    private readonly settle: (input: SettleInput) => Promise<void>,
+    private readonly logger: Logger,
+    private readonly clock: () => number,
+    options: Partial<SettleRetryOptions> = {},
+  ) {
+    this.options = { ...DEFAULTS, ...options };
+    this.delay = this.options.firstDelayMs;
+  }
+
+  /** Settlements waiting for the state to come back. */
+  get pending(): number {
+    return this.waiting.length;
+  }
+
+  add(input: SettleInput, generationId: string | null): void {
+    if (this.waiting.length >= this.options.maxWaiting) this.giveUp(this.waiting.shift()!, 'too many settlements waiting');
+    this.waiting.push({ input: { ...input, retry: true }, generationId, since: this.clock() });
+    this.schedule();
+  }
+
+  /** One round now (after any round under way); what still fails keeps waiting. */
+  async retryNow(): Promise<void> {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    this.running ??= this.round().finally(() => {
+      this.running = null;
+      if (this.waiting.length > 0) this.schedule();
+    });
+    await this.running;
+  }
+
+  /** At shutdown: one last round, then whatever is left is given up (logged). */
+  async close(): Promise<void> {
+    await this.retryNow();
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    for (const w of this.waiting.splice(0)) this.giveUp(w, 'shutting down');
+  }
+
+  private schedule(): void {
+    if (this.timer || this.running) return;
+    this.timer = setTimeout(() => void this.retryNow(), this.delay);
+    this.timer.unref();
+  }
+
+  private async round(): Promise<void> {
+    while (this.waiting.length > 0) {
+      const next = this.waiting[0];
+      if (this.clock() - next.since > this.options.maxAgeMs) {
+        this.waiting.shift();
+        this.giveUp(next, 'retried for too long');
+        continue;
+      }
+      try {
+        await this.settle(next.input);
+      } catch {
+        this.delay = Math.min(this.options.maxDelayMs, this.delay * 2);
+        return;
+      }
+      this.waiting.shift();
+      this.delay = this.options.firstDelayMs;
+    }
+  }
+
+  private giveUp(w: Waiting, why: string): void {
+    this.logger.error({ generation_id: w.generationId, hold_id: w.input.holdId }, `settling a spend hold failed for good (${why}); it expires by TTL`);
+  }
+}

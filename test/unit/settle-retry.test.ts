@@ -1,0 +1,68 @@
+import pino from 'pino';
+import { describe, expect, it } from 'vitest';
+import { SettleRetries } from '../../src/spend/settle-retry';
+import type { SettleInput } from '../../src/state/types';
+
+const input = (holdId: string): SettleInput => ({ holdId, groups: ['key:k'], counters: ['key:k:lifetime'], byok: false, costNano: 10, inFlight: null });
+
+function logs() {
+  const lines: string[] = [];
+  return { lines, logger: pino({ level: 'info' }, { write: (l: string) => lines.push(l) }) };
+}
+
+describe('SettleRetries', () => {
+  it('sends refused settlements again, in order, marked retry, until the state takes them', async () => {
+    const sent: SettleInput[] = [];
+    let down = 2;
+    const retries = new SettleRetries(async (i) => {
+      if (down-- > 0) throw new Error('Command timed out');
+      sent.push(i);
+    }, logs().logger, Date.now, { firstDelayMs: 1 });
+    retries.add(input('h1'), 'gen-1');
+    retries.add(input('h2'), 'gen-2');
+    expect(retries.pending).toBe(2);
+    await retries.retryNow(); // down: the round stops at the first failure
+    expect(sent).toEqual([]);
+    await retries.retryNow();
+    expect(sent).toEqual([]);
+    await retries.retryNow();
+    expect(sent.map((i) => [i.holdId, i.retry])).toEqual([['h1', true], ['h2', true]]);
+    expect(retries.pending).toBe(0);
+  });
+
+  it('retries by itself on a timer', async () => {
+    const sent: string[] = [];
+    let down = 1;
+    const retries = new SettleRetries(async (i) => {
+      if (down-- > 0) throw new Error('down');
+      sent.push(i.holdId);
+    }, logs().logger, Date.now, { firstDelayMs: 5, maxDelayMs: 10 });
+    retries.add(input('h1'), null);
+    for (let i = 0; i < 200 && sent.length === 0; i++) await new Promise((r) => setTimeout(r, 5));
+    expect(sent).toEqual(['h1']);
+  });
+
+  it('gives up (logged) after maxAgeMs, past maxWaiting, and at close', async () => {
+    let now = 0;
+    const { lines, logger } = logs();
+    const retries = new SettleRetries(async () => {
+      throw new Error('down');
+    }, logger, () => now, { firstDelayMs: 1_000_000, maxAgeMs: 100, maxWaiting: 2 });
+    retries.add(input('old'), 'gen-old');
+    now = 50;
+    retries.add(input('a'), 'gen-a');
+    retries.add(input('b'), 'gen-b'); // over maxWaiting: the oldest goes
+    expect(retries.pending).toBe(2);
+    now = 200;
+    await retries.retryNow(); // both are past maxAgeMs
+    expect(retries.pending).toBe(0);
+    retries.add(input('c'), 'gen-c');
+    await retries.close();
+    expect(retries.pending).toBe(0);
+    const text = lines.join('');
+    for (const [id, why] of [['gen-old', 'too many settlements waiting'], ['gen-a', 'retried for too long'], ['gen-b', 'retried for too long'], ['gen-c', 'shutting down']]) {
+      expect(text).toContain(`"generation_id":"${id}"`);
+      expect(text).toContain(why);
+    }
+  });
+});
