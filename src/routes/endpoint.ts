@@ -108,6 +108,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       const style = spec.style;
       ctx.status = statusFor(e, style);
       if (e.headers) ctx.set(e.headers);
+      if (state?.requestId) ctx.set(requestIdHeader(style), state.requestId);
       if (drain?.started) ctx.set('Connection', 'close');
       setJsonBody(ctx, errorBody(e, style, state?.requestId ?? null));
       if (state?.metadataOptIn && (state.candidates.length > 0 || state.pipeline.length > 0)) {
@@ -217,10 +218,21 @@ function writeJson(ctx: GatewayContext, body: unknown): void {
     return;
   }
   const length = String(Buffer.byteLength(text));
+  const head = res.hasHeader('content-type') ? ['Content-Length', length] : ['Content-Type', JSON_TYPE, 'Content-Length', length];
+  const id = ctx.state.gateway.requestId;
+  if (id) head.push(requestIdHeader(ctx.state.gateway.style), id);
   // Koa stays in charge until the head is written: if writeHead throws, the error answer is Koa's to send.
-  res.writeHead(res.statusCode, res.hasHeader('content-type') ? ['Content-Length', length] : ['Content-Type', JSON_TYPE, 'Content-Length', length]);
+  res.writeHead(res.statusCode, head);
   ctx.respond = false;
   res.end(text);
+}
+
+/**
+ * The header the official SDKs read a request id from (OpenAI's `x-request-id`, Anthropic's `request-id`:
+ * `_request_id`, `error.requestID`, their retry logs), carrying the generation id of the body and the ledger.
+ */
+function requestIdHeader(style: ApiStyle): string {
+  return style === 'messages' ? 'request-id' : 'x-request-id';
 }
 
 /** The `error_type` metric label of an answer that is not an error: how a stream ended; `none` for JSON. */
@@ -252,7 +264,11 @@ async function writeSse(ctx: GatewayContext, status: number, events: AsyncIterab
   const state = ctx.state.gateway;
   // A stage that sent its status and headers itself gets the events after them (writeHead would throw, and
   // with Koa's answer already switched off the request would hang).
-  if (!res.headersSent) res.writeHead(status, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
+  if (!res.headersSent) {
+    const head: Record<string, string> = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' };
+    if (state.requestId) head[requestIdHeader(state.style)] = state.requestId;
+    res.writeHead(status, head);
+  }
   let pending = '';
   let scheduled = false;
   let blocked = false;

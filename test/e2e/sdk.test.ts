@@ -116,6 +116,21 @@ describe('official anthropic SDK', () => {
     });
   }
 
+  it("gives the SDKs the generation id as their request id (the header each reads), in answers, streams and errors", async () => {
+    const msg = await anthropic.messages.create({ model: 'fake/claude', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] });
+    expect(msg._request_id).toBe(msg.id);
+    const stream = anthropic.messages.stream({ model: 'fake/claude', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] });
+    const final = await stream.finalMessage();
+    expect((await stream.withResponse()).response.headers.get('request-id')).toBe(final.id);
+    upstream.faults.push({ kind: 'status', status: 400, body: { error: { message: 'bad thing', type: 'invalid_request_error' } } });
+    const err = await anthropic.messages.create({ model: 'fake/claude', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] }).catch((e) => e);
+    expect(err).toBeInstanceOf(Anthropic.BadRequestError);
+    expect(err.requestID).toMatch(/^gen-/);
+    expect(err.requestID).toBe(err.error.request_id);
+    const chat = await openai.chat.completions.create({ model: 'fake/gpt', messages: [{ role: 'user', content: 'hi' }] });
+    expect(chat._request_id).toBe(chat.id);
+  });
+
   it('authenticates with Authorization: Bearer too (authToken)', async () => {
     const client = new Anthropic({ baseURL: gw.url.replace(/\/v1$/, ''), authToken: gw.key, apiKey: null, maxRetries: 0 });
     const msg = await client.messages.create({ model: 'sim/chat', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] });
