@@ -169,7 +169,12 @@ export class SqliteStore implements Store {
 
   constructor(options: SqliteStoreOptions) {
     if (options.path !== ':memory:' && options.path !== '') {
-      mkdirSync(dirname(resolve(options.path)), { recursive: true });
+      try {
+        mkdirSync(dirname(resolve(options.path)), { recursive: true });
+      } catch (err) {
+        // `EEXIST: file already exists, mkdir '/etc/hostname'` did not say which setting to fix.
+        throw new Error(`storage.path ${options.path}: cannot create its folder (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+      }
       const files = new PendingFiles(`${resolve(options.path)}-pending`);
       this.pendingFiles = files;
       this.insertPendingLedgerNow = (rows) => files.append(rows);

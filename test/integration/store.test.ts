@@ -1,6 +1,6 @@
 import Database from 'better-sqlite3';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client } from 'pg';
@@ -471,6 +471,17 @@ describe.each([sqliteEngine(), postgresEngine()])('Store on $name', (engine) => 
 });
 
 describe('engine specifics', () => {
+  it('sqlite: a path whose folder cannot be made names storage.path', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-store-'));
+    try {
+      writeFileSync(join(dir, 'file'), 'x');
+      const path = join(dir, 'file', 'gw.db');
+      await expect(openStore({ driver: 'sqlite', path })).rejects.toThrow(`storage.path ${path}: cannot create its folder (EEXIST)`);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('sqlite: creates the parent folder and uses WAL with a busy timeout', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-store-'));
     try {
