@@ -29,7 +29,9 @@ export function budgetEntry(b: ApplicableBudget, spendUsd: number, now: Date): B
     include_byok: b.includeByok,
     limit_usd: b.limitUsd,
     spend_usd: spend,
-    remaining_usd: roundUsd(Math.max(0, b.limitUsd - spend)),
+    // Spec 2.1: "Limit minus spend", negative once concurrent requests overran the limit (they can, by up
+    // to what was in flight), so the overrun shows instead of reading as exactly spent.
+    remaining_usd: roundUsd(b.limitUsd - spend),
     reset_interval: b.interval,
     resets_at: end === null ? null : new Date(end).toISOString(),
     scope: b.scope,

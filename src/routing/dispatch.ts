@@ -4,7 +4,9 @@ import type { OwnKeys } from '../auth/byok-keys';
 import type { GatewayConfig, ModelConfig } from '../config/types';
 import { DIALECTS, type FinishInfo, type StreamRewriter } from '../dialects';
 import { translateRequest, translateResponse, translateStream } from '../dialects/translate';
+import { chatUsageBody } from '../dialects/chat-completions';
 import { inBandError } from '../dialects/in-band-error';
+import { messagesUsageBody } from '../dialects/messages';
 import { endedBeforeOutput } from '../dialects/stream-error';
 import { shutdownCut } from '../drain';
 import { GatewayError, toGatewayError } from '../errors/gateway-error';
@@ -326,6 +328,8 @@ function jsonResponse(state: GatewayState, served: Served, reply: UpstreamReply,
     // No usage from the provider (or a translation's zeros): billed from the request and the answer.
     usage = estimatedAnswerUsage(dialect as StreamDialect, body, state.body);
     cost = info.costOf(usage);
+    // The answer says what is billed (it said zeros, or nothing, while the ledger had the estimate).
+    if (!body.error) body.usage = { ...(dialect === 'chat_completions' ? chatUsageBody(usage) : messagesUsageBody(usage)), cost, is_byok: info.isByok };
   }
   choose(state, served);
   state.usage = usage;

@@ -146,9 +146,10 @@ export function planRoute<C>(input: PlanInput<C>): C[] {
     only: 0, ignore: 0, max_price: 0, data_collection: 0, require_parameters: 0, region: 0,
   };
   const fail = (reason: string, message: string): never => {
-    // No endpoint can serve the request as asked (its provider preferences, the key's regions): a 404, as
-    // "no endpoints found", not a provider failure (spec 7.4 pairs provider_unavailable with 502).
-    throw new GatewayError('not_found', message, { metadata: { reason, models, filtered } });
+    // No endpoint can serve the request as asked (its provider preferences, the key's regions): spec 7.2's
+    // "503 | No provider meets the routing requirements". No provider failed, so it is not 7.4's 502; the
+    // error_type is provider_unavailable (no endpoint is available to this request), `metadata.reason` says why.
+    throw new GatewayError('provider_unavailable', message, { status: 503, metadata: { reason, models, filtered } });
   };
   if (all.length === 0) fail('no_endpoints', 'No provider endpoint is configured for the requested model');
 

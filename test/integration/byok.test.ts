@@ -163,8 +163,10 @@ describe('spend checks of BYOK requests', () => {
     for (let i = 0; i < 3; i++) expect((await post(`${g.url}/chat/completions`, exempt.secret, chat())).status).toBe(200);
     const info = await keyInfo(g, counted.secret);
     expect(info.include_byok_in_limit).toBe(true);
-    expect(info.limit_remaining).toBe(0);
     expect(info.byok_usage).toBeGreaterThan(0.00001);
+    // Limit minus spend (spec 2.1): negative, the one admitted request overran it.
+    expect(info.limit_remaining).toBeCloseTo(0.00001 - info.byok_usage, 6);
+    expect(info.limit_remaining).toBeLessThan(0);
     expect((await keyInfo(g, exempt.secret)).limit_remaining).toBe(0.00001);
     // fake/claude has no workspace key: paid spend, which the exempt key's limit counts as usual...
     expect((await post(`${g.url}/chat/completions`, exempt.secret, chat({ model: 'fake/claude' }))).status).toBe(200);

@@ -73,16 +73,16 @@ describe('provider preferences', () => {
     expect((await ask({ model: 'r/pair', provider: { data_collection: 'deny' } })).json.provider).toBe('pa');
     // A model with one endpoint is filtered too (route planning skips its work only when there are no preferences).
     const solo = await ask({ model: 'r/solo', provider: { ignore: ['pa', 'pb', 'pc'] } });
-    expect(solo.status).toBe(404);
-    expect(solo.json.error.metadata).toMatchObject({ error_type: 'not_found', reason: 'ignore' });
+    expect(solo.status).toBe(503);
+    expect(solo.json.error.metadata).toMatchObject({ error_type: 'provider_unavailable', reason: 'ignore' });
   });
 
-  it('answers 404 (no endpoint found) saying why when max_price leaves nothing', async () => {
+  it('answers 503 (spec 7.2: no provider meets the routing requirements) saying why when max_price leaves nothing', async () => {
     await fresh();
     const n = upstream.received.length;
     const res = await ask({ model: 'r/pair', provider: { max_price: { prompt: 0.5 } } });
-    expect(res.status).toBe(404);
-    expect(res.json.error.metadata).toMatchObject({ error_type: 'not_found', reason: 'max_price' });
+    expect(res.status).toBe(503);
+    expect(res.json.error.metadata).toMatchObject({ error_type: 'provider_unavailable', reason: 'max_price' });
     expect(seen(n)).toEqual([]);
   });
 
@@ -100,7 +100,7 @@ describe('provider preferences', () => {
     const eu = await gw.createKey({ allowedDataRegions: ['europe'] });
     expect((await ask({ model: 'r/pair' }, eu.secret)).json.provider).toBe('pb');
     const res = await ask({ model: 'r/solo' }, eu.secret);
-    expect(res.status).toBe(404);
+    expect(res.status).toBe(503);
     expect(res.json.error.message).toMatch(/region/);
   });
 });
@@ -364,7 +364,8 @@ describe('the stream-failure contract (7.5)', () => {
   it('require_parameters excludes an endpoint whose style cannot carry a parameter the caller set', async () => {
     await fresh();
     const res = await post(`${gw.url}/messages`, gw.key, { model: 'r/solo', max_tokens: 8, context_management: { edits: [] }, provider: { require_parameters: true }, messages: [{ role: 'user', content: 'x' }] });
-    expect(res.status).toBe(404);
+    expect(res.status).toBe(503);
+    expect(res.json.error).toMatchObject({ type: 'api_error', error_type: 'provider_unavailable' });
     expect(res.json.metadata ?? res.json.error).toBeTruthy();
     expect(JSON.stringify(res.json)).toMatch(/require_parameters/);
     const ok = await post(`${gw.url}/messages`, gw.key, { model: 'r/solo', max_tokens: 8, context_management: { edits: [] }, messages: [{ role: 'user', content: 'x' }] });

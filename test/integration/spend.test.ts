@@ -185,8 +185,9 @@ workspaces:
       'workspace',
       'key_limit',
     ]);
-    expect(info.data.effective_budget).toMatchObject({ scope: 'key_limit', remaining_usd: 0 });
-    expect(info.data.limit_remaining).toBe(0);
+    // Limit 0.4, spent 0.5: spec 2.1's "limit minus spend" (it was shown as 0).
+    expect(info.data.effective_budget).toMatchObject({ scope: 'key_limit', remaining_usd: -0.1 });
+    expect(info.data.limit_remaining).toBe(-0.1);
   });
 
   it('effective_budget is the least remaining when nothing is spent; GET /key lists every applicable budget', async () => {

@@ -112,7 +112,12 @@ describe('a JSON answer whose provider reported no usage', () => {
     for (const path of ['chat/completions', 'messages'] as const) {
       const r = await post(`${g.url}/${path}`, g.key, { model: 'held/chat', max_tokens: 20, messages: [{ role: 'user', content: 'hi' }] });
       expect(r.status).toBe(200);
-      rows.push(await rowOf(r.json.id));
+      const row = await rowOf(r.json.id);
+      rows.push(row);
+      // The answer shows what is billed (it had zeros, or no usage, while the ledger held the estimate).
+      const u = r.json.usage;
+      const shown = path === 'chat/completions' ? [u.prompt_tokens, u.completion_tokens] : [u.input_tokens, u.output_tokens];
+      expect([...shown, u.cost]).toEqual([row!.promptTokens, row!.completionTokens, row!.costUsd]);
     }
     const [chat, messages] = rows;
     expect(chat).toMatchObject({ status: 'completed', completionTokens: 4 });

@@ -108,10 +108,10 @@ describe('planRoute filters', () => {
     expect(plan([eu, b], {}, { allowedRegions: [] })).toEqual(['m@beta', 'm@alpha']);
   });
 
-  it('throws a 404 not_found (no endpoint found) naming the filter that removed the last endpoints', () => {
+  it('throws spec 7.2\'s 503 (no provider meets the routing requirements) naming the filter that removed the last endpoints', () => {
     const err = planError([a, b], { ignore: ['beta'] }, { allowedRegions: ['europe'] });
-    expect(err.errorType).toBe('not_found');
-    expect(err.status).toBe(404);
+    expect(err.errorType).toBe('provider_unavailable');
+    expect(err.status).toBe(503);
     expect(err.message).toBe('No endpoint of `m` is in an allowed data region (europe)');
     expect(err.metadata).toMatchObject({
       reason: 'region',
@@ -193,7 +193,7 @@ describe('planRoute order and allow_fallbacks', () => {
 
   it('throws when allow_fallbacks is false and no order provider serves the model', () => {
     const err = planError([a, b], { order: ['zeta'], allow_fallbacks: false });
-    expect(err.status).toBe(404);
+    expect(err.status).toBe(503);
     expect(err.metadata?.reason).toBe('order');
     expect(err.message).toMatch(/provider\.order.*`zeta`.*allow_fallbacks/);
   });
