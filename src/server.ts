@@ -19,6 +19,7 @@ import { applyServerLimits, InFlightLimit, refuseLargeBodiesBeforeContinue } fro
 import type { KeyLookup } from './services';
 import { EndpointHealth } from './routing/health';
 import { StickyRoutes } from './routing/sticky';
+import { cors } from './cors';
 import { SpendControl } from './spend/control';
 import { LedgerWriter } from './spend/ledger';
 import { RateLimiter } from './spend/rate-limits';
@@ -33,7 +34,7 @@ import { Drain } from './drain';
 import { LedgerJournal } from './spend/journal';
 
 /** `server.*` fields read from the current config per request (so a reload changes them); the rest apply at start. */
-const SERVER_FIELDS_LIVE = new Set<string>(['max_body_bytes', 'max_json_depth', 'body_timeout_ms', 'drain_timeout_ms']);
+const SERVER_FIELDS_LIVE = new Set<string>(['max_body_bytes', 'max_json_depth', 'body_timeout_ms', 'drain_timeout_ms', 'cors']);
 
 export interface GatewayOptions {
   config: GatewayConfig;
@@ -161,6 +162,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     router.get(path, handler);
     exact.set(`GET ${basePath}${path}`, handler);
   };
+  app.use(cors(() => current.config.server.cors));
   app.use((ctx, next) => {
     const handler = exact.get(`${ctx.method} ${ctx.path}`);
     return handler ? handler(ctx, next) : next();

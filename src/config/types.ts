@@ -19,6 +19,8 @@ export interface GatewayConfig {
     watch_config: boolean;
     /** Longest a shutdown waits for requests in flight before cutting them (README "Shutdown and probes"). */
     drain_timeout_ms: number;
+    /** CORS for browser clients (src/cors.ts); off while `allowed_origins` is empty. Read per request. */
+    cors: { allowed_origins: string[]; max_age_s: number };
     /** `GET /metrics` (README "Metrics"): Prometheus text, outside base_path. */
     metrics: { enabled: boolean; auth: 'none' | 'token' | 'management_key'; token?: string };
   };

@@ -72,6 +72,7 @@ describe('parseConfigText: defaults', () => {
       max_connections: 4096,
       max_in_flight: 1024,
       watch_config: true,
+      cors: { allowed_origins: [], max_age_s: 600 },
       metrics: { enabled: true, auth: 'none' },
       drain_timeout_ms: 30000,
     });
