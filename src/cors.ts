@@ -8,6 +8,8 @@ type CorsConfig = GatewayConfig['server']['cors'];
 /** Headers a browser client may read besides the CORS-safelisted ones. */
 const EXPOSED = 'x-request-id, request-id, retry-after, x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset';
 const METHODS = 'GET, POST, OPTIONS';
+/** Outside the API (and `base_path`): never refused for their Origin. */
+const OUTSIDE = new Set(['/healthz', '/readyz', '/metrics']);
 
 /**
  * CORS for browser clients (spec 7.2 files CORS failures under 400). Off while `allowed_origins` is empty:
@@ -28,14 +30,17 @@ export function cors(config: () => CorsConfig): Koa.Middleware {
   return async (ctx, next) => {
     const origin = ctx.get('origin');
     const preflight = ctx.method === 'OPTIONS' && ctx.get('access-control-request-method') !== '';
-    if (!origin && !preflight) return next();
+    // Probes and metrics are for supervisors and scrapers, whatever page they are viewed from.
+    if ((!origin && !preflight) || OUTSIDE.has(ctx.path)) return next();
     const { allowed_origins: allowed, max_age_s: maxAge } = config();
     if (allowed.length === 0) {
       if (!preflight) return next();
       return refuse(ctx, new GatewayError('invalid_request', 'CORS is not enabled on this gateway (server.cors.allowed_origins)'));
     }
+    if (!origin) return refuse(ctx, new GatewayError('invalid_request', 'A CORS preflight needs an Origin header', { metadata: { field: 'origin' } }));
     const any = allowed.includes('*');
-    if (!any && !allowed.includes(origin)) {
+    // Scheme and host are case-insensitive (browsers send them in lower case; an operator may not write them so).
+    if (!any && !allowed.some((a) => a.toLowerCase() === origin.toLowerCase())) {
       return refuse(ctx, new GatewayError('invalid_request', `CORS: origin ${JSON.stringify(origin.slice(0, 200))} is not allowed`, { metadata: { field: 'origin' } }));
     }
     ctx.set('Access-Control-Allow-Origin', any ? '*' : origin);

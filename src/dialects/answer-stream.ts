@@ -8,8 +8,8 @@ const isObj = (v: unknown): v is Obj => !!v && typeof v === 'object' && !Array.i
  * A complete JSON answer, in the client's dialect, replayed as that dialect's stream. For answers the gateway
  * assembles from several upstream calls (a server-tool loop) where only the last call's answer reaches the
  * client: the events carry the same id, model, provider, usage and `gateway_metadata` as the JSON answer.
- * Chat: an optional metadata chunk (no choices), one content chunk (role, content, reasoning, tool calls), a
- * finish chunk, the usage chunk when the client asked for it (`stream_options.include_usage`), `[DONE]`.
+ * Chat: an optional metadata chunk (no choices), per choice one content chunk (role, content, reasoning, tool
+ * calls) and a finish chunk, the usage chunk when the client asked for it (`stream_options.include_usage`), `[DONE]`.
  * Messages: message_start, one start/delta/stop triple per content block, message_delta, message_stop, `[DONE]`.
  *
  * @example const events = answerEvents('messages', answer, { includeUsage: true });
@@ -30,15 +30,20 @@ function chatEvents(body: Obj, includeUsage: boolean): SseEvent[] {
     out.push(chunk({ error: body.error, choices: [{ index: 0, delta: { content: '' }, finish_reason: 'error' }] }));
     return [...out, DONE];
   }
-  const choice = Array.isArray(body.choices) && isObj(body.choices[0]) ? body.choices[0] : {};
-  const message: Obj = isObj(choice.message) ? choice.message : {};
-  const delta: Obj = { role: 'assistant', content: typeof message.content === 'string' ? message.content : '' };
-  for (const k of ['reasoning', 'reasoning_details', 'refusal', 'annotations']) if (message[k] !== undefined && message[k] !== null) delta[k] = message[k];
-  if (Array.isArray(message.tool_calls) && message.tool_calls.length > 0) {
-    delta.tool_calls = message.tool_calls.map((call: Obj, index: number) => ({ index, ...call }));
-  }
-  out.push(chunk({ choices: [{ index: 0, delta, finish_reason: null }] }));
-  out.push(chunk({ choices: [{ index: 0, delta: {}, finish_reason: choice.finish_reason ?? 'stop' }] }));
+  // Every choice (an answer with `n` > 1 has several), each with its own index.
+  const choices: Obj[] = Array.isArray(body.choices) ? body.choices.filter(isObj) : [];
+  if (choices.length === 0) choices.push({});
+  choices.forEach((choice, i) => {
+    const index = typeof choice.index === 'number' ? choice.index : i;
+    const message: Obj = isObj(choice.message) ? choice.message : {};
+    const delta: Obj = { role: 'assistant', content: typeof message.content === 'string' ? message.content : '' };
+    for (const k of ['reasoning', 'reasoning_details', 'refusal', 'annotations']) if (message[k] !== undefined && message[k] !== null) delta[k] = message[k];
+    if (Array.isArray(message.tool_calls) && message.tool_calls.length > 0) {
+      delta.tool_calls = message.tool_calls.map((call: Obj, n: number) => ({ index: n, ...call }));
+    }
+    out.push(chunk({ choices: [{ index, delta, finish_reason: null }] }));
+    out.push(chunk({ choices: [{ index, delta: {}, finish_reason: choice.finish_reason ?? 'stop' }] }));
+  });
   if (includeUsage && isObj(body.usage)) out.push(chunk({ choices: [], usage: body.usage }));
   return [...out, DONE];
 }

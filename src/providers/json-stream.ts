@@ -54,8 +54,8 @@ export function reportedFailure(dialect: Dialect, body: unknown, providerId: str
   if (!isObj(body)) return undefined;
   if (body.error !== undefined && body.error !== null) return providerStreamError(dialect, body, providerId);
   if (dialect === 'messages') return body.type === 'error' ? providerStreamError(dialect, { error: {} }, providerId) : undefined;
-  const choice = Array.isArray(body.choices) ? body.choices[0] : undefined;
-  if (isObj(choice) && choice.finish_reason === 'error') return providerStreamError(dialect, { error: choice.error ?? {} }, providerId);
+  const failedChoice = Array.isArray(body.choices) ? body.choices.find((c) => isObj(c) && c.finish_reason === 'error') : undefined;
+  if (isObj(failedChoice)) return providerStreamError(dialect, { error: failedChoice.error ?? {} }, providerId);
   return undefined;
 }
 

@@ -149,7 +149,8 @@ export function planRoute<C>(input: PlanInput<C>): C[] {
     // No endpoint can serve the request as asked (its provider preferences, the key's regions): spec 7.2's
     // "503 | No provider meets the routing requirements". No provider failed, so it is not 7.4's 502; the
     // error_type is provider_unavailable (no endpoint is available to this request), `metadata.reason` says why.
-    throw new GatewayError('provider_unavailable', message, { status: 503, metadata: { reason, models, filtered } });
+    // The request's own preferences decide it: the official SDKs, which retry a 503, are told not to.
+    throw new GatewayError('provider_unavailable', message, { status: 503, headers: { 'x-should-retry': 'false' }, metadata: { reason, models, filtered } });
   };
   if (all.length === 0) fail('no_endpoints', 'No provider endpoint is configured for the requested model');
 

@@ -20,6 +20,8 @@ export interface Admission {
   counters: string[];
   inFlightGroup: string | null;
   settlementMs: number;
+  /** When the hold expires (epoch ms): settlement retries stop before it (SettleRetries). */
+  holdUntil: number;
 }
 
 export interface SpendDeps {
@@ -87,7 +89,7 @@ export class SpendControl {
       try {
         await this.release(previous);
       } catch (err) {
-        this.retries.add(releaseOf(previous.holdId, previous.groups, previous.inFlightGroup), state.requestId ?? null);
+        this.retries.add(releaseOf(previous.holdId, previous.groups, previous.inFlightGroup), state.requestId ?? null, previous.holdUntil);
         throw checksUnavailable(err);
       }
     }
@@ -160,6 +162,7 @@ export class SpendControl {
         counters: [...new Set(lines.map((l) => l.counter))],
         inFlightGroup: inFlight?.group ?? null,
         settlementMs: f.settlement_ms,
+        holdUntil: input.holdUntil,
       };
     }
     switch (result.reason) {
@@ -194,7 +197,7 @@ export class SpendControl {
       return await this.deps.state.reserve(input);
     } catch (err) {
       const groups = [...new Set(input.lines.map((l) => l.group))];
-      this.retries.add(releaseOf(input.holdId, groups, input.inFlight?.group ?? null), state.requestId ?? null);
+      this.retries.add(releaseOf(input.holdId, groups, input.inFlight?.group ?? null), state.requestId ?? null, input.holdUntil);
       throw err;
     }
   }
@@ -214,7 +217,7 @@ export class SpendControl {
     };
     this.deps.state.settle(input).catch((err) => {
       this.deps.logger.warn({ err, generation_id: state.requestId }, 'settling a spend hold failed; retrying until the shared state takes it');
-      this.retries.add(input, state.requestId ?? null);
+      this.retries.add(input, state.requestId ?? null, admission.holdUntil);
     });
   }
 

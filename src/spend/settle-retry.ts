@@ -5,7 +5,12 @@ interface Waiting {
   input: SettleInput;
   generationId: string | null;
   since: number;
+  /** When the hold expires (epoch ms): past it a retry could not tell a settled hold from an expired one. */
+  holdUntil: number;
 }
+
+/** Retries stop this long before the hold expires (clocks of processes sharing the state differ a little). */
+const HOLD_MARGIN_MS = 2_000;
 
 export interface SettleRetryOptions {
   /** First wait before a retry; it doubles after each failed round, up to `maxDelayMs`. */
@@ -25,7 +30,10 @@ const DEFAULTS: SettleRetryOptions = { firstDelayMs: 250, maxDelayMs: 5_000, max
  * held until the hold TTL (30 minutes: a prepaid account refused as "in flight" with nothing in flight) and
  * their costs out of the spend counters for good (a lifetime key limit overspent once the holds lapsed).
  * Retries are marked `retry`, so the state counts a cost only if the hold was still there: a first attempt
- * that did run (its reply lost to a timeout) is not counted twice. Rounds run one settlement at a time and
+ * that did run (its reply lost to a timeout) is not counted twice. That test holds only while the hold
+ * cannot have expired, so a settlement is retried until shortly before its hold's expiry (`hold_ttl_ms` after
+ * admission), then given up: its cost is then missing from the spend counters (the ledger has it) until they
+ * are rebuilt. Rounds run one settlement at a time and
  * stop at the first failure (the state is still down); the wait doubles between failed rounds.
  *
  * @example const retries = new SettleRetries((input) => state.settle(input), logger, Date.now);
@@ -53,9 +61,9 @@ export class SettleRetries {
     return this.waiting.length;
   }
 
-  add(input: SettleInput, generationId: string | null): void {
+  add(input: SettleInput, generationId: string | null, holdUntil: number): void {
     if (this.waiting.length >= this.options.maxWaiting) this.giveUp(this.waiting.shift()!, 'too many settlements waiting');
-    this.waiting.push({ input: { ...input, retry: true }, generationId, since: this.clock() });
+    this.waiting.push({ input: { ...input, retry: true }, generationId, since: this.clock(), holdUntil });
     this.schedule();
   }
 
@@ -87,9 +95,10 @@ export class SettleRetries {
   private async round(): Promise<void> {
     while (this.waiting.length > 0) {
       const next = this.waiting[0];
-      if (this.clock() - next.since > this.options.maxAgeMs) {
+      const now = this.clock();
+      if (now - next.since > this.options.maxAgeMs || now > next.holdUntil - HOLD_MARGIN_MS) {
         this.waiting.shift();
-        this.giveUp(next, 'retried for too long');
+        this.giveUp(next, now - next.since > this.options.maxAgeMs ? 'retried for too long' : 'its hold expires');
         continue;
       }
       try {

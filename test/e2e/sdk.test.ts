@@ -131,6 +131,21 @@ describe('official anthropic SDK', () => {
     expect(chat._request_id).toBe(chat.id);
   });
 
+  it('does not retry a 503 for routing requirements no provider meets (it would fail the same way)', async () => {
+    let calls = 0;
+    const counting: typeof fetch = (input, init) => {
+      calls++;
+      return fetch(input, init);
+    };
+    const client = new Anthropic({ baseURL: gw.url.replace(/\/v1$/, ''), apiKey: gw.key, maxRetries: 2, fetch: counting });
+    const err = await client.messages.create({ model: 'fake/claude', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }], provider: { only: ['nobody'] } } as any).catch((e) => e);
+    expect(err.status).toBe(503);
+    expect(calls).toBe(1);
+    const chat = new OpenAI({ baseURL: gw.url, apiKey: gw.key, maxRetries: 2, fetch: counting });
+    await chat.chat.completions.create({ model: 'fake/gpt', messages: [{ role: 'user', content: 'hi' }], provider: { only: ['nobody'] } } as any).catch((e) => e);
+    expect(calls).toBe(2);
+  });
+
   it('authenticates with Authorization: Bearer too (authToken)', async () => {
     const client = new Anthropic({ baseURL: gw.url.replace(/\/v1$/, ''), authToken: gw.key, apiKey: null, maxRetries: 0 });
     const msg = await client.messages.create({ model: 'sim/chat', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] });

@@ -60,6 +60,20 @@ describe('CORS (spec 7.2: a CORS failure is a 400)', () => {
     expect(m.status).toBe(400);
     expect(await m.json()).toMatchObject({ type: 'error', error: { type: 'invalid_request_error' } });
     expect(t.upstream.received).toHaveLength(0);
+    // Probes and metrics answer whatever page they are viewed from.
+    const origin = new URL(g.url).origin;
+    for (const path of ['/healthz', '/readyz', '/metrics']) expect((await fetch(`${origin}${path}`, { headers: { origin: 'https://evil.example' } })).status).toBe(200);
+    // A preflight without an Origin is told what is missing.
+    const bare = await fetch(`${g.url}/chat/completions`, { method: 'OPTIONS', headers: { 'access-control-request-method': 'POST' } });
+    expect(((await bare.json()) as any).error.message).toBe('A CORS preflight needs an Origin header');
+  });
+
+  it('origins match without regard to letter case (browsers send lower case)', async () => {
+    const g = await t.start({ yaml: yaml("cors: { allowed_origins: ['https://App.Example.com'] },") });
+    const r = await call(`${g.url}/chat/completions`, g.key, APP);
+    expect(r.status).toBe(200);
+    expect(r.headers.get('access-control-allow-origin')).toBe(APP);
+    expect((await call(`${g.url}/chat/completions`, g.key, 'HTTPS://APP.EXAMPLE.COM')).status).toBe(200);
   });
 
   it('`*` allows any origin', async () => {

@@ -91,6 +91,17 @@ describe('a provider that answers a streaming request with JSON', () => {
     expect(await rowOf(message.id)).toMatchObject({ status: 'completed', promptTokens: 11, completionTokens: 6 });
   });
 
+  it('every choice of an answer with n > 1 is streamed, each under its index', async () => {
+    g = await t.start({ yaml: yaml() });
+    const two = { ...CHAT_JSON, choices: [0, 1].map((index) => ({ index, message: { role: 'assistant', content: `Choice ${index}.` }, finish_reason: 'stop' })) };
+    t.upstream.faults.push({ kind: 'status', status: 200, body: two, headers: { 'content-type': 'application/json; charset=utf-8' } });
+    const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', n: 2, stream: true, messages: [{ role: 'user', content: 'hi' }] });
+    const chunks = sseEvents(r.text).filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+    const text = (i: number) => chunks.map((c) => (c.choices?.[0]?.index === i ? (c.choices[0].delta?.content ?? '') : '')).join('');
+    expect([text(0), text(1)]).toEqual(['Choice 0.', 'Choice 1.']);
+    expect(chunks.filter((c) => c.choices?.[0]?.finish_reason === 'stop').map((c) => c.choices[0].index)).toEqual([0, 1]);
+  });
+
   it('a 2xx JSON error keeps its type and fails over to the next endpoint; the client sees only the answer', async () => {
     g = await t.start({ yaml: yaml() });
     t.upstream.scripts.set('gpt-first', [{ kind: 'status', status: 200, body: { error: { message: 'Rate limit reached', type: 'requests', code: 'rate_limit_exceeded' } } }]);

@@ -83,6 +83,8 @@ describe('provider preferences', () => {
     const res = await ask({ model: 'r/pair', provider: { max_price: { prompt: 0.5 } } });
     expect(res.status).toBe(503);
     expect(res.json.error.metadata).toMatchObject({ error_type: 'provider_unavailable', reason: 'max_price' });
+    // The SDKs retry a 503; this one would fail the same way every time.
+    expect(res.headers.get('x-should-retry')).toBe('false');
     expect(seen(n)).toEqual([]);
   });
 

@@ -3,6 +3,8 @@ import { describe, expect, it } from 'vitest';
 import { SettleRetries } from '../../src/spend/settle-retry';
 import type { SettleInput } from '../../src/state/types';
 
+/** A hold that expires long after these tests. */
+const FAR = Number.MAX_SAFE_INTEGER;
 const input = (holdId: string): SettleInput => ({ holdId, groups: ['key:k'], counters: ['key:k:lifetime'], byok: false, costNano: 10, inFlight: null });
 
 function logs() {
@@ -18,8 +20,8 @@ describe('SettleRetries', () => {
       if (down-- > 0) throw new Error('Command timed out');
       sent.push(i);
     }, logs().logger, Date.now, { firstDelayMs: 1 });
-    retries.add(input('h1'), 'gen-1');
-    retries.add(input('h2'), 'gen-2');
+    retries.add(input('h1'), 'gen-1', FAR);
+    retries.add(input('h2'), 'gen-2', FAR);
     expect(retries.pending).toBe(2);
     await retries.retryNow(); // down: the round stops at the first failure
     expect(sent).toEqual([]);
@@ -37,9 +39,28 @@ describe('SettleRetries', () => {
       if (down-- > 0) throw new Error('down');
       sent.push(i.holdId);
     }, logs().logger, Date.now, { firstDelayMs: 5, maxDelayMs: 10 });
-    retries.add(input('h1'), null);
+    retries.add(input('h1'), null, FAR);
     for (let i = 0; i < 200 && sent.length === 0; i++) await new Promise((r) => setTimeout(r, 5));
     expect(sent).toEqual(['h1']);
+  });
+
+  it('gives up shortly before the hold expires (a retry could no longer tell a settled hold from an expired one)', async () => {
+    let now = 0;
+    const { lines, logger } = logs();
+    const sent: string[] = [];
+    let down = true;
+    const retries = new SettleRetries(async (i) => {
+      if (down) throw new Error('down');
+      sent.push(i.holdId);
+    }, logger, () => now, { firstDelayMs: 1_000_000 });
+    retries.add(input('short'), 'gen-short', 10_000);
+    retries.add(input('long'), 'gen-long', 60_000);
+    now = 8_500; // within 2 s of the short hold's expiry
+    down = false;
+    await retries.retryNow();
+    expect(sent).toEqual(['long']);
+    expect(lines.join('')).toContain('"generation_id":"gen-short"');
+    expect(lines.join('')).toContain('its hold expires');
   });
 
   it('gives up (logged) after maxAgeMs, past maxWaiting, and at close', async () => {
@@ -48,15 +69,15 @@ describe('SettleRetries', () => {
     const retries = new SettleRetries(async () => {
       throw new Error('down');
     }, logger, () => now, { firstDelayMs: 1_000_000, maxAgeMs: 100, maxWaiting: 2 });
-    retries.add(input('old'), 'gen-old');
+    retries.add(input('old'), 'gen-old', FAR);
     now = 50;
-    retries.add(input('a'), 'gen-a');
-    retries.add(input('b'), 'gen-b'); // over maxWaiting: the oldest goes
+    retries.add(input('a'), 'gen-a', FAR);
+    retries.add(input('b'), 'gen-b', FAR); // over maxWaiting: the oldest goes
     expect(retries.pending).toBe(2);
     now = 200;
     await retries.retryNow(); // both are past maxAgeMs
     expect(retries.pending).toBe(0);
-    retries.add(input('c'), 'gen-c');
+    retries.add(input('c'), 'gen-c', FAR);
     await retries.close();
     expect(retries.pending).toBe(0);
     const text = lines.join('');
