@@ -1,7 +1,7 @@
 import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
 import { describe, expect, it } from 'vitest';
-import { post, sseEvents, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+import { ledgerRowSoon, post, sseEvents, testConfigYaml, type TestGateway } from '../fixtures/gateway';
 import { perTestGateways } from '../fixtures/per-test';
 
 const t = perTestGateways();
@@ -40,14 +40,7 @@ let g: TestGateway;
 const ask = (path: 'messages' | 'chat/completions', model: string) =>
   post(`${g.url}/${path}`, g.key, { model, max_tokens: 20, stream: true, messages: [{ role: 'user', content: 'hi' }] });
 
-async function rowOf(id: string) {
-  for (let i = 0; i < 200; i++) {
-    const row = await g.ledgerRow(id);
-    if (row) return row;
-    await new Promise((r) => setTimeout(r, 10));
-  }
-  return null;
-}
+const rowOf = (id: string) => ledgerRowSoon(g, id);
 
 const chatText = (text: string) =>
   sseEvents(text)
