@@ -1,4 +1,5 @@
 import { Agent, request } from '../net/undici-parts';
+import { credentialsIn, withoutCredentials } from '../providers/credentials';
 
 /** One search result, the same shape whatever the backend. */
 export interface SearchResult {
@@ -47,6 +48,8 @@ const MAX_BODY_BYTES = 2_000_000;
 export function createSearch(config: SearchBackendConfig): SearchFn {
   const agent = new Agent({ connectTimeout: config.timeout_ms, keepAliveTimeout: 30_000 });
   const auth: Record<string, string> = config.api_key ? { authorization: `Bearer ${config.api_key}` } : {};
+  // A backend that echoes its key (in a result URL or snippet) must not hand it to the model or the client.
+  const secrets = credentialsIn(auth);
   const base = config.base_url.replace(/\/+$/, '');
   return async (query, maxResults, signal) => {
     const options: Call =
@@ -54,14 +57,14 @@ export function createSearch(config: SearchBackendConfig): SearchFn {
         ? { method: 'GET', headers: { accept: 'application/json', ...auth } }
         : { method: 'POST', headers: { 'content-type': 'application/json', accept: 'application/json', ...auth }, body: JSON.stringify({ query, max_results: maxResults }) };
     const url = config.kind === 'searxng' ? `${base}/search?${new URLSearchParams({ q: query, format: 'json' })}` : base;
-    const json = await fetchJson(url, options, { agent, timeoutMs: config.timeout_ms, signal });
+    const json = await fetchJson(url, options, { agent, timeoutMs: config.timeout_ms, signal, secrets });
     return resultsOf(json, config.kind).slice(0, maxResults);
   };
 }
 
 type Call = { method: 'GET' | 'POST'; headers: Record<string, string>; body?: string };
 
-async function fetchJson(url: string, options: Call, io: { agent: Agent; timeoutMs: number; signal: AbortSignal }): Promise<unknown> {
+async function fetchJson(url: string, options: Call, io: { agent: Agent; timeoutMs: number; signal: AbortSignal; secrets: readonly string[] }): Promise<unknown> {
   const timeout = AbortSignal.timeout(io.timeoutMs);
   const signal = AbortSignal.any([timeout, io.signal]);
   try {
@@ -82,7 +85,7 @@ async function fetchJson(url: string, options: Call, io: { agent: Agent; timeout
       chunks.push(chunk as Buffer);
     }
     try {
-      return JSON.parse(Buffer.concat(chunks).toString('utf8'));
+      return JSON.parse(withoutCredentials(Buffer.concat(chunks).toString('utf8'), io.secrets));
     } catch {
       throw new SearchFailed('bad_response', 'search backend answer is not JSON');
     }

@@ -132,6 +132,18 @@ describe('web search stage through the server', () => {
     ]);
   });
 
+  it("a backend that echoes its api_key in its results: the key reaches neither the model nor the client", async () => {
+    const g = await t.start({ yaml: yaml('http') });
+    search.mode = { kind: 'echo-key' };
+    const r = await post(`${g.url}/messages`, g.key, { model: 'fake/claude:online', max_tokens: 50, messages: [{ role: 'user', content: 'sea otters' }] });
+    expect(r.status).toBe(200);
+    expect(search.calls[0].headers.authorization).toBe('Bearer sk-search-secret');
+    const sent = JSON.stringify(t.upstream.received[0].body);
+    expect(sent).toContain('https://site1.example/page1?api_key=[redacted]');
+    expect(sent).not.toContain('sk-search-secret');
+    expect(r.text).not.toContain('sk-search-secret');
+  });
+
   it('a request max_results above max_results_limit is lowered to it; a bad one is a 400', async () => {
     const g = await t.start({ yaml: yaml('http', 'max_results_limit: 4') });
     const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', plugins: [{ id: 'web', max_results: 50 }], messages: [{ role: 'user', content: 'q' }] });
