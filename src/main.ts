@@ -11,6 +11,7 @@ import type { GatewayConfig } from './config/types';
 import { watchFile } from './config/watch';
 import { capYoungGeneration, collectStartupGarbage, tuneHeap } from './heap-tuning';
 import { checkPipelines } from './runtime';
+import { routeDiagToLog } from './telemetry/diag-log';
 import { closeUpstreamPool, createGateway } from './server';
 import { generateKey, hashKey, maskKey } from './store/key-secret';
 import { openStore } from './store';
@@ -246,6 +247,7 @@ async function serve(file: string): Promise<number> {
   const logger = createLogger(config.logging.level);
   // Every stage's checks of its config, before anything is opened or created (a refused config leaves no store behind).
   checkPipelines(config, registry, trace.getTracer('config-check'), logger);
+  routeDiagToLog(logger);
   const telemetry = startTelemetry(config.telemetry);
   const store = await openStore(config.storage);
   const { workspace } = await ensureDeclared(store, config);

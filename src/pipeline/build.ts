@@ -2,6 +2,7 @@ import compose from 'koa-compose';
 import { SpanStatusCode, type Tracer } from '@opentelemetry/api';
 import type { GatewayContext, Stage, StageRegistry } from './types';
 import { withSpan } from '../telemetry/linked-context';
+import { clientClosed } from './request-abort';
 import { ConfigError } from '../config/load';
 
 export interface BuildPipelineInput<S> {
@@ -51,8 +52,12 @@ function traced(id: string, stage: Stage, tracer: Tracer): Stage {
     try {
       await stage(ctx, next);
     } catch (err) {
-      span.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error)?.message });
-      span.setAttribute('gateway.error_type', String((err as { errorType?: string })?.errorType ?? 'server'));
+      // A client that left is not the stage's failure (its abort surfaces as a timeout error otherwise).
+      if (state.abort?.aborted && clientClosed(state.abort)) span.setAttribute('gateway.outcome', 'cancelled');
+      else {
+        span.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error)?.message });
+        span.setAttribute('gateway.error_type', String((err as { errorType?: string })?.errorType ?? 'server'));
+      }
       throw err;
     } finally {
       state.traceContext = parent;

@@ -15,6 +15,8 @@ export function credentialsIn(headers: Record<string, string>): string[] {
     const scheme = /^[A-Za-z]+\s+(\S.*)$/.exec(value);
     if (scheme) out.push(scheme[1]);
   }
+  // As a JSON text may carry it: `/` written `\/` (valid JSON, PHP's default), which the literal would miss.
+  for (const c of [...out]) if (c.includes('/')) out.push(c.replaceAll('/', '\\/'));
   return out.filter((c) => c.length >= 8);
 }
 

@@ -212,8 +212,9 @@ export async function postUpstream(input: PostInput): Promise<UpstreamExchange> 
     throw networkError(err, input.providerId);
   }
   if (exchange.status >= 200 && exchange.status < 300) return exchange;
-  const text = withoutCredentials(await exchange.text().catch(() => ''), credentialsIn(input.headers));
-  throw classifyUpstreamError(exchange.status, text, input.providerId, exchange.headers['retry-after']);
+  const credentials = credentialsIn(input.headers);
+  const text = withoutCredentials(await exchange.text().catch(() => ''), credentials);
+  throw classifyUpstreamError(exchange.status, text, input.providerId, exchange.headers['retry-after'], credentials);
 }
 
 /** Sends one call as JSON and returns the parsed answer, or its events when streaming. */

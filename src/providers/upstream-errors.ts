@@ -1,4 +1,5 @@
 import { GatewayError, type ErrorType } from '../errors/gateway-error';
+import { withoutCredentials } from './credentials';
 
 const CONTEXT_LENGTH = /context[_ ]length|maximum context|too many tokens|prompt is too long/i;
 const CONTENT_POLICY = /content[_ ](management[_ ])?polic|content[_ ]filter|safety system|flagged/i;
@@ -12,9 +13,10 @@ interface UpstreamErrorBody {
 }
 
 /** Reads the usual error shapes: OpenAI `{error: {message, code, type}}`, Anthropic `{type: error, error: {type, message}}`, `{message}`, `{error: "…"}`. */
-function readBody(text: string): UpstreamErrorBody {
+function readBody(text: string, credentials: readonly string[]): UpstreamErrorBody {
   try {
-    const body = JSON.parse(text) as { error?: { message?: unknown; code?: unknown; type?: unknown } | string; message?: unknown };
+    // The text was scrubbed as it arrived; a key written with JSON escapes (`\u0073k-…`) is only seen once parsed.
+    const body = scrubbed(JSON.parse(text), credentials) as { error?: { message?: unknown; code?: unknown; type?: unknown } | string; message?: unknown };
     const err = body.error;
     const message = typeof err === 'string' ? err : typeof err?.message === 'string' ? err.message : typeof body.message === 'string' ? body.message : '';
     const code = typeof err === 'object' && err ? String(err.code ?? err.type ?? '') : '';
@@ -23,6 +25,19 @@ function readBody(text: string): UpstreamErrorBody {
   } catch {
     return { message: '', code: '', raw: text ? text.slice(0, 500) : undefined };
   }
+}
+
+/** `value` with every credential taken out of its strings (keys too), at any depth. */
+function scrubbed(value: unknown, credentials: readonly string[]): unknown {
+  if (credentials.length === 0) return value;
+  if (typeof value === 'string') return withoutCredentials(value, credentials);
+  if (Array.isArray(value)) return value.map((v) => scrubbed(v, credentials));
+  if (value && typeof value === 'object') {
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(value)) out[withoutCredentials(k, credentials)] = scrubbed(v, credentials);
+    return out;
+  }
+  return value;
 }
 
 /**
@@ -59,8 +74,8 @@ export function callerFacing(type: ErrorType): boolean {
  * kept where it tells the caller what to fix; `metadata` carries `provider_name`, `provider_code` (the
  * upstream status) and `raw` (the provider's error object, when small).
  */
-export function classifyUpstreamError(status: number, bodyText: string, providerId: string, retryAfter?: string | string[]): GatewayError {
-  const body = readBody(bodyText);
+export function classifyUpstreamError(status: number, bodyText: string, providerId: string, retryAfter?: string | string[], credentials: readonly string[] = []): GatewayError {
+  const body = readBody(bodyText, credentials);
   const type = upstreamErrorType(status, body.code, body.message);
   const message = callerFacing(type) && body.message ? body.message : `Provider ${providerId} returned HTTP ${status}`;
   const headers = typeof retryAfter === 'string' && (type === 'rate_limit_exceeded' || type === 'provider_overloaded') ? { 'retry-after': retryAfter } : undefined;

@@ -21,6 +21,7 @@ import type { Runtime } from '../runtime';
 import { routingMetadata } from '../routing/metadata';
 import { sessionOf } from '../routing/sticky';
 import { ledgerRowOf } from '../spend/ledger';
+import { spanText } from '../telemetry/span-text';
 import { withSpan } from '../telemetry/linked-context';
 import { readJson } from './body';
 import { RequestState } from './request-state';
@@ -87,7 +88,13 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       firstWriteAt = await writeSse(ctx, response.status, response.events, runtime.services.logger);
       if (state.abort.aborted && state.outcome === 'completed') state.outcome = 'cancelled';
       span.setAttribute('gateway.outcome', state.outcome);
-      finish(runtime, state, span, response.status);
+      // A stream that failed after its 200 is an error in the trace and the access line, as in the metrics.
+      const ended = endedAs(state);
+      if (state.outcome === 'failed') {
+        span.setStatus({ code: SpanStatusCode.ERROR, message: 'The stream ended with an error' });
+        span.setAttribute('gateway.error_type', ended);
+      }
+      finish(runtime, state, span, response.status, ended === 'none' ? undefined : ended);
     } catch (err) {
       // Cut at the drain timeout: the caller sees why (not the "client closed" the abort makes of it).
       const cut = shutdownCut(abort);
@@ -114,7 +121,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       if (state?.metadataOptIn && (state.candidates.length > 0 || state.pipeline.length > 0)) {
         (ctx.body as Record<string, unknown>).gateway_metadata = routingMetadata(state);
       }
-      if (!state) runtime.services.logger.info({ endpoint: spec.id, status: ctx.status, error_type: e.errorType }, 'request');
+      if (!state) runtime.services.logger.info({ endpoint: spec.id, status: ctx.status, error_type: e.errorType, ms: Math.round((performance.now() - started) * 10) / 10 }, 'request');
       if (span) {
         span.setStatus({ code: SpanStatusCode.ERROR, message: e.message });
         span.setAttribute('gateway.error_type', e.errorType);
@@ -138,7 +145,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       ctx.respond = false;
       if (state && state.outcome === 'completed') state.outcome = 'cancelled';
       if (!span) {
-        runtime.services.logger.info({ endpoint: spec.id, status: CLIENT_CLOSED_STATUS, error_type: 'cancelled' }, 'request');
+        runtime.services.logger.info({ endpoint: spec.id, status: CLIENT_CLOSED_STATUS, error_type: 'cancelled', ms: Math.round((performance.now() - started) * 10) / 10 }, 'request');
         return;
       }
       span.setAttribute('gateway.outcome', 'cancelled');
@@ -344,6 +351,14 @@ function finish(runtime: Runtime, state: GatewayState, span: Span, status: numbe
       }
     }
     span.setAttribute('http.response.status_code', status);
+    if (state.route) {
+      span.setAttribute('gateway.model', state.route.model);
+      span.setAttribute('gateway.provider', state.route.provider);
+    }
+    if (state.usage) {
+      span.setAttribute('gen_ai.usage.input_tokens', state.usage.inputTokens);
+      span.setAttribute('gen_ai.usage.output_tokens', state.usage.outputTokens);
+    }
     if (state.costUsd !== null) span.setAttribute('gateway.cost_usd', state.costUsd);
     span.end();
     logger.info(
@@ -389,6 +404,7 @@ function newState({ spec, body, abort, span, ctx, startedAt }: NewState): Gatewa
 
 const HEX32 = /^[0-9a-f]{32}$/;
 const HEX16 = /^[0-9a-f]{16}$/;
+const ZERO_SPAN = '0000000000000000';
 
 /** The caller's trace: `trace.trace_id` + `trace.parent_span_id` in the body win over a `traceparent` header. */
 function parentContext(ctx: GatewayContext, body: Record<string, unknown> | null): Context {
@@ -397,7 +413,8 @@ function parentContext(ctx: GatewayContext, body: Record<string, unknown> | null
   if (HEX32.test(traceId)) {
     // Without parent_span_id the request still joins the caller's trace, under a stand-in remote parent id.
     const given = typeof t?.parent_span_id === 'string' ? t.parent_span_id.toLowerCase() : '';
-    const spanId = HEX16.test(given) ? given : randomBytes(8).toString('hex');
+    // An all-zero id is no span (W3C): the stand-in parent then, as for a missing one, not a new trace.
+    const spanId = HEX16.test(given) && given !== ZERO_SPAN ? given : randomBytes(8).toString('hex');
     return trace.setSpanContext(ROOT_CONTEXT, { traceId, spanId, traceFlags: TraceFlags.SAMPLED, isRemote: true });
   }
   if (ctx.get('traceparent')) return propagation.extract(ROOT_CONTEXT, ctx.headers);
@@ -418,9 +435,8 @@ function spanName(id: EndpointId, body: Record<string, unknown> | null): string 
 
 const KNOWN_TRACE_KEYS = new Set(['trace_id', 'parent_span_id', 'span_name', 'trace_name', 'generation_name']);
 /** What a request may put in its span (read before the key is checked): values and names cut, keys counted. */
-const SPAN_TEXT_MAX = 256;
 const SPAN_TRACE_KEYS_MAX = 32;
-const clip = (text: string): string => (text.length > SPAN_TEXT_MAX ? text.slice(0, SPAN_TEXT_MAX) : text);
+const clip = spanText;
 
 /**
  * The request span's attributes from the body: the model asked for and the caller's `trace` fields. These

@@ -25,6 +25,7 @@ import { routingMetadata } from './metadata';
 import { endpointKey, planFor, sessionKey } from './plan';
 import type { StickyRoutes } from './sticky';
 import type { GatewayMetrics } from '../telemetry/metrics';
+import { spanText } from '../telemetry/span-text';
 
 /** `max_tokens` sent to a messages-style provider when a chat client set none and the model declares none. */
 const DEFAULT_MAX_TOKENS = 4096;
@@ -248,7 +249,7 @@ function redactedEcho(value: unknown): unknown {
 
 function startAttempt(tracer: Tracer, state: GatewayState, c: Candidate, byok: boolean): Span {
   const trace_ = state.body?.trace as { generation_name?: unknown } | undefined;
-  const name = typeof trace_?.generation_name === 'string' ? trace_.generation_name : `gateway.upstream ${c.provider.id}`;
+  const name = typeof trace_?.generation_name === 'string' && trace_.generation_name ? spanText(trace_.generation_name) : `gateway.upstream ${c.provider.id}`;
   return tracer.startSpan(
     name,
     {
@@ -494,7 +495,8 @@ async function* relay(
     state.costUsd = rewriter.cost();
     state.outcome = state.abort.aborted || (!completed && !failure) ? 'cancelled' : failure || rewriter.failed() ? 'failed' : 'completed';
     if (!completed) await iterator.return?.().catch(() => undefined);
-    endAttempt(attempt, failure);
+    // A client that left is no failure of the provider's (the abort surfaces as a timeout otherwise).
+    endAttempt(attempt, failure, state.abort.aborted);
     onStreamEnd.counted(state.outcome === 'completed' ? 'success' : state.outcome === 'cancelled' ? 'cancelled' : (failure?.errorType ?? 'stream_failed'));
     if (completed && state.usage) onStreamEnd.throughput(state.usage.outputTokens, performance.now() - streamStarted);
   }

@@ -1,3 +1,4 @@
+import { withoutGatewayKeys } from './span-text';
 import {
   diag,
   SpanStatusCode,
@@ -188,7 +189,8 @@ export class LeanSpan implements Span, ReadableSpan {
 
   setStatus(status: SpanStatus): this {
     if (this.ended || status.code === SpanStatusCode.UNSET || this.status.code === SpanStatusCode.OK) return this;
-    this.status = status.code === SpanStatusCode.ERROR && typeof status.message === 'string' ? { code: status.code, message: status.message } : { code: status.code };
+    // Error messages quote what a request named (a model, a preset): a gateway key pasted there is masked.
+    this.status = status.code === SpanStatusCode.ERROR && typeof status.message === 'string' ? { code: status.code, message: withoutGatewayKeys(status.message) } : { code: status.code };
     return this;
   }
 

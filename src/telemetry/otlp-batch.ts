@@ -59,7 +59,8 @@ export class OtlpBatch implements SpanSink {
   onEnd(span: LeanSpan): void {
     if (this.stopped || (span.spanContext().traceFlags & TraceFlags.SAMPLED) === 0) return;
     if (this.count >= this.options.maxQueue) {
-      this.dropped++;
+      // Said in the log (at most once a minute, telemetry/diag-log.ts): spans are being lost.
+      if (this.dropped++ % 1000 === 0) diag.warn(`span queue full (telemetry.max_queue ${this.options.maxQueue}): spans dropped`);
       return;
     }
     writeSpan(this.pending, span);

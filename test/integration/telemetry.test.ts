@@ -220,7 +220,59 @@ describe('failures', () => {
   });
 });
 
+describe('what a request span says at its end (found by a telemetry audit)', () => {
+  it('the routed model and provider and the token counts', async () => {
+    const res = await post(`${gw.url}/chat/completions`, gw.key, { ...CHAT, model: 'fake/gpt' });
+    const { request } = await traceOfGeneration(res.json.id);
+    expect(request.attributes).toMatchObject({
+      'gateway.model': 'fake/gpt',
+      'gateway.provider': 'fake-openai',
+      'gen_ai.usage.input_tokens': res.json.usage.prompt_tokens,
+      'gen_ai.usage.output_tokens': res.json.usage.completion_tokens,
+    });
+  });
+
+  it('a stream that failed after its 200 is an error span (it was UNSET, the metrics said stream_failed)', async () => {
+    upstream.faults.push({ kind: 'midstream' });
+    const res = await post(`${gw.url}/chat/completions`, gw.key, { ...CHAT, model: 'fake/gpt', stream: true });
+    const id = JSON.parse(res.text.split('\n').find((l) => l.startsWith('data: {'))!.slice(6)).id as string;
+    const { request } = await traceOfGeneration(id);
+    expect(request.attributes['gateway.outcome']).toBe('failed');
+    expect(request.status.code).toBe(SpanStatusCode.ERROR);
+    expect(request.attributes['gateway.error_type']).toBe('stream_failed');
+  });
+
+  it('generation_name is cut to 256 characters like every name a request sets', async () => {
+    const res = await post(`${gw.url}/chat/completions`, gw.key, { ...CHAT, trace: { generation_name: 'g'.repeat(10_000) } });
+    expect(res.status).toBe(200);
+    const { inTrace } = await traceOfGeneration(res.json.id);
+    expect(inTrace.some((s) => s.name === 'g'.repeat(256))).toBe(true);
+  });
+
+  it('an all-zero parent_span_id joins the caller\'s trace under a stand-in parent (it started a new trace)', async () => {
+    const traceId = 'cd'.repeat(16);
+    const res = await post(`${gw.url}/chat/completions`, gw.key, { ...CHAT, trace: { trace_id: traceId, parent_span_id: '0'.repeat(16) } });
+    const { request } = await traceOfGeneration(res.json.id);
+    expect(request.spanContext().traceId).toBe(traceId);
+    expect(request.parentSpanContext?.spanId).toMatch(HEX16);
+    expect(request.parentSpanContext?.spanId).not.toBe('0'.repeat(16));
+  });
+});
+
 describe('secrets', () => {
+  it('a gateway key pasted into `model` is masked in span attributes and error messages', async () => {
+    const pasted = 'sk-gw-v1-' + 'ab12'.repeat(12);
+    const marker = `pasted-${Date.now()}`;
+    const res = await post(`${gw.url}/chat/completions`, gw.key, { ...CHAT, model: pasted, trace: { marker } });
+    expect(res.status).toBe(404);
+    const request = await waitForSpans((all) => all.find((s) => s.attributes['gateway.trace.marker'] === marker));
+    const inTrace = spans().filter((s) => s.spanContext().traceId === request.spanContext().traceId);
+    const text = JSON.stringify(inTrace.map((s) => [s.name, s.attributes, s.status.message ?? '']));
+    expect(text).not.toContain(pasted);
+    expect(request.attributes['gateway.requested_model']).toBe('sk-gw-v1-...ab12');
+    expect(request.status.message).toContain('sk-gw-v1-...ab12');
+  });
+
   it('never puts a plaintext API key (gateway or upstream) into a span attribute', async () => {
     // One more request with the management key, so both gateway keys have been presented.
     const res = await post(`${gw.url}/chat/completions`, gw.managementKey, { ...CHAT, model: 'fake/gpt' });

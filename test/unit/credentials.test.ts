@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { credentialsIn, withoutCredentials } from '../../src/providers/credentials';
 import { parseSse } from '../../src/providers/sse';
+import { classifyUpstreamError } from '../../src/providers/upstream-errors';
 
 /** Upstream answers that echo the credentials they were sent are scrubbed where they enter the gateway. */
 
@@ -32,5 +33,24 @@ describe('credentials of an upstream call', () => {
     const events = [];
     for await (const ev of parseSse(chunks(), ['sk-live-0123456789'])) events.push(ev);
     expect(events).toEqual([{ data: '{"error":{"message":"bad key [redacted]"}}' }, { data: '{"ok":true}' }]);
+  });
+});
+
+describe('keys a provider writes back with JSON escapes (found by a telemetry audit)', () => {
+  const key = 'sk-SLASHKEY/Ab+cd/EFgh1234';
+  const creds = credentialsIn({ authorization: `Bearer ${key}` });
+
+  it('`/` written `\\/` is scrubbed from the raw text', () => {
+    const text = JSON.stringify({ error: { message: `Incorrect API key provided: ${key}` } }).replaceAll('/', '\\/');
+    expect(text).toContain('sk-SLASHKEY\\/Ab');
+    expect(withoutCredentials(text, creds)).not.toContain('SLASHKEY');
+  });
+
+  it('a key written in \\u escapes is scrubbed once the error body is parsed (message and raw)', () => {
+    const escaped = [...key].map((c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`).join('');
+    const text = `{"error":{"message":"Incorrect API key provided: ${escaped}","code":"invalid_request_error"}}`;
+    const err = classifyUpstreamError(400, withoutCredentials(text, creds), 'p', undefined, creds);
+    expect(JSON.stringify({ message: err.message, metadata: err.metadata })).not.toContain('SLASHKEY');
+    expect(err.message).toBe('Incorrect API key provided: [redacted]');
   });
 });

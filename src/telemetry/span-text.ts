@@ -1,0 +1,19 @@
+/** Longest text a request can put into a span (a name, an attribute value). */
+const SPAN_TEXT_MAX = 256;
+/** A gateway key (`sk-gw-v1-` + hex), whole or cut. */
+const GATEWAY_KEY = /sk-gw-v1-[0-9a-f]{4,}/g;
+
+/**
+ * A gateway key in `text` shown as its label would be (`sk-gw-v1-...abcd`): a client that pastes its key
+ * into `model`, `user` or a trace field must not find it in the traces (error messages quote such fields).
+ *
+ * @example withoutGatewayKeys('Model `sk-gw-v1-0123…cdef` is not available') // 'Model `sk-gw-v1-...cdef` is not available'
+ */
+export function withoutGatewayKeys(text: string): string {
+  return text.includes('sk-gw-v1-') ? text.replace(GATEWAY_KEY, (k) => `sk-gw-v1-...${k.slice(-4)}`) : text;
+}
+
+/** Text from a request for a span: cut to 256 characters, gateway keys masked. */
+export function spanText(text: string): string {
+  return withoutGatewayKeys(text.length > SPAN_TEXT_MAX ? text.slice(0, SPAN_TEXT_MAX) : text);
+}
