@@ -234,8 +234,7 @@ export class SpendControl {
   /** Drops a hold without counting any cost (it is being replaced: `cover`). */
   private release(admission: Admission): Promise<void> {
     this.open--;
-    const { holdId, groups, inFlightGroup } = admission;
-    return this.deps.state.settle({ holdId, groups, counters: [], byok: false, costNano: 0, inFlight: inFlightGroup ? { group: inFlightGroup, until: 0 } : null });
+    return this.deps.state.settle(releaseOf(admission.holdId, admission.groups, admission.inFlightGroup));
   }
 
   /** Holds this process took for requests still running (admitted, not yet settled). */
