@@ -221,6 +221,17 @@ export class SpendControl {
     });
   }
 
+  /**
+   * A cost to add to spend counters with no hold behind it (a video job's), whose first attempt failed: sent
+   * again only when the failure proves the state never ran it (`neverSent`), since without a hold a retry could
+   * not tell a lost reply from a refusal and would count the cost twice. Returns whether it will be retried.
+   */
+  retryCount(input: SettleInput, generationId: string | null, err: unknown): boolean {
+    if (!neverSent(err)) return false;
+    this.retries.add(input, generationId, this.clock() + 10 * 60_000, true);
+    return true;
+  }
+
   /** Settlements waiting for the shared state to come back. */
   pendingSettlements(): number {
     return this.retries.pending;
@@ -285,6 +296,15 @@ export class SpendControl {
       }),
     );
   }
+}
+
+/**
+ * Errors of a state call refused before it was sent: ioredis without its offline queue while disconnected,
+ * and the Redis state's own wait for its first connection. Timeouts and closed connections may have run.
+ */
+function neverSent(err: unknown): boolean {
+  const message = (err as { message?: unknown })?.message;
+  return typeof message === 'string' && /^(Stream isn't writeable|redis not ready after)/.test(message);
 }
 
 /** A settlement that only drops a hold (no cost counted): a replaced hold, or one a failed reserve may have taken. */

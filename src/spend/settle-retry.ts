@@ -61,9 +61,13 @@ export class SettleRetries {
     return this.waiting.length;
   }
 
-  add(input: SettleInput, generationId: string | null, holdUntil: number): void {
+  /**
+   * `neverRan`: the first attempt is known not to have reached the state (refused before it was sent), so the
+   * retry counts the cost whether or not a hold is there (a video job's cost has no hold: `groups` is empty).
+   */
+  add(input: SettleInput, generationId: string | null, holdUntil: number, neverRan = false): void {
     if (this.waiting.length >= this.options.maxWaiting) this.giveUp(this.waiting.shift()!, 'too many settlements waiting');
-    this.waiting.push({ input: { ...input, retry: true }, generationId, since: this.clock(), holdUntil });
+    this.waiting.push({ input: { ...input, retry: !neverRan }, generationId, since: this.clock(), holdUntil });
     this.schedule();
   }
 

@@ -41,7 +41,8 @@ export async function billVideoJob(services: Services, job: VideoJob): Promise<v
   const inserted = await services.store.insertLedger(row);
   if (inserted) {
     services.spend.forgetAccount(job.accountId);
-    // The counters are caches of ledger sums: a failure here is logged, never a reason to bill again.
+    // The counters are caches of ledger sums: a failure here is logged (and retried when the state never ran
+    // the call, see countInBudgets), never a reason to bill again.
     await countInBudgets(services, job, row).catch((err) =>
       services.logger.error({ err, video_job_id: job.id }, 'adding a video job cost to the spend counters failed'),
     );
@@ -57,5 +58,10 @@ async function countInBudgets(services: Services, job: VideoJob, row: LedgerRow)
   const at = new Date(row.createdAt);
   const counters = applicableBudgets(services.config, key, workspace).map((b) => counterId(b.group, b.interval, at));
   if (counters.length === 0) return;
-  await services.state.settle({ holdId: randomUUID(), groups: [], counters: [...new Set(counters)], byok: row.isByok, costNano: toNano(row.costUsd), inFlight: null });
+  const input = { holdId: randomUUID(), groups: [], counters: [...new Set(counters)], byok: row.isByok, costNano: toNano(row.costUsd), inFlight: null };
+  await services.state.settle(input).catch((err) => {
+    if (services.spend.retryCount(input, row.generationId, err)) {
+      services.logger.warn({ err, video_job_id: job.id }, 'adding a video job cost to the spend counters failed; retrying until the shared state takes it');
+    } else services.logger.error({ err, video_job_id: job.id }, 'adding a video job cost to the spend counters failed');
+  });
 }

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { startTestGateway, type TestGateway } from '../fixtures/gateway';
+import { post, startTestGateway, type TestGateway } from '../fixtures/gateway';
 import { cancelVideo, createVideo, fund, getVideo, startJob, videoConfigYaml, waitForStatus, type VideoYamlOptions } from '../fixtures/videos';
 
 const JOB_ID = /^gen-vid-\d{13}-[A-Za-z0-9]{20}$/;
@@ -246,6 +246,30 @@ describe('the job state machine with the simulated provider', () => {
     const refused = await chat();
     expect(refused.status).toBe(403);
     expect(((await refused.json()) as any).error.metadata).toMatchObject({ limit_source: 'gateway_key_limit', scope: 'key_limit' });
+  });
+
+  it("a billed job's cost reaches the spend counters also when the shared state refused it unsent the first time", async () => {
+    const g = await startTestGateway({ yaml: videoConfigYaml().replace('[auth, validate, upstream]', '[auth, validate, budget-check, upstream]') });
+    open.push(g);
+    await fund(g);
+    const limited = await g.createKey({ name: 'limited', limitUsd: 0.5, limitReset: 'monthly' });
+    const chat = () => post(`${g.url}/chat/completions`, limited.secret, { model: 'sim/chat', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] });
+    expect((await chat()).status).toBe(200); // builds the key's counter
+    const state = g.gateway.state;
+    const settle = state.settle.bind(state);
+    const seen: { costNano: number; retry?: boolean }[] = [];
+    let refuse = 1;
+    state.settle = async (input) => {
+      if (input.groups.length === 0 && refuse-- > 0) throw new Error("Stream isn't writeable and enableOfflineQueue options is false");
+      if (input.groups.length === 0) seen.push({ costNano: input.costNano, retry: input.retry });
+      return settle(input);
+    };
+    const res = await createVideo(g, { model: 'sim/video', prompt: 'x' }, limited.secret);
+    await waitForStatus(g, res.json.id, 'completed');
+    await expect.poll(() => seen.length, { timeout: 5000 }).toBe(1);
+    expect(seen[0]).toMatchObject({ retry: false });
+    expect(seen[0].costNano).toBeGreaterThan(0);
+    expect((await chat()).status).toBe(403); // the video's cost now counts against the key's limit
   });
 
   it('one poll round reaches every job with work left, beyond one page', async () => {
