@@ -79,29 +79,33 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   // A mistyped command is told so before any config is read or store opened (or created).
-  const known = ['keys create', 'keys list', 'keys revoke', 'credits add', 'byok set', 'byok list', 'byok delete'];
-  if (!known.includes(`${command} ${sub ?? ''}`)) throw new UsageError(`unknown command: ${positionals.join(' ')}`);
+  const run = COMMANDS[`${command} ${sub ?? ''}`];
+  if (!run) throw new UsageError(`unknown command: ${positionals.join(' ')}`);
   const config = loadConfig(file, { registry });
   const store = await openStore(config.storage);
   try {
     await ensureDeclared(store, config);
-    if (command === 'keys' && sub === 'create') return await keysCreate(store, values);
-    if (command === 'keys' && sub === 'list') return await keysList(store);
-    if (command === 'keys' && sub === 'revoke') {
-      if (!arg) throw new UsageError('keys revoke needs the key id (see `gateway keys list`)');
-      if (!(await store.revokeKey(arg))) throw new UsageError(`no active key with id ${arg}`);
-      process.stdout.write(`revoked ${arg} (running gateways stop accepting it within 5 seconds)\n`);
-      return 0;
-    }
-    if (command === 'credits' && sub === 'add') return await creditsAdd(store, values);
-    if (command === 'byok' && sub === 'set') return await byokSet(store, config, values);
-    if (command === 'byok' && sub === 'list') return await byokList(store, config, values);
-    if (command === 'byok' && sub === 'delete') return await byokDelete(store, values);
+    return await run(store, config, values, arg);
   } finally {
     await store.close();
   }
-  throw new UsageError(`unknown command: ${positionals.join(' ')}`);
 }
+
+/** The commands that work on the store, by `<command> <sub>`: one list for the dispatch and the typo check. */
+const COMMANDS: Record<string, (store: Store, config: GatewayConfig, v: Values, arg: string | undefined) => Promise<number>> = {
+  'keys create': (store, _c, v) => keysCreate(store, v),
+  'keys list': (store) => keysList(store),
+  'keys revoke': async (store, _c, _v, arg) => {
+    if (!arg) throw new UsageError('keys revoke needs the key id (see `gateway keys list`)');
+    if (!(await store.revokeKey(arg))) throw new UsageError(`no active key with id ${arg}`);
+    process.stdout.write(`revoked ${arg} (running gateways stop accepting it within 5 seconds)\n`);
+    return 0;
+  },
+  'credits add': (store, _c, v) => creditsAdd(store, v),
+  'byok set': (store, config, v) => byokSet(store, config, v),
+  'byok list': (store, config, v) => byokList(store, config, v),
+  'byok delete': (store, _c, v) => byokDelete(store, v),
+};
 
 type Values = { [K in keyof typeof OPTIONS]?: (typeof OPTIONS)[K]['type'] extends 'boolean' ? boolean : string };
 

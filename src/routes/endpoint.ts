@@ -121,7 +121,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       if (state?.metadataOptIn && (state.candidates.length > 0 || state.pipeline.length > 0)) {
         (ctx.body as Record<string, unknown>).gateway_metadata = routingMetadata(state);
       }
-      if (!state) runtime.services.logger.info({ endpoint: spec.id, status: ctx.status, error_type: e.errorType, ms: Math.round((performance.now() - started) * 10) / 10 }, 'request');
+      if (!state) runtime.services.logger.info({ endpoint: spec.id, status: ctx.status, error_type: e.errorType, ms: msSince(started) }, 'request');
       if (span) {
         span.setStatus({ code: SpanStatusCode.ERROR, message: e.message });
         span.setAttribute('gateway.error_type', e.errorType);
@@ -145,7 +145,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       ctx.respond = false;
       if (state && state.outcome === 'completed') state.outcome = 'cancelled';
       if (!span) {
-        runtime.services.logger.info({ endpoint: spec.id, status: CLIENT_CLOSED_STATUS, error_type: 'cancelled', ms: Math.round((performance.now() - started) * 10) / 10 }, 'request');
+        runtime.services.logger.info({ endpoint: spec.id, status: CLIENT_CLOSED_STATUS, error_type: 'cancelled', ms: msSince(started) }, 'request');
         return;
       }
       span.setAttribute('gateway.outcome', 'cancelled');
@@ -232,6 +232,11 @@ function writeJson(ctx: GatewayContext, body: unknown): void {
   res.writeHead(res.statusCode, head);
   ctx.respond = false;
   res.end(text);
+}
+
+/** Milliseconds since `start` (a `performance.now()` reading), to a tenth: the access line's `ms`. */
+function msSince(start: number): number {
+  return Math.round((performance.now() - start) * 10) / 10;
 }
 
 /**
@@ -365,7 +370,7 @@ function finish(runtime: Runtime, state: GatewayState, span: Span, status: numbe
       {
         endpoint: state.endpoint,
         status,
-        ms: Math.round((performance.now() - state.startedAt) * 10) / 10,
+        ms: msSince(state.startedAt),
         generation_id: state.requestId,
         key_id: state.key?.id,
         model: state.route?.model,

@@ -25,8 +25,9 @@ export interface PoolConfig {
  * @example poolConfigProblem(config, services.models, 'auto-router') // 'plugins.auto-router.allowed_models[0]: "nope/x" matches no configured model'
  */
 export function poolConfigProblem(config: PoolConfig, models: ReadonlyMap<string, ModelConfig>, stageId: string): string | undefined {
+  const ids = [...models.keys()];
   for (const field of ['allowed_models', 'excluded_models'] as const) {
-    const i = config[field].findIndex((p) => ![...models.keys()].some((id) => matchesPattern(p, id)));
+    const i = config[field].findIndex((p) => !ids.some((id) => matchesPattern(p, id)));
     if (i >= 0) return `plugins.${stageId}.${field}[${i}]: "${config[field][i]}" matches no configured model`;
   }
   return undefined;
