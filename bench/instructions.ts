@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -11,7 +11,7 @@ import { pinTo, startNode, type Started } from './processes';
 
 /**
  * `npm run bench:instructions [-- --scenario chat|chat-stream|messages|messages-stream] [--warm 2000]
- * [--requests 1000] [--rounds 2] [--a-root=DIR] [--b-root=DIR] [--peer portkey]`
+ * [--requests 1000] [--rounds 2] [--a-root=DIR] [--b-root=DIR] [--peer portkey] [--keep DIR]`
  *
  * Counts the instructions a request costs with valgrind's callgrind: the gateway runs under callgrind, is
  * warmed up with `--warm` requests, its counters are zeroed, `--requests` requests are sent (50
@@ -23,7 +23,9 @@ import { pinTo, startNode, type Started } from './processes';
  * rounds and compare the readings, not one pair. Two checkouts alternate
  * when `--a-root` is given (a built `git worktree` of another commit), `--rounds` times each. `--peer portkey`
  * adds the Portkey gateway (installed as `npm run bench -- --peer portkey` installs it) on chat completions,
- * counted the same way.
+ * counted the same way. `--keep DIR` copies each round's callgrind dumps there (`<target>-<round>/cg.out.1-01` is
+ * the main thread), for `callgrind_annotate` by function: V8's runtime, builtins and Node's C++ have names;
+ * JIT-compiled JavaScript shows as addresses.
  *
  * Caveats: under valgrind the gateway serves only tens of requests a second, so work done per batch or per
  * time slice (ledger transactions every `ledger.flush_ms`, OTLP exports, journal segments) is spread over
@@ -40,6 +42,7 @@ const { values } = parseArgs({
     'a-root': { type: 'string', default: '' },
     'b-root': { type: 'string', default: '' },
     peer: { type: 'string', default: '' },
+    keep: { type: 'string', default: '' },
   },
 });
 
@@ -143,6 +146,7 @@ async function main(): Promise<void> {
     }
   } finally {
     for (const p of procs.reverse()) await p.stop();
+    if (values.keep) cpSync(tmp, path.resolve(values.keep), { recursive: true });
     rmSync(tmp, { recursive: true, force: true });
   }
 }
