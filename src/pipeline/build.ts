@@ -49,8 +49,16 @@ function traced(id: string, stage: Stage, tracer: Tracer): Stage {
     // Stages nest strictly (koa-compose), so the stage that runs next sees this span as its parent and
     // the context goes back to this stage's parent once this stage is done.
     state.traceContext = withSpan(parent, span);
+    let endsWithRequest = false;
     try {
       await stage(ctx, next);
+      // A stream is relayed after the stages have returned. The stage's span covers it, as it covers a JSON
+      // answer's upstream call: it ends when the request does (its finish hooks, after the relay ended the
+      // provider attempt's span), so every span of the trace ends inside its parent.
+      if (state.response?.kind === 'sse') {
+        endsWithRequest = true;
+        state.onFinish.push(() => span.end());
+      }
     } catch (err) {
       // A client that left is not the stage's failure (its abort surfaces as a timeout error otherwise).
       if (state.abort?.aborted && clientClosed(state.abort)) span.setAttribute('gateway.outcome', 'cancelled');
@@ -61,7 +69,7 @@ function traced(id: string, stage: Stage, tracer: Tracer): Stage {
       throw err;
     } finally {
       state.traceContext = parent;
-      span.end();
+      if (!endsWithRequest) span.end();
     }
   };
 }

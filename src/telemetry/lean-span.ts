@@ -62,8 +62,12 @@ export class LeanSpan implements Span, ReadableSpan {
   droppedAttributesCount = 0;
   droppedEventsCount = 0;
   droppedLinksCount = 0;
-  /** Epoch ms = `performance.now()` + this offset, fixed at start (as the SDK does, against clock drift). */
-  private readonly clockOffset: number;
+  /**
+   * Epoch ms = `performance.now()` + this offset, fixed when a trace's first local span starts (as the SDK
+   * does, against clock drift) and shared by its children: `Date.now()` has whole milliseconds, so an offset
+   * read per span differed by up to 1 ms between a parent and its child, and a child could end after its parent.
+   */
+  readonly clockOffset: number;
   readonly startMs: number;
 
   constructor(
@@ -75,10 +79,12 @@ export class LeanSpan implements Span, ReadableSpan {
     attributes: Attributes | undefined,
     links: Link[] | undefined,
     startTime: TimeInput | undefined,
+    /** The local parent span's `clockOffset`, if the parent is one of ours. */
+    parentClockOffset?: number,
   ) {
-    const wall = Date.now();
-    this.clockOffset = wall - performance.now();
-    this.startMs = startTime === undefined ? wall : this.toMs(startTime);
+    const perf = performance.now();
+    this.clockOffset = parentClockOffset ?? Date.now() - perf;
+    this.startMs = startTime === undefined ? perf + this.clockOffset : this.toMs(startTime);
     if (attributes) this.setAttributes(attributes);
     this.links = links && links.length > 0 ? links.slice(0, home.limits.linkCountLimit) : NO_LINKS;
     if (links && links.length > this.links.length) this.droppedLinksCount = links.length - this.links.length;

@@ -89,7 +89,8 @@ export class LeanTracer implements Tracer, SpanHome {
       flags = TraceFlags.SAMPLED;
     }
     const spanContext: SpanContext = traceState ? { traceId, spanId, traceFlags: flags, traceState } : { traceId, spanId, traceFlags: flags };
-    const span = new LeanSpan(this, spanContext, name, kind, parent, attributes, options.links, options.startTime);
+    const clock = parentSpan instanceof LeanSpan ? parentSpan.clockOffset : undefined;
+    const span = new LeanSpan(this, spanContext, name, kind, parent, attributes, options.links, options.startTime, clock);
     for (const sink of this.sinks) sink.onStart?.(span, ctx);
     return span;
   }

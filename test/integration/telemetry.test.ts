@@ -115,6 +115,24 @@ describe('span tree of a chat request', () => {
     expect(attempt.status.code).not.toBe(SpanStatusCode.ERROR);
     expect(attempt.ended).toBe(true);
   });
+
+  it('ends every span inside its parent: a stream\'s stage spans cover the relay, and a trace\'s spans share one clock', async () => {
+    for (const stream of [true, false]) {
+      const res = await post(`${gw.url}/chat/completions`, gw.key, { ...CHAT, stream });
+      expect(res.status).toBe(200);
+      const generationId = stream ? (JSON.parse(res.text.split('\n').find((l) => l.startsWith('data: {'))!.slice(6)).id as string) : res.json.id;
+      const { inTrace } = await traceOfGeneration(generationId);
+      expect(inTrace).toHaveLength(5);
+      const byId = new Map(inTrace.map((s) => [idOf(s), s]));
+      const nanos = (t: [number, number]) => BigInt(t[0]) * 1_000_000_000n + BigInt(t[1]);
+      for (const child of inTrace) {
+        const parent = byId.get(parentOf(child) ?? '');
+        if (!parent) continue; // the request span
+        expect(nanos(child.startTime), `${child.name} starts after ${parent.name} (stream: ${stream})`).toBeGreaterThanOrEqual(nanos(parent.startTime));
+        expect(nanos(child.endTime), `${child.name} ends by ${parent.name}'s end (stream: ${stream})`).toBeLessThanOrEqual(nanos(parent.endTime));
+      }
+    }
+  });
 });
 
 describe('the body `trace` object', () => {
