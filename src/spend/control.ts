@@ -8,10 +8,10 @@ import type { GatewayState } from '../pipeline/types';
 import { fromNano, toNano, type BudgetLine, type ReserveInput, type ReserveResult, type SettleInput, type SharedState } from '../state/types';
 import type { Account, KeyRecord, Store } from '../store/types';
 import { applicableBudgets, budgetWindow, counterId, type ApplicableBudget } from './budgets';
-import { estimateCalls, estimateOf, priced, pricedCalls, unpriced, type Estimate, type PlannedCall, type Priced } from './estimate';
+import { estimateCalls, estimateOf, priced, pricedCalls, requestFee, requestFees, unpriced, type Estimate, type PlannedCall, type Priced } from './estimate';
 import type { LedgerWriter } from './ledger';
 import { budgetRejection, creditsRejection, inFlightRejection } from './rejections';
-import { SettleRetries } from './settle-retry';
+import { neverSent, SettleRetries } from './settle-retry';
 
 /** What an admitted request holds, to be settled when it ends. */
 export interface Admission {
@@ -37,7 +37,10 @@ export interface SpendDeps {
 /** How a request's spend is judged: the models it may be served by, and its estimate (made only when something holds it). */
 interface Basis {
   p: Priced;
+  /** The token estimate (what the in-flight budget holds). */
   estimate(): Estimate;
+  /** The per-request fees the calls may be billed, which budgets hold on top of the estimate. */
+  fees(): number;
 }
 
 /** Counters live a day past their window so a request near the boundary still finds them. */
@@ -70,7 +73,7 @@ export class SpendControl {
   async admit(config: GatewayConfig, models: ReadonlyMap<string, ModelConfig>, state: GatewayState): Promise<Admission | null> {
     const body = state.body!;
     const p = priced(body, models);
-    return this.admitWith(config, state, { p, estimate: () => estimateOf(body, p, config.spend.max_completion_tokens) });
+    return this.admitWith(config, state, { p, estimate: () => estimateOf(body, p, config.spend.max_completion_tokens), fees: () => requestFee(p.models) });
   }
 
   /**
@@ -85,22 +88,38 @@ export class SpendControl {
     if (!hold) return;
     const previous = hold.admission;
     hold.admission = null;
+    // Refused (or unchecked), the request still ends costing what its earlier calls cost: the previous
+    // admission is put back, released or not, so the request's settlement counts that cost in the budgets'
+    // counters (with its hold gone, settling only counts). Without it the tool loop's billed turns reached the
+    // ledger but never the counters, and a key limit could be overspent by any number of such requests.
+    const keepPrevious = () => {
+      if (!previous) return;
+      this.open++;
+      hold.admission = previous;
+    };
     if (previous) {
       try {
         await this.release(previous);
       } catch (err) {
         this.retries.add(releaseOf(previous.holdId, previous.groups, previous.inFlightGroup), state.requestId ?? null, previous.holdUntil);
+        keepPrevious();
         throw checksUnavailable(err);
       }
     }
     const p = pricedCalls(calls, models);
-    hold.admission = await this.admitWith(config, state, {
-      p,
-      estimate: () => {
-        const est = estimateCalls(calls, models, config.spend.max_completion_tokens);
-        return { ...est, usd: est.usd + Math.max(0, spentUsd) };
-      },
-    });
+    try {
+      hold.admission = await this.admitWith(config, state, {
+        p,
+        estimate: () => {
+          const est = estimateCalls(calls, models, config.spend.max_completion_tokens);
+          return { ...est, usd: est.usd + Math.max(0, spentUsd) };
+        },
+        fees: () => requestFees(calls, models),
+      });
+    } catch (err) {
+      keepPrevious();
+      throw err;
+    }
   }
 
   private async admitWith(config: GatewayConfig, state: GatewayState, basis: Basis): Promise<Admission | null> {
@@ -111,7 +130,7 @@ export class SpendControl {
     }
   }
 
-  private async tryAdmit(config: GatewayConfig, state: GatewayState, { p, estimate }: Basis): Promise<Admission | null> {
+  private async tryAdmit(config: GatewayConfig, state: GatewayState, { p, estimate, fees }: Basis): Promise<Admission | null> {
     const key = state.key!;
     if (p.models.length === 0) return null; // no known model: routing answers 404
     const now = this.clock();
@@ -134,10 +153,13 @@ export class SpendControl {
     const inFlightApplies = !byokOnly && prepaid && f.enabled && p.tokenPriced && balance < f.applies_below_balance_usd;
     // Tokens are counted only when something will hold the estimate.
     const est = budgets.length > 0 || inFlightApplies ? estimate() : unpriced(p);
+    // The in-flight budget holds token prices only (spec 8.2.3); a budget's hold adds the per-request fees,
+    // or requests of a fee-priced model would hold nothing and any number could run past a key limit at once.
     const estimateNano = toNano(est.usd);
+    const holdUsd = budgets.length > 0 ? est.usd + fees() : est.usd;
     const inFlight =
       inFlightApplies && estimateNano > 0
-        ? { group: `account:${key.accountId}`, capNano: toNano(Math.min(f.fraction * Math.max(0, balance), f.ceiling_usd)) }
+        ? { group: `account:${key.accountId}`, capNano: toNano(Math.min(f.fraction * Math.max(0, balance), f.ceiling_usd)), estimateNano }
         : null;
     const lines: BudgetLine[] = budgets.map((b) => ({
       counter: counterId(b.group, b.interval, date),
@@ -147,14 +169,14 @@ export class SpendControl {
     }));
     if (lines.length === 0 && !inFlight && !balanceBlocked) return null;
     const holdId = randomUUID();
-    const input = { holdId, now, lines, balanceBlocked, estimateNano, holdUntil: now + config.spend.hold_ttl_ms, inFlight };
+    const input = { holdId, now, lines, balanceBlocked, estimateNano: toNano(holdUsd), holdUntil: now + config.spend.hold_ttl_ms, inFlight };
     let result: ReserveResult = await this.reserve(input, state);
     for (let i = 0; i < 3 && !result.ok && result.reason === 'missing'; i++) {
       await this.initCounters(result.counters, budgets, lines, date);
       result = await this.reserve(input, state);
     }
     if (result.ok) {
-      state.span.setAttribute('gateway.spend.estimate_usd', est.usd);
+      state.span.setAttribute('gateway.spend.estimate_usd', holdUsd);
       this.open++;
       return {
         holdId,
@@ -217,7 +239,9 @@ export class SpendControl {
     };
     this.deps.state.settle(input).catch((err) => {
       this.deps.logger.warn({ err, generation_id: state.requestId }, 'settling a spend hold failed; retrying until the shared state takes it');
-      this.retries.add(input, state.requestId ?? null, admission.holdUntil);
+      // Refused unsent, the retry counts the cost whether or not a hold is there: a request may have none (its
+      // hold was released by a refused `cover`), and a retry that needs its hold would drop that cost.
+      this.retries.add(input, state.requestId ?? null, admission.holdUntil, neverSent(err));
     });
   }
 
@@ -296,15 +320,6 @@ export class SpendControl {
       }),
     );
   }
-}
-
-/**
- * Errors of a state call refused before it was sent: ioredis without its offline queue while disconnected,
- * and the Redis state's own wait for its first connection. Timeouts and closed connections may have run.
- */
-function neverSent(err: unknown): boolean {
-  const message = (err as { message?: unknown })?.message;
-  return typeof message === 'string' && /^(Stream isn't writeable|redis not ready after)/.test(message);
 }
 
 /** A settlement that only drops a hold (no cost counted): a replaced hold, or one a failed reserve may have taken. */

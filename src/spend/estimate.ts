@@ -213,6 +213,24 @@ export function estimateCalls(calls: readonly PlannedCall[], models: ReadonlyMap
   return total;
 }
 
+/**
+ * The per-request fee a call to one of `models` may be billed: the dearest endpoint's (`pricing.request`).
+ * Not part of an estimate (spec 8.2.3: the in-flight budget counts token prices only), but a budget's hold
+ * adds it, so that a limit is overrun by at most one request's cost however many run at once.
+ */
+export function requestFee(models: readonly ModelConfig[]): number {
+  let fee = 0;
+  for (const m of models) for (const pr of m.endpoints.flatMap(pricings)) fee = Math.max(fee, pr.request);
+  return fee;
+}
+
+/** The per-request fees of several calls: each call's, as `requestFee` of its models, summed. */
+export function requestFees(calls: readonly PlannedCall[], models: ReadonlyMap<string, ModelConfig>): number {
+  let fees = 0;
+  for (const call of calls) fees += requestFee(requestedModels(call.body).flatMap((id) => models.get(id) ?? []));
+  return fees;
+}
+
 export function estimate(body: Record<string, unknown>, models: ReadonlyMap<string, ModelConfig>, defaultCompletionTokens: number): Estimate {
   return estimateOf(body, priced(body, models), defaultCompletionTokens);
 }

@@ -39,6 +39,15 @@ const DEFAULTS: SettleRetryOptions = { firstDelayMs: 250, maxDelayMs: 5_000, max
  * @example const retries = new SettleRetries((input) => state.settle(input), logger, Date.now);
  *          state.settle(input).catch(() => retries.add(input, generationId));
  */
+/**
+ * Errors of a state call refused before it was sent: ioredis without its offline queue while disconnected,
+ * and the Redis state's own wait for its first connection. Timeouts and closed connections may have run.
+ */
+export function neverSent(err: unknown): boolean {
+  const message = (err as { message?: unknown })?.message;
+  return typeof message === 'string' && /^(Stream isn't writeable|redis not ready after)/.test(message);
+}
+
 export class SettleRetries {
   private waiting: Waiting[] = [];
   private timer: NodeJS.Timeout | undefined;
@@ -107,7 +116,9 @@ export class SettleRetries {
       }
       try {
         await this.settle(next.input);
-      } catch {
+      } catch (err) {
+        // A retry that counts whatever is held, and may have run this time (a timeout), must not count twice.
+        if (!next.input.retry && !neverSent(err)) next.input = { ...next.input, retry: true };
         this.delay = Math.min(this.options.maxDelayMs, this.delay * 2);
         return;
       }

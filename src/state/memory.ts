@@ -42,17 +42,15 @@ export class MemoryState implements SharedState {
       if (spent + held >= line.limitNano) return { ok: false, reason: 'budget', line: i, spentNano: spent, heldNano: held };
     }
     if (input.balanceBlocked) return { ok: false, reason: 'balance' };
+    const inFlightNano = input.inFlight ? (input.inFlight.estimateNano ?? input.estimateNano) : 0;
     if (input.inFlight) {
       const held = this.heldNow(input.inFlight.group, now);
-      if (held + input.estimateNano > input.inFlight.capNano) {
+      if (held + inFlightNano > input.inFlight.capNano) {
         return { ok: false, reason: 'in_flight', heldNano: held, capNano: input.inFlight.capNano, nextExpiry: this.nextExpiry(input.inFlight.group, now) };
       }
     }
-    if (input.estimateNano > 0) {
-      const groups = new Set(input.lines.map((l) => l.group));
-      if (input.inFlight) groups.add(input.inFlight.group);
-      for (const g of groups) this.group(g).set(input.holdId, input.estimateNano, input.holdUntil);
-    }
+    if (input.estimateNano > 0) for (const g of new Set(input.lines.map((l) => l.group))) this.group(g).set(input.holdId, input.estimateNano, input.holdUntil);
+    if (input.inFlight && inFlightNano > 0) this.group(input.inFlight.group).set(input.holdId, inFlightNano, input.holdUntil);
     return { ok: true };
   }
 

@@ -100,8 +100,8 @@ end
 
 /**
  * KEYS: n counters, the n lines' groups, then the in-flight group when there is one.
- * ARGV: holdId, now, estimate, holdUntil, holdTtl, balanceBlocked (1|0), capNano, then per line limit and
- * includeByok (1|0).
+ * ARGV: holdId, now, estimate, holdUntil, holdTtl, balanceBlocked (1|0), capNano, the in-flight estimate, then
+ * per line limit and includeByok (1|0). The lines' groups hold `estimate`, the in-flight group its own.
  * Returns {'missing', lineIndex…} | {'budget', line, spent, held} | {'balance'} | {'in_flight', held, nextExpiry}
  * | {'ok'}, in MemoryState's order of checks.
  */
@@ -109,8 +109,8 @@ export const reserveLua =
   helpers +
   `
 local holdId, now, estimate, holdUntil = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local holdTtl, balanceBlocked, cap = tonumber(ARGV[5]), ARGV[6] == '1', tonumber(ARGV[7])
-local n = (#ARGV - 7) / 2
+local holdTtl, balanceBlocked, cap, inFlightEstimate = tonumber(ARGV[5]), ARGV[6] == '1', tonumber(ARGV[7]), ARGV[8]
+local n = (#ARGV - 8) / 2
 
 local missing, paids, byoks = {}, {}, {}
 for i = 1, n do
@@ -123,10 +123,10 @@ if #missing > 0 then return {'missing', unpack(missing)} end
 local heldIn = {}
 for i = 1, n do
   local paid, byok = paids[i], byoks[i]
-  local spent = paid + (ARGV[7 + 2 * i] == '1' and byok or 0)
+  local spent = paid + (ARGV[8 + 2 * i] == '1' and byok or 0)
   local group = KEYS[n + i]
   if heldIn[group] == nil then heldIn[group] = holds(group, now) end
-  if spent + heldIn[group] >= tonumber(ARGV[6 + 2 * i]) then return {'budget', i - 1, spent, heldIn[group]} end
+  if spent + heldIn[group] >= tonumber(ARGV[7 + 2 * i]) then return {'budget', i - 1, spent, heldIn[group]} end
 end
 
 if balanceBlocked then return {'balance'} end
@@ -134,18 +134,22 @@ if balanceBlocked then return {'balance'} end
 local inFlight = KEYS[2 * n + 1]
 if inFlight then
   local held = holds(inFlight, now)
-  if held + tonumber(estimate) > cap then return {'in_flight', held, nextExpiry(inFlight)} end
+  if held + tonumber(inFlightEstimate) > cap then return {'in_flight', held, nextExpiry(inFlight)} end
 end
 
 if tonumber(estimate) > 0 then
   local done = {}
-  for i = n + 1, #KEYS do
+  for i = n + 1, 2 * n do
     if not done[KEYS[i]] then
       done[KEYS[i]] = true
       addHold(KEYS[i], holdId, estimate, holdUntil)
       keepFor(KEYS[i], holdTtl)
     end
   end
+end
+if inFlight and tonumber(inFlightEstimate) > 0 then
+  addHold(inFlight, holdId, inFlightEstimate, holdUntil)
+  keepFor(inFlight, holdTtl)
 end
 return {'ok'}
 `;

@@ -97,6 +97,7 @@ export class RedisState implements SharedState {
       this.gcTtl(input.holdUntil),
       input.balanceBlocked ? 1 : 0,
       inFlight?.capNano ?? '',
+      inFlight ? (inFlight.estimateNano ?? input.estimateNano) : 0,
       ...lines.flatMap((l) => [l.limitNano, l.includeByok ? 1 : 0]),
     ];
     const [reason, ...r] = (await this.run('budgetReserve', keys, args)) as [string, ...(number | null)[]];

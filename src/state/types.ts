@@ -31,12 +31,16 @@ export interface ReserveInput {
   lines: BudgetLine[];
   /** The account balance cannot pay (checked after every budget line, before the in-flight budget). */
   balanceBlocked: boolean;
-  /** The estimate to hold in every line's group (and the in-flight group); 0 holds nothing. */
+  /** The estimate to hold in every line's group (and the in-flight group unless it has its own); 0 holds nothing. */
   estimateNano: number;
   /** Expiry of the hold (epoch ms), so a crashed process's holds lapse. */
   holdUntil: number;
-  /** The account's in-flight budget, when it applies: holds of `group` plus the estimate must fit `capNano`. */
-  inFlight: { group: string; capNano: number } | null;
+  /**
+   * The account's in-flight budget, when it applies: holds of `group` plus its estimate must fit `capNano`.
+   * `estimateNano`, when given, is what the in-flight budget holds instead of the lines' estimate: it counts
+   * token prices only (spec 8.2.3), where a budget line also holds the per-request fee.
+   */
+  inFlight: { group: string; capNano: number; estimateNano?: number } | null;
 }
 
 export type ReserveResult =

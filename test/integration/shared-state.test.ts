@@ -106,6 +106,21 @@ describe.each(drivers)('shared state contract (%s)', (_name, make) => {
     expect(await state.held('account:a', NOW + 60_000)).toBe(0); // a crashed process's hold lapses
   });
 
+  it('the in-flight budget holds its own estimate (token prices only), the budget lines theirs (with the per-request fee)', async () => {
+    state = make();
+    await state.initCounter('c', 0, 0, null);
+    const inFlight = { group: 'account:a', capNano: 250, estimateNano: 30 };
+    const lines = [line({ counter: 'c', group: 'key:k1', limitNano: 1000 })];
+    expect((await state.reserve(reserve({ holdId: 'x1', lines, estimateNano: 100, inFlight }))).ok).toBe(true);
+    expect(await state.held('key:k1', NOW)).toBe(100);
+    expect(await state.held('account:a', NOW)).toBe(30);
+    // The in-flight check is of its own estimate: 30 + 230 > 250 refuses, though the lines' 100 would not fit either way.
+    expect(await state.reserve(reserve({ holdId: 'x2', lines, estimateNano: 100, inFlight: { ...inFlight, estimateNano: 230 } }))).toMatchObject({ ok: false, reason: 'in_flight', heldNano: 30 });
+    expect((await state.reserve(reserve({ holdId: 'x3', lines, estimateNano: 100, inFlight: { ...inFlight, estimateNano: 220 } }))).ok).toBe(true);
+    expect(await state.held('account:a', NOW)).toBe(250);
+    expect(await state.held('key:k1', NOW)).toBe(200);
+  });
+
   it('expired holds stop counting (a crashed process)', async () => {
     state = make();
     await state.initCounter('c', 0, 0, null);

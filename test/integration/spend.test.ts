@@ -72,6 +72,26 @@ function spent(g: TestGateway, keyId: string, usd: number, over: Partial<LedgerR
 }
 
 describe('key limit under concurrency', () => {
+  it('a model priced per request holds its fee: 20 concurrent requests against a limit of 5 fees admit 5 (all 20 were admitted, nothing held)', async () => {
+    const fee = `
+  - id: fake/fee
+    endpoints: [{ provider: fake-openai, upstream_model: gpt-fee, pricing: { prompt: 0, completion: 0, request: 0.01 } }]
+`;
+    const g = await t.start({ yaml: testConfigYaml(t.upstream.url, PIPELINE).replace('pipelines:', `${fee}pipelines:`) });
+    await credit(g, 100);
+    const { secret, record } = await g.createKey({ limitUsd: 0.05, name: 'fees' });
+    const release = holdUpstream('gpt-fee');
+    const results = Array.from({ length: 20 }, () => post(`${g.url}/chat/completions`, secret, chat({ model: 'fake/fee' })));
+    await expect.poll(() => t.upstream.received.length, { timeout: 5000 }).toBe(5);
+    release();
+    const all = await Promise.all(results);
+    expect(all.filter((r) => r.status === 200)).toHaveLength(5);
+    expect(t.upstream.received).toHaveLength(5);
+    expect(all.find((r) => r.status !== 200)?.json.error.metadata).toMatchObject({ limit_source: 'gateway_key_limit', scope: 'key_limit' });
+    await g.gateway.ledger.flush();
+    expect((await g.store.spendTotals({ kind: 'key', keyId: record.id }, 0)).paid).toBeCloseTo(0.05, 9);
+  });
+
   it('200 concurrent requests against a limit that admits 50: 50 reach the upstream, settled spend stays within limit + one estimate', async () => {
     const g = await start();
     await credit(g, 100);

@@ -189,6 +189,34 @@ describe('gateway:web_fetch server tool (URLs the model asks for)', () => {
     expect(t.upstream.received).toHaveLength(2);
   });
 
+  it('the turns of a request a later turn\'s check refused count toward the key limit (they reached the ledger, never the counters)', async () => {
+    const g = await t.start({ yaml: yaml('{}', '[auth, validate, budget-check, web-fetch, upstream]'), registry: testRegistry() });
+    const body = { model: 'fake/claude', max_tokens: 10, tools: [SERVER_TOOL], messages: [{ role: 'user', content: 'What does the long page say?' }] };
+    await g.store.addCredits(g.keyRecord.accountId, 10 * estimate(body, g.gateway.runtime().services.models, 4096).usd);
+    g.gateway.spend.forgetAccount(g.keyRecord.accountId);
+    // A first turn costs 8 prompt and 4 completion tokens of fake/claude: (8 × 3 + 4 × 15) / 1e6 = $0.000084.
+    const turn = 84e-6;
+    const { secret } = await g.createKey({ name: 'limited', limitUsd: 1.5 * turn });
+    const script = () => t.upstream.scripts.set('claude-upstream', [messagesCalls([{ name: 'web_fetch', input: { url: `${pages.url}/long` } }])]);
+    // Each request's second turn does not fit the in-flight budget: 402, its first turn billed.
+    for (let i = 0; i < 2; i++) {
+      script();
+      const r = await post(`${g.url}/messages`, secret, body);
+      expect(r.status).toBe(402);
+      expect(r.json.metadata).toMatchObject({ reason: 'weight_exceeds_budget' });
+      expect(await g.ledgerRow(r.json.request_id)).toMatchObject({ status: 'failed', costUsd: expect.closeTo(turn, 12) });
+    }
+    // Two turns spent, $0.000168 of a $0.000126 lifetime limit: the key is refused before any provider is called.
+    t.upstream.received.length = 0;
+    script();
+    const refused = await post(`${g.url}/messages`, secret, body);
+    // A limit without a reset window is the key out of credit: 402 gateway_key_limit (not a third weight_exceeds_budget).
+    expect(refused.status).toBe(402);
+    expect(refused.json.metadata).toMatchObject({ limit_source: 'gateway_key_limit', reason: 'key_limit_exhausted' });
+    expect(t.upstream.received).toHaveLength(0);
+    expect(g.gateway.spend.inFlightHolds()).toBe(0);
+  });
+
   it('the loop runs where upstream stands: web-fetch before budget-check (the suggested order), a refused request sends nothing upstream', async () => {
     const g = await t.start({ yaml: yaml('{}', '[auth, validate, web-fetch, budget-check, upstream]'), registry: testRegistry() });
     // The account has no credits: budget-check refuses before any model turn.

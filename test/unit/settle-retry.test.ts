@@ -32,6 +32,24 @@ describe('SettleRetries', () => {
     expect(retries.pending).toBe(0);
   });
 
+  it('a settlement refused unsent counts on retry whatever is held, until an attempt may have run: then it needs its hold', async () => {
+    const sent: SettleInput[] = [];
+    const failures = [new Error("Stream isn't writeable and enableOfflineQueue options is false"), new Error('Command timed out')];
+    const retries = new SettleRetries(async (i) => {
+      const err = failures.shift();
+      if (err) {
+        sent.push({ ...i, holdId: 'failed' });
+        throw err;
+      }
+      sent.push(i);
+    }, logs().logger, Date.now, { firstDelayMs: 1 });
+    retries.add(input('h1'), 'gen-1', FAR, true); // the first attempt was refused unsent
+    await retries.retryNow(); // refused unsent again: still counts whatever is held
+    await retries.retryNow(); // timed out: it may have run
+    await retries.retryNow();
+    expect(sent.map((i) => [i.holdId, i.retry])).toEqual([['failed', false], ['failed', false], ['h1', true]]);
+  });
+
   it('retries by itself on a timer', async () => {
     const sent: string[] = [];
     let down = 1;
