@@ -255,9 +255,9 @@ async function serve(file: string): Promise<number> {
   const telemetry = startTelemetry(config.telemetry);
   const store = await openStore(config.storage);
   const { workspace } = await ensureDeclared(store, config);
-  if ((await store.countKeys()) === 0) {
-    const secret = generateKey();
-    await store.createKey({ hash: hashKey(secret), label: maskKey(secret), name: 'bootstrap', workspaceId: workspace.id, creatorUserId: 'bootstrap', isManagement: true });
+  // Atomic in the store: processes starting together on one empty database make one key between them.
+  const secret = generateKey();
+  if (await store.createFirstKey({ hash: hashKey(secret), label: maskKey(secret), name: 'bootstrap', workspaceId: workspace.id, creatorUserId: 'bootstrap', isManagement: true })) {
     process.stdout.write(`\nFirst start: created a management key. It is shown only this once:\n\n  ${secret}\n\n`);
   }
   const gateway = await createGateway({ config, registry, store, logger, tracer: telemetry.tracer });

@@ -221,7 +221,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       // The log level applies at once (pino reads it per line; every part of the gateway logs through this logger).
       if (before.logging.level !== config.logging.level) {
         logger.level = config.logging.level;
-        logger.info({ level: config.logging.level }, 'log level changed');
+        // Not `level`: pino writes its own numeric `level` first, and a second key of that name read as the line's level.
+        logger.info({ log_level: config.logging.level }, 'log level changed');
       }
       for (const section of ['storage', 'state', 'telemetry', 'ledger'] as const) {
         if (differs(before[section], config[section])) {

@@ -14,6 +14,8 @@ import { applyPreset, presetReference } from './apply';
 export class Presets {
   /** Made on first use: lru-cache allocates its arrays for all entries up front, and most gateways use no preset. */
   private cached: LRUCache<string, PresetWithVersion> | undefined;
+  /** Writes remembered so far: a store read that a write overtook must not put back what it replaced. */
+  private writes = 0;
 
   constructor(
     private readonly store: Store,
@@ -28,13 +30,20 @@ export class Presets {
     const id = `${workspaceId}/${slug}`;
     const hit = this.cache.get(id);
     if (hit) return hit;
+    const writesBefore = this.writes;
     const found = await this.store.findPreset(workspaceId, slug);
-    if (found) this.cache.set(id, found);
-    return found;
+    if (this.writes === writesBefore) {
+      if (found) this.cache.set(id, found);
+      return found;
+    }
+    // A write in this process landed while the read was out (on PostgreSQL a read takes a round trip): the
+    // read may predate it, and caching it put the replaced version back for `ttlMs` after the write's 200.
+    return this.cache.get(id) ?? found;
   }
 
   /** After a write in this process: the new designated version serves at once. */
   remember(found: PresetWithVersion): void {
+    this.writes++;
     this.cache.set(`${found.preset.workspaceId}/${found.preset.slug}`, found);
   }
 

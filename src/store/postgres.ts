@@ -116,6 +116,26 @@ const INSERT_KEY = `
   FROM workspaces w WHERE w.id = $5::text
   RETURNING *`;
 
+/** INSERT_KEY's parameters for a new key. */
+function keyParams(input: NewKey): unknown[] {
+  return [
+    randomUUID(),
+    input.hash,
+    input.label,
+    input.name,
+    input.workspaceId,
+    input.creatorUserId,
+    input.isManagement ?? false,
+    input.isProvisioning ?? false,
+    input.limitUsd ?? null,
+    input.limitReset ?? null,
+    input.includeByokInLimit ?? false,
+    JSON.stringify(input.allowedDataRegions ?? []),
+    input.expiresAt ? toMillis(input.expiresAt) : null,
+    Date.now(),
+  ];
+}
+
 const USAGE = usageSelect('is_byok', 'NOT is_byok');
 
 /**
@@ -255,24 +275,22 @@ export class PostgresStore implements Store {
   }
 
   async createKey(input: NewKey): Promise<KeyRecord> {
-    const row = await this.one(INSERT_KEY, [
-      randomUUID(),
-      input.hash,
-      input.label,
-      input.name,
-      input.workspaceId,
-      input.creatorUserId,
-      input.isManagement ?? false,
-      input.isProvisioning ?? false,
-      input.limitUsd ?? null,
-      input.limitReset ?? null,
-      input.includeByokInLimit ?? false,
-      JSON.stringify(input.allowedDataRegions ?? []),
-      input.expiresAt ? toMillis(input.expiresAt) : null,
-      Date.now(),
-    ]);
+    const row = await this.one(INSERT_KEY, keyParams(input));
     if (!row) throw new Error(`unknown workspace: ${input.workspaceId}`);
     return rowToKey(row);
+  }
+
+  async createFirstKey(input: NewKey): Promise<KeyRecord | null> {
+    return this.transaction(async (c) => {
+      // Held to the transaction's end: a second process starting on the same schema waits here, and its count
+      // (a fresh snapshot after the wait) sees the key this one inserted.
+      await c.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`model-gateway:first-key:${this.schema ?? ''}`]);
+      const count = await c.query('SELECT COUNT(*) AS n FROM api_keys');
+      if (Number(count.rows[0].n) > 0) return null;
+      const row = (await c.query(INSERT_KEY, keyParams(input))).rows[0] as Row | undefined;
+      if (!row) throw new Error(`unknown workspace: ${input.workspaceId}`);
+      return rowToKey(row);
+    });
   }
 
   async findKeyByHash(hash: string): Promise<KeyRecord | null> {

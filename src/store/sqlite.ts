@@ -252,6 +252,16 @@ export class SqliteStore implements Store {
   }
 
   async createKey(input: NewKey): Promise<KeyRecord> {
+    return this.insertKey(input);
+  }
+
+  async createFirstKey(input: NewKey): Promise<KeyRecord | null> {
+    // A write transaction from its start (BEGIN IMMEDIATE): a second process on the same file waits for it
+    // (busy_timeout), then counts the key this one made.
+    return this.db.transaction(() => (Number(this.s.keyCount.get()) === 0 ? this.insertKey(input) : null)).immediate();
+  }
+
+  private insertKey(input: NewKey): KeyRecord {
     const ws = this.s.workspaceById.get(input.workspaceId) as Row | undefined;
     if (!ws) throw new Error(`unknown workspace: ${input.workspaceId}`);
     const row = this.s.keyInsert.get({

@@ -250,6 +250,11 @@ export interface Store {
   findWorkspace(idOrName: string): Promise<Workspace | null>;
 
   createKey(input: NewKey): Promise<KeyRecord>;
+  /**
+   * Creates the key only if the store has no key at all (the first start's management key): atomic across
+   * processes starting together on one database, so exactly one of them creates it. Null when a key exists.
+   */
+  createFirstKey(input: NewKey): Promise<KeyRecord | null>;
   findKeyByHash(hash: string): Promise<KeyRecord | null>;
   getKey(id: string): Promise<KeyRecord | null>;
   listKeys(): Promise<KeyRecord[]>;

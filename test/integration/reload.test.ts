@@ -184,6 +184,11 @@ describe('server fields at reload', () => {
     gw.gateway.reload(loadConfig(file, { registry }));
     expect((await ask('m/a')).status).toBe(200);
     await eventually(async () => expect(gw!.logs.slice(before).map((l) => JSON.parse(l).msg)).toContain('request'));
+    // The announcement is an info line that names the new level in a key of its own (one `level` key per line).
+    const changed = gw.logs.filter((l) => l.includes('log level changed'));
+    expect(changed.at(-1)).toBeDefined();
+    expect(changed.at(-1)!.match(/"level":/g)).toHaveLength(1);
+    expect(JSON.parse(changed.at(-1)!)).toMatchObject({ level: 30, log_level: 'info' });
   });
 
   it('routing settings that outlive a reload follow it: the breaker threshold and cooldown, the sticky TTL', async () => {

@@ -518,3 +518,30 @@ describe('engine specifics', () => {
     expect(() => new PostgresStore({ url: PG_URL, schema: 'Public' })).toThrow(/invalid postgres schema/);
   });
 });
+
+describe.each([sqliteEngine(), postgresEngine()])('The first key on $name', (engine) => {
+  const stores: Store[] = [];
+  afterAll(async () => {
+    for (const s of stores) await s.close();
+    await engine.teardown();
+  });
+
+  it('processes starting together on an empty database create one first key between them (two did, 3 runs in 8)', async () => {
+    const config = await engine.setup();
+    stores.push(...(await Promise.all([openStore(config), openStore(config), openStore(config)])));
+    const account = await stores[0].ensureAccount('acct-first');
+    const workspace = await stores[0].ensureWorkspace('ws-first', account.id);
+    const made = await Promise.all(
+      stores.map((s) => {
+        const secret = generateKey();
+        return s.createFirstKey({ hash: hashKey(secret), label: maskKey(secret), name: 'bootstrap', workspaceId: workspace.id, creatorUserId: 'bootstrap', isManagement: true });
+      }),
+    );
+    expect(made.filter((k) => k !== null)).toHaveLength(1);
+    expect(await stores[1].countKeys()).toBe(1);
+    // Once there is a key, none is made.
+    const secret = generateKey();
+    expect(await stores[2].createFirstKey({ hash: hashKey(secret), label: maskKey(secret), name: 'again', workspaceId: workspace.id, creatorUserId: 'x' })).toBeNull();
+    expect(Number((await engine.raw('SELECT COUNT(*) AS n FROM api_keys'))[0].n)).toBe(1);
+  });
+});

@@ -1,0 +1,42 @@
+import { describe, expect, it } from 'vitest';
+import { Presets } from '../../src/presets/lookup';
+import type { PresetWithVersion, Store } from '../../src/store/types';
+
+const preset = (version: number, model: string) =>
+  ({ preset: { workspaceId: 'ws', slug: 'p' }, version: { version, model } }) as unknown as PresetWithVersion;
+
+/** A store whose preset reads wait until released, as a PostgreSQL round trip can outlast a write. */
+function slowStore(value: () => PresetWithVersion) {
+  const waiting: (() => void)[] = [];
+  const store = {
+    findPreset: async () => {
+      const read = value(); // what the database held when the read ran
+      await new Promise<void>((r) => waiting.push(r));
+      return read;
+    },
+  } as unknown as Store;
+  return { store, release: () => waiting.splice(0).forEach((r) => r()) };
+}
+
+describe('Presets.find', () => {
+  it('a read that a write in this process overtook does not put the replaced version back', async () => {
+    let stored = preset(1, 'old');
+    const { store, release } = slowStore(() => stored);
+    const presets = new Presets(store, 60_000);
+    const reading = presets.find('ws', 'p'); // reads version 1
+    stored = preset(2, 'new');
+    presets.remember(stored); // the write's 200
+    release();
+    expect((await reading)?.version.version).toBe(2);
+    expect((await presets.find('ws', 'p'))?.version.version).toBe(2); // cached: no read
+  });
+
+  it('caches what it read when no write came between', async () => {
+    const { store, release } = slowStore(() => preset(1, 'old'));
+    const presets = new Presets(store, 60_000);
+    const reading = presets.find('ws', 'p');
+    release();
+    expect((await reading)?.version.version).toBe(1);
+    expect((await presets.find('ws', 'p'))?.version.version).toBe(1);
+  });
+});
