@@ -2,7 +2,10 @@
  * Numbered schema migrations shared by both stores, and the row ⇄ record mapping of the tables they create.
  *
  * Each store applies, in `init()`, every migration whose id is not yet in `schema_migrations`, in id order,
- * and records it there. To change the schema, append `{ id: 2, … }`; never edit a migration that has shipped.
+ * and records it there. To change the schema, append `{ id: 7, … }`; never edit a migration that has shipped
+ * (the one exception, migration 2's `IF NOT EXISTS`, repairs an edit of migration 1 made before: see there).
+ * A database that records a migration this build does not know was migrated by a newer build: `newerThanBuild`
+ * says so, and the stores refuse to open it.
  *
  * Column conventions (both engines compare the same way):
  * - timestamps are integer epoch milliseconds (INTEGER in SQLite, BIGINT in PostgreSQL); records carry ISO strings;
@@ -157,7 +160,9 @@ export const MIGRATIONS: readonly Migration[] = [
     name: 'ledger user_id and spend indexes (budgets per member and workspace), byok_keys',
     sqlite: `
       ALTER TABLE ledger ADD COLUMN user_id TEXT NOT NULL DEFAULT '';
-      CREATE INDEX ledger_workspace_time ON ledger (workspace_id, created_at, is_byok, cost_usd);
+      -- IF NOT EXISTS: the first builds' migration 1 created this index (a later commit took it out of
+      -- migration 1), and their databases could not be upgraded: "index ledger_workspace_time already exists".
+      CREATE INDEX IF NOT EXISTS ledger_workspace_time ON ledger (workspace_id, created_at, is_byok, cost_usd);
       CREATE INDEX ledger_member_time ON ledger (workspace_id, user_id, created_at, is_byok, cost_usd);
       CREATE INDEX ledger_account_time ON ledger (account_id, created_at);
       CREATE TABLE byok_keys (
@@ -171,7 +176,8 @@ export const MIGRATIONS: readonly Migration[] = [
     `,
     postgres: `
       ALTER TABLE ledger ADD COLUMN user_id TEXT NOT NULL DEFAULT '';
-      CREATE INDEX ledger_workspace_time ON ledger (workspace_id, created_at) INCLUDE (is_byok, cost_usd);
+      -- IF NOT EXISTS: see the SQLite statement.
+      CREATE INDEX IF NOT EXISTS ledger_workspace_time ON ledger (workspace_id, created_at) INCLUDE (is_byok, cost_usd);
       CREATE INDEX ledger_member_time ON ledger (workspace_id, user_id, created_at) INCLUDE (is_byok, cost_usd);
       CREATE INDEX ledger_account_time ON ledger (account_id, created_at);
       CREATE TABLE byok_keys (
@@ -347,7 +353,36 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX ledger_pending_time ON ledger_pending (created_at);
     `,
   },
+  {
+    id: 6,
+    name: 'ledger user_id of rows written before migration 2, from their key',
+    // Migration 2 added `user_id` with '' for the rows already there, and member budgets sum by it: those
+    // rows' spend was invisible to them. A row's member is its key's creator, as the gateway writes it.
+    sqlite: `
+      UPDATE ledger SET user_id = COALESCE((SELECT creator_user_id FROM api_keys WHERE api_keys.id = ledger.key_id), '')
+        WHERE user_id = '';
+    `,
+    postgres: `
+      UPDATE ledger SET user_id = COALESCE((SELECT creator_user_id FROM api_keys WHERE api_keys.id = ledger.key_id), '')
+        WHERE user_id = '';
+    `,
+  },
 ];
+
+/**
+ * The refusal for a database that records migrations this build does not have (a newer build migrated it),
+ * or null. Running on it, an older build would write rows without what the newer schema expects of them
+ * (the first builds wrote ledger rows no member budget counts).
+ */
+export function newerThanBuild(applied: Iterable<number>): Error | null {
+  const known = new Set(MIGRATIONS.map((m) => m.id));
+  const unknown = [...applied].filter((id) => !known.has(id)).sort((a, b) => a - b);
+  if (unknown.length === 0) return null;
+  const newest = Math.max(...known);
+  return new Error(
+    `the database was migrated by a newer build of the gateway (migration ${unknown.join(', ')}; this build knows up to ${newest}): run that build or a later one`,
+  );
+}
 
 /** Migrations not yet applied, in id order. */
 export function pendingMigrations(applied: Iterable<number>): Migration[] {

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Pool, type PoolClient } from 'pg';
 import {
   MIGRATIONS_TABLE,
+  newerThanBuild,
   pendingMigrations,
   rowToAccount,
   rowToByok,
@@ -177,6 +178,8 @@ export class PostgresStore implements Store {
       if (this.schema) await c.query(`CREATE SCHEMA IF NOT EXISTS ${this.schema}`);
       await c.query(MIGRATIONS_TABLE.postgres);
       const applied = await c.query('SELECT id FROM schema_migrations');
+      const newer = newerThanBuild(applied.rows.map((r: Row) => Number(r.id)));
+      if (newer) throw newer;
       for (const m of pendingMigrations(applied.rows.map((r: Row) => Number(r.id)))) {
         await c.query(m.postgres);
         await c.query('INSERT INTO schema_migrations (id, name, applied_at) VALUES ($1, $2, $3)', [

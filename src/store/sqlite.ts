@@ -4,6 +4,7 @@ import { mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import {
   MIGRATIONS_TABLE,
+  newerThanBuild,
   pendingMigrations,
   rowToAccount,
   rowToByok,
@@ -199,6 +200,8 @@ export class SqliteStore implements Store {
       .transaction(() => {
         this.db.exec(MIGRATIONS_TABLE.sqlite);
         const applied = this.db.prepare('SELECT id FROM schema_migrations').pluck().all() as number[];
+        const newer = newerThanBuild(applied);
+        if (newer) throw newer;
         const record = this.db.prepare('INSERT INTO schema_migrations (id, name, applied_at) VALUES (?, ?, ?)');
         for (const m of pendingMigrations(applied)) {
           this.db.exec(m.sqlite);

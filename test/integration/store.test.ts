@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openStore, type LedgerRow, type StorageConfig, type Store } from '../../src/store';
 import { PostgresStore } from '../../src/store/postgres';
 import { generateKey, hashKey, maskKey } from '../../src/store/key-secret';
-import { MIGRATIONS } from '../../src/store/migrations';
+import { MIGRATIONS, MIGRATIONS_TABLE } from '../../src/store/migrations';
 import { StoreConflictError } from '../../src/store/types';
 
 const PG_URL = process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -543,5 +543,66 @@ describe.each([sqliteEngine(), postgresEngine()])('The first key on $name', (eng
     const secret = generateKey();
     expect(await stores[2].createFirstKey({ hash: hashKey(secret), label: maskKey(secret), name: 'again', workspaceId: workspace.id, creatorUserId: 'x' })).toBeNull();
     expect(Number((await engine.raw('SELECT COUNT(*) AS n FROM api_keys'))[0].n)).toBe(1);
+  });
+});
+
+/** A database as the first builds left it: their migration 1 also made `ledger_workspace_time`, and no row had a `user_id`. */
+function firstBuildsSql(engine: 'sqlite' | 'postgres'): string {
+  const index = engine === 'sqlite'
+    ? 'CREATE INDEX ledger_workspace_time ON ledger (workspace_id, created_at, is_byok, cost_usd);'
+    : 'CREATE INDEX ledger_workspace_time ON ledger (workspace_id, created_at) INCLUDE (is_byok, cost_usd);';
+  const no = engine === 'sqlite' ? '0' : 'false';
+  return `${MIGRATIONS_TABLE[engine]};
+    ${MIGRATIONS[0][engine]}
+    ${index}
+    INSERT INTO schema_migrations (id, name, applied_at) VALUES (1, '${MIGRATIONS[0].name}', 0);
+    INSERT INTO accounts (id, name, created_at) VALUES ('acct-old', 'default', 0);
+    INSERT INTO workspaces (id, name, account_id, created_at) VALUES ('ws-old', 'default', 'acct-old', 0);
+    INSERT INTO api_keys (id, hash, label, name, workspace_id, account_id, creator_user_id, created_at)
+      VALUES ('key-old', 'hash-old', 'sk-gw-v1-...old', 'old', 'ws-old', 'acct-old', 'cli', 0);
+    INSERT INTO ledger (generation_id, key_id, workspace_id, account_id, endpoint, model, provider, upstream_model, prompt_tokens,
+      completion_tokens, cached_tokens, cache_write_tokens, reasoning_tokens, cost_usd, is_byok, status, created_at)
+      VALUES ('gen-old-1', 'key-old', 'ws-old', 'acct-old', 'chat_completions', 'm', 'p', 'u', 1, 1, 0, 0, 0, 0.25, ${no}, 'completed', ${Date.now()});`;
+}
+
+describe.each(['sqlite', 'postgres'] as const)('Upgrades on %s', (engine) => {
+  const cleanups: (() => Promise<void>)[] = [];
+  afterAll(async () => {
+    for (const c of cleanups.reverse()) await c();
+  });
+
+  /** An empty place for a database, the SQL run there before any store opens it, and its storage config. */
+  async function prepare(sql: string): Promise<StorageConfig> {
+    if (engine === 'sqlite') {
+      const dir = mkdtempSync(join(tmpdir(), 'gw-upgrade-'));
+      cleanups.push(async () => rmSync(dir, { recursive: true, force: true }));
+      const path = join(dir, 'gateway.db');
+      const db = new Database(path);
+      db.exec(sql);
+      db.close();
+      return { driver: 'sqlite', path };
+    }
+    const schema = `gw_upgrade_${randomBytes(6).toString('hex')}`;
+    const client = new Client({ connectionString: PG_URL });
+    await client.connect();
+    cleanups.push(async () => {
+      await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+      await client.end();
+    });
+    await client.query(`CREATE SCHEMA ${schema}; SET search_path TO ${schema}; ${sql}`);
+    return { driver: 'postgres', url: PG_URL, schema, pool_max: 2 };
+  }
+
+  it('a database of the first builds opens (it failed: "ledger_workspace_time already exists"), and its old rows count for their member', async () => {
+    const store = await openStore(await prepare(firstBuildsSql(engine)));
+    cleanups.push(() => store.close());
+    expect((await store.listKeys()).map((k) => k.id)).toEqual(['key-old']);
+    // Migration 2 gave the old rows user_id '' and member budgets sum by it: the old spend was invisible to them.
+    expect((await store.spendTotals({ kind: 'member', workspaceId: 'ws-old', userId: 'cli' }, 0)).paid).toBeCloseTo(0.25, 9);
+  });
+
+  it('a build refuses a database a newer build migrated (an older build wrote rows the newer schema does not expect)', async () => {
+    const config = await prepare(`${MIGRATIONS_TABLE[engine]}; INSERT INTO schema_migrations (id, name, applied_at) VALUES (999, 'from the future', 0);`);
+    await expect(openStore(config)).rejects.toThrow(/migrated by a newer build of the gateway \(migration 999; this build knows up to \d+\)/);
   });
 });
