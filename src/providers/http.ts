@@ -22,6 +22,15 @@ export function agentFor(connectTimeoutMs: number): Agent {
   return agent;
 }
 
+/** The largest answer read whole (a JSON answer, an error body): past it the call fails rather than hold it all. */
+export const MAX_WHOLE_BODY_BYTES = 64 * 1024 * 1024;
+
+function tooLarge(providerId: string): GatewayError {
+  return new GatewayError('provider_unavailable', `Provider ${providerId} sent an answer over ${MAX_WHOLE_BODY_BYTES / 1024 / 1024} MB`, {
+    metadata: { provider_name: providerId },
+  });
+}
+
 /** A provider's per-attempt timeouts, resolved from its config. */
 export interface Timeouts {
   connectMs: number;
@@ -85,6 +94,9 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   headers: Record<string, string | string[] | undefined> = {};
   private controller: Dispatcher.DispatchController | undefined;
   private chunks: Buffer[] = [];
+  /** `text()` is reading: the whole body is wanted, so reading never pauses (only a stream's reader resumes). */
+  private whole = false;
+  private held = 0;
   private done = false;
   private error: Error | undefined;
   private wake: (() => void) | undefined;
@@ -123,8 +135,13 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
     this.chunks.push(chunk);
-    // Backpressure: a slow client makes the gateway stop reading from the provider.
-    if (this.chunks.length > 64) controller.pause();
+    this.held += chunk.length;
+    if (this.whole) {
+      if (this.held > MAX_WHOLE_BODY_BYTES) this.abort(tooLarge(this.providerId));
+    } else if (this.chunks.length > 64) {
+      // Backpressure: a slow client makes the gateway stop reading from the provider (its stream's reader resumes).
+      controller.pause();
+    }
     this.notify();
   }
 
@@ -158,6 +175,11 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
 
   /** The whole body, once it has arrived. */
   async text(): Promise<string> {
+    // A body read whole was paused after 64 chunks with nothing to resume it (undici's body timeout does not run
+    // while paused): a JSON answer over ~1 MB on TLS, or ~5 MB on plain HTTP, hung its request for good.
+    this.whole = true;
+    if (this.held > MAX_WHOLE_BODY_BYTES) this.abort(tooLarge(this.providerId));
+    if (this.controller?.paused) this.controller.resume();
     while (!this.done) await new Promise<void>((r) => (this.wake = r));
     if (this.error) throw this.error;
     return this.chunks.length === 1 ? this.chunks[0].toString('utf8') : Buffer.concat(this.chunks).toString('utf8');
@@ -170,6 +192,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
         if (this.chunks.length > 0) {
           const batch = this.chunks;
           this.chunks = [];
+          this.held = 0;
           if (this.controller?.paused) this.controller.resume();
           // What arrived together is passed on together (the SSE parser then gives its events as one batch).
           yield batch.length === 1 ? batch[0] : Buffer.concat(batch);
