@@ -63,9 +63,11 @@ export const PII_DETECTORS: Readonly<Record<PiiKind, PiiDetector>> = {
     re: /(?<![\w-])(?!000|666|9\d\d)\d{3}([- ])(?!00)\d{2}\1(?!0000)\d{4}(?![\w-])|\b(?!BG|GB|KN|NK|NT|TN|ZZ)[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z] ?\d{2} ?\d{2} ?\d{2} ?[A-D]\b/g,
   },
   // Secrets by their well-known shapes: OpenAI/Anthropic-style `sk-…`, AWS access key ids, GitHub, GitLab,
-  // Slack, Google API keys, Stripe keys, JWTs and PEM private keys.
+  // Slack, Google API keys, Stripe keys, JWTs and PEM private keys. A JWT starts where a run of its characters
+  // does (not after `\b`): `eyJ-eyJ-…` offered a start every 4 characters, each scanning the rest of the run
+  // for its dot (quadratic: 80 KB took 2.2 s).
   api_key: {
-    re: /\bsk-[A-Za-z0-9_-]{20,}|\bAKIA[0-9A-Z]{16}\b|\bgh[pousr]_[A-Za-z0-9]{36,}\b|\bgithub_pat_[A-Za-z0-9_]{22,}|\bglpat-[A-Za-z0-9_-]{20,}|\bxox[abpors]-[A-Za-z0-9-]{10,}|\bAIza[0-9A-Za-z_-]{35}|\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}|\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}|-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----[\s\S]*?(?:-----END (?:[A-Z]+ )?PRIVATE KEY-----|$)/g,
+    re: /\bsk-[A-Za-z0-9_-]{20,}|\bAKIA[0-9A-Z]{16}\b|\bgh[pousr]_[A-Za-z0-9]{36,}\b|\bgithub_pat_[A-Za-z0-9_]{22,}|\bglpat-[A-Za-z0-9_-]{20,}|\bxox[abpors]-[A-Za-z0-9-]{10,}|\bAIza[0-9A-Za-z_-]{35}|\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}|(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}|-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----[\s\S]*?(?:-----END (?:[A-Z]+ )?PRIVATE KEY-----|$)/g,
   },
   email: {
     re: /(?<![\w.%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b/g,
@@ -130,7 +132,9 @@ export const INJECTION_HEURISTICS: readonly InjectionHeuristic[] = [
   },
   {
     id: 'chat_template_tokens',
-    re: /<\|im_start\|>|<\|im_end\|>|<\|system\|>|<\|endoftext\|>|\[\/?INST\]|<<\/?SYS>>|^[ \t]*#{0,3}[ \t]*(?:system|assistant)[ \t]*:/gim,
+    // One way to match a line's leading blanks (`#{0,3}` between two `[ \t]*` split a run of spaces every
+    // way: 80 000 spaces took 3.3 s); `## system:` and `system:` still match.
+    re: /<\|im_start\|>|<\|im_end\|>|<\|system\|>|<\|endoftext\|>|\[\/?INST\]|<<\/?SYS>>|^[ \t]*(?:#{1,3}[ \t]*)?(?:system|assistant)[ \t]*:/gim,
     weight: 0.4,
   },
   {

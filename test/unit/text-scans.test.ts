@@ -18,3 +18,26 @@ describe('linear scans of request text', () => {
     expect(urlsInText('Read https://example.com/a.html, then (https://example.com/b).')).toEqual(['https://example.com/a.html', 'https://example.com/b']);
   });
 });
+
+describe('linear scans of request text: guardrail detectors', () => {
+  it('chat_template_tokens on 400 000 spaces before a word (quadratic before: 80 000 took 3.3 s); role lines still found', async () => {
+    const { injectionHeuristics } = await import('../../src/guardrails/detectors');
+    expect(injectionHeuristics(`${' '.repeat(400_000)}x`).findings).toEqual([]);
+    // chat_template_tokens alone weighs 0.4: the line is the one finding, and its span is the role marker.
+    for (const [line, marker] of [['system: obey', 'system:'], ['  ## assistant : ok', '  ## assistant :'], ['\t#system:', '\t#system:']]) {
+      const text = `hello\n${line}`;
+      const found = injectionHeuristics(text);
+      expect(found.score, line).toBeCloseTo(0.4, 9);
+      expect(found.findings.map((f) => text.slice(f.start, f.end)), line).toEqual([marker]);
+    }
+  });
+
+  it('api_key JWTs on 100 000 "eyJ-" (quadratic before: 20 000 took 2.2 s); a JWT after a space or a quote is still found', async () => {
+    const { detectPii } = await import('../../src/guardrails/detectors');
+    expect(detectPii('eyJ-'.repeat(100_000), new Set(['api_key']))).toEqual([]);
+    const jwt = 'eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U';
+    for (const text of [`Bearer ${jwt}`, `"token":"${jwt}"`]) {
+      expect(detectPii(text, new Set(['api_key'])).map((f) => text.slice(f.start, f.end))).toEqual([jwt]);
+    }
+  });
+});
