@@ -1,5 +1,6 @@
 import { StringDecoder } from 'node:string_decoder';
 import type { SseEvent } from '../pipeline/types';
+import { GatewayError } from '../errors/gateway-error';
 import { withoutCredentials } from './credentials';
 
 /**
@@ -23,12 +24,17 @@ export async function* parseSseBatches(body: AsyncIterable<Uint8Array | string>,
   // Node's StringDecoder: like a streaming TextDecoder (a character split between chunks is kept for the
   // next one, invalid bytes become U+FFFD) at about a quarter of its cost per chunk.
   const decoder = new StringDecoder('utf8');
-  let buffer = '';
+  // The unfinished line, in the pieces it came in: it holds no line end, so each chunk is searched from its
+  // own start and the pieces are joined once, when the line ends (one long line searched and re-joined whole
+  // at every chunk was quadratic: 50 MB took 90 s of the event loop).
+  let pending: string[] = [];
+  let pendingChars = 0;
   let event: string | undefined;
   /** The event's data lines so far, joined with '\n' (null: no data line yet). */
   let data: string | null = null;
   const addData = (value: string) => {
     data = data === null ? value : `${data}\n${value}`;
+    if (data.length > MAX_EVENT_CHARS) throw tooLong();
   };
   /** Applies one line; returns the finished event on a blank line. */
   const line = (text: string): SseEvent | undefined => {
@@ -55,43 +61,61 @@ export async function* parseSseBatches(body: AsyncIterable<Uint8Array | string>,
   let crAtEnd = false;
   let first = true;
   for await (const chunk of body) {
-    buffer += typeof chunk === 'string' ? chunk : decoder.write(chunk);
+    const text = typeof chunk === 'string' ? chunk : decoder.write(chunk);
+    if (text === '') continue;
     let start = 0;
-    if (first && buffer !== '') {
+    if (first) {
       first = false;
-      if (buffer.charCodeAt(0) === 0xfeff) start = 1; // a byte order mark is not part of the first field
+      if (text.charCodeAt(0) === 0xfeff) start = 1; // a byte order mark is not part of the first field
     }
-    if (crAtEnd && buffer.length > start) {
+    if (crAtEnd && text.length > start) {
       crAtEnd = false;
-      if (buffer.charCodeAt(start) === 10) start++;
+      if (text.charCodeAt(start) === 10) start++;
     }
-    const hasCr = buffer.includes('\r');
+    const hasCr = text.includes('\r');
     let batch: SseEvent[] | undefined;
     for (;;) {
-      const nl = nextLineEnd(buffer, start, hasCr);
+      const nl = nextLineEnd(text, start, hasCr);
       if (nl < 0) break;
-      // The common line, `data: <json>`, is cut out of the buffer once (no field and value slices).
       let ev: SseEvent | undefined;
-      if (buffer.startsWith('data: ', start) && nl > start + 6) addData(buffer.slice(start + 6, nl));
-      else ev = line(buffer.slice(start, nl));
-      start = nl + (buffer[nl] === '\r' && buffer[nl + 1] === '\n' ? 2 : 1);
-      if (start === buffer.length && buffer[nl] === '\r') crAtEnd = true;
+      if (pending.length > 0) {
+        pending.push(text.slice(start, nl));
+        const whole = pending.join('');
+        pending = [];
+        pendingChars = 0;
+        ev = whole.startsWith('data: ') && whole.length > 6 ? (addData(whole.slice(6)), undefined) : line(whole);
+      } else if (text.startsWith('data: ', start) && nl > start + 6) {
+        // The common line, `data: <json>`, is cut out of the chunk once (no field and value slices).
+        addData(text.slice(start + 6, nl));
+      } else ev = line(text.slice(start, nl));
+      start = nl + (text[nl] === '\r' && text[nl + 1] === '\n' ? 2 : 1);
+      if (start === text.length && text[nl] === '\r') crAtEnd = true;
       if (ev) (batch ??= []).push(ev);
     }
     // What is left is a partial line.
-    buffer = buffer.slice(start);
+    if (start < text.length) {
+      pending.push(start === 0 ? text : text.slice(start));
+      pendingChars += text.length - start;
+      if (pendingChars > MAX_EVENT_CHARS) throw tooLong();
+    }
     if (batch) yield batch;
   }
   // End of stream: the unfinished line still counts, and an event without its blank line is delivered.
-  buffer += decoder.end();
   const rest: SseEvent[] = [];
-  for (const text of buffer.split(/\r\n|\r|\n/)) {
+  for (const text of (pending.join('') + decoder.end()).split(/\r\n|\r|\n/)) {
     const ev = line(text);
     if (ev) rest.push(ev);
   }
   const last = line('');
   if (last) rest.push(last);
   if (rest.length > 0) yield rest;
+}
+
+/** The longest line or event a stream may send (characters): past it the stream fails rather than hold it all. */
+export const MAX_EVENT_CHARS = 16 * 1024 * 1024;
+
+function tooLong(): GatewayError {
+  return new GatewayError('provider_unavailable', `The provider sent a stream event or line over ${MAX_EVENT_CHARS / 1024 / 1024} M characters`);
 }
 
 /**

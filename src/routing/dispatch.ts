@@ -383,6 +383,9 @@ async function streamResponse(
   return { kind: 'sse', status: 200, events: batched(() => relay(state, iterator, first, rewriter, attempt, before, onStreamEnd)) };
 }
 
+/** Events a stream may send before its answer begins (pings, a role chunk): past it, the attempt fails. */
+const MAX_HELD_EVENTS = 10_000;
+
 /**
  * The events up to and including the batch in which the answer begins (`opensOutput`: a token, a tool call, a
  * finish or the end), as one batch: what comes before it (message_start, a role chunk, pings) is held back,
@@ -414,14 +417,25 @@ async function firstOutput(
       const r = await (timedOut ? Promise.race([iterator.next(), timedOut]) : iterator.next());
       if (r.done) throw endedBeforeOutput(c.provider.id);
       try {
-        if (r.value.some((ev) => opensOutput(ev, c.provider.id))) return { done: false, value: held.length > 0 ? held.concat(r.value) : r.value };
+        if (r.value.some((ev) => opensOutput(ev, c.provider.id))) {
+          if (held.length === 0) return { done: false, value: r.value };
+          for (const ev of r.value) held.push(ev);
+          return { done: false, value: held };
+        }
       } catch (err) {
         // The provider reported an error (or sent garbage) before any output: stop reading its stream.
         if (abort) abort(err as Error);
         else await iterator.return?.().catch(() => undefined);
         throw err;
       }
-      held = held.concat(r.value);
+      // Held in place (a copy per batch was quadratic in a long preamble), and at most MAX_HELD_EVENTS of them.
+      for (const ev of r.value) held.push(ev);
+      if (held.length > MAX_HELD_EVENTS) {
+        const err = new GatewayError('provider_unavailable', `Provider ${c.provider.id} sent ${held.length} events before any output`, { metadata: { provider_name: c.provider.id } });
+        if (abort) abort(err);
+        else await iterator.return?.().catch(() => undefined);
+        throw err;
+      }
     }
   } finally {
     clearTimeout(timer);

@@ -69,6 +69,18 @@ describe('streams fail over until the answer begins (spec 7.5.2)', () => {
     }
   });
 
+  it('messages: a provider sending over 10 000 pings before any output fails over (the pings were held without bound)', async () => {
+    g = await t.start({ yaml: yaml() });
+    t.upstream.always.set('first-msg', { kind: 'raw-stream', text: MESSAGE_START + sse('ping', { type: 'ping' }).repeat(10_001), hold: true });
+    const r = await ask('messages');
+    expect(r.status).toBe(200);
+    // None of the first endpoint's pings reach the client (the second's own stream has its one).
+    expect(sseEvents(r.text).filter((e) => e.event === 'ping').length).toBeLessThan(2);
+    expect(upstreamModels()).toEqual(['first-msg', 'second-msg']);
+    const start = sseEvents(r.text).find((e) => e.event === 'message_start')!;
+    expect(JSON.parse(start.data).message.gateway_metadata.attempts[0]).toMatchObject({ outcome: 'error', error_type: 'provider_unavailable' });
+  });
+
   it('once output has reached the client, a provider error ends the stream with one well-formed error (no failover)', async () => {
     g = await t.start({ yaml: yaml() });
     const upstreamError = sse(null, { error: { message: 'upstream exploded', code: 502 } });

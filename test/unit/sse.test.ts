@@ -293,3 +293,29 @@ describe('parseSseBatches and batched streams', () => {
     expect(closed).toBe(true);
   });
 });
+
+describe('parseSse bounds', () => {
+  it('a 10 M-character line in 64 KB pieces is one event (each piece is searched once, the pieces joined once)', async () => {
+    const value = 'y'.repeat(10 * 1024 * 1024);
+    const text = `data: ${value}\n\n`;
+    const pieces: string[] = [];
+    for (let i = 0; i < text.length; i += 65536) pieces.push(text.slice(i, i + 65536));
+    const events = await parseAll(pieces);
+    expect(events).toHaveLength(1);
+    expect(events[0].data.length).toBe(value.length);
+    expect(events[0].data === value).toBe(true);
+  });
+
+  it('a line or an event over 16 M characters fails the stream as the provider\'s (it was held whole, without bound)', async () => {
+    const line = 'z'.repeat(17 * 1024 * 1024);
+    await expect(parseAll([`data: ${line.slice(0, 9_000_000)}`, line.slice(9_000_000)])).rejects.toMatchObject({ errorType: 'provider_unavailable' });
+    // Data lines without the blank line that ends their event, 1 M characters each.
+    const lines = Array.from({ length: 17 }, () => `data: ${'w'.repeat(1024 * 1024)}\n`);
+    await expect(parseAll(lines)).rejects.toMatchObject({ errorType: 'provider_unavailable' });
+  });
+
+  it('lines across pieces keep their line ends: \\r\\n split between pieces, a BOM, a data line split anywhere', async () => {
+    const events = await parseAll(['\ufeffda', 'ta: {"a"', ':1}\r', '\n\r\nevent: x\rda', 'ta: 2\r\n', '\r\n']);
+    expect(events).toEqual([{ data: '{"a":1}' }, { event: 'x', data: '2' }]);
+  });
+});
