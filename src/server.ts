@@ -1,4 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
+import { linearRegExpFallback } from './regexp-fallback';
 import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import Router from '@koa/router';
@@ -83,6 +84,7 @@ export interface Gateway {
  * @example const gw = await createGateway({ config, registry, store, logger }); await gw.listen();
  */
 export async function createGateway(options: GatewayOptions): Promise<Gateway> {
+  linearRegExpFallback();
   const { store, logger, registry } = options;
   const tracer = options.tracer ?? trace.getTracer('model-gateway');
   const salt = options.config.server.user_hash_salt ?? (await store.settingOrInit('user_hash_salt', randomBytes(32).toString('hex')));

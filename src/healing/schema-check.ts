@@ -1,6 +1,7 @@
 import Ajv, { type ValidateFunction } from 'ajv';
 import Ajv2020 from 'ajv/dist/2020';
 import { LRUCache } from 'lru-cache';
+import { linearRegExpFallback } from '../regexp-fallback';
 
 /** One schema violation, as recorded in the pipeline metadata (`path` is a JSON pointer into the answer). */
 export interface SchemaViolation {
@@ -19,6 +20,29 @@ export type SchemaVerdict =
 const MAX_ERRORS = 10;
 
 /**
+ * The largest schema (its JSON text) an answer is checked against: compiling costs ~0.5 ms per property on the
+ * event loop (a 478 KB schema of 10 000 properties took 5.4 s), and the schema is the client's.
+ */
+export const MAX_SCHEMA_CHARS = 32 * 1024;
+
+/**
+ * ajv's `pattern` engine: a client's pattern compiled without the `u` flag where it can be, so V8's linear
+ * engine takes over if it backtracks too long (`linearRegExpFallback`: `^(a+)+$` on 30 characters took
+ * 4.6 s). A pattern that needs Unicode mode (`\p{…}`) cannot have that fallback and is not enforced.
+ */
+function patternEngine(pattern: string, flags: string): { test(s: string): boolean } {
+  // Without Unicode mode `\p{L}` would be read as the letters "p{L}", and astral characters as two halves.
+  if (/\\[pPu]\{|[\uD800-\uDFFF]/.test(pattern)) return NOT_ENFORCED;
+  try {
+    return new RegExp(pattern, flags.replace('u', ''));
+  } catch {
+    return NOT_ENFORCED;
+  }
+}
+
+const NOT_ENFORCED = { test: () => true };
+
+/**
  * Validates answers against the JSON Schemas clients send, compiling each distinct schema once (keyed by its
  * JSON text) and keeping at most `size` compiled validators. Schemas naming draft 2020-12 get the 2020 dialect;
  * the rest draft-07. `strict: false` because client schemas carry keywords ajv does not know (`strict`,
@@ -27,12 +51,14 @@ const MAX_ERRORS = 10;
  * @example const check = createSchemaCheck(100); check({type: 'object', required: ['a']}, {}) // {valid: false, errors: […]}
  */
 export function createSchemaCheck(size: number): (schema: Record<string, unknown>, value: unknown) => SchemaVerdict {
-  const options = { strict: false, allErrors: true, validateFormats: false } as const;
+  linearRegExpFallback();
+  const options = { strict: false, allErrors: true, validateFormats: false, code: { regExp: patternEngine } } as const;
   const draft7 = ajvPool(() => new Ajv(options), size);
   const draft2020 = ajvPool(() => new Ajv2020(options), size);
   const cache = new LRUCache<string, Compiled>({ max: size });
   return (schema, value) => {
     const key = JSON.stringify(schema);
+    if (key.length > MAX_SCHEMA_CHARS) return { valid: 'not_checked', reason: `the schema is over ${MAX_SCHEMA_CHARS / 1024} KB` };
     let compiled = cache.get(key);
     if (!compiled) {
       compiled = compile(schema, (String(schema.$schema ?? '').includes('2020-12') ? draft2020 : draft7)());
