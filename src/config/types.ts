@@ -11,6 +11,8 @@ export interface GatewayConfig {
     max_json_depth: number;
     headers_timeout_ms: number;
     body_timeout_ms: number;
+    /** Longest a stream waits for its client to take what was written (a reader that stopped reading is cut). */
+    write_timeout_ms: number;
     /** 0 = no limit. */
     max_connections: number;
     /** 0 = no limit. */

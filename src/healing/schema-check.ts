@@ -40,6 +40,9 @@ function patternEngine(pattern: string, flags: string): { test(s: string): boole
   }
 }
 
+// ajv's engine type names its code for standalone validators, which the gateway does not generate.
+patternEngine.code = 'patternEngine';
+
 const NOT_ENFORCED = { test: () => true };
 
 /**

@@ -85,7 +85,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
         return;
       }
       ctx.respond = false; // the stream is written here, event by event, not by Koa
-      firstWriteAt = await writeSse(ctx, response.status, response.events, runtime.services.logger);
+      firstWriteAt = await writeSse(ctx, response.status, response.events, runtime.services.logger, runtime.config.server.write_timeout_ms);
       if (state.abort.aborted && state.outcome === 'completed') state.outcome = 'cancelled';
       span.setAttribute('gateway.outcome', state.outcome);
       // A stream that failed after its 200 is an error in the trace and the access line, as in the metrics.
@@ -271,7 +271,7 @@ function withPipelineRecords(state: GatewayState, body: unknown): unknown {
  * of one per event. Backpressure from a slow client is respected. A stream's failures arrive as events (see
  * routing/dispatch.ts), so nothing here throws to the caller. Returns when the first bytes went out (0: never).
  */
-async function writeSse(ctx: GatewayContext, status: number, events: AsyncIterable<SseEvent>, logger: Logger): Promise<number> {
+async function writeSse(ctx: GatewayContext, status: number, events: AsyncIterable<SseEvent>, logger: Logger, writeTimeoutMs: number): Promise<number> {
   const res = ctx.res;
   const state = ctx.state.gateway;
   // A stage that sent its status and headers itself gets the events after them (writeHead would throw, and
@@ -306,7 +306,12 @@ async function writeSse(ctx: GatewayContext, status: number, events: AsyncIterab
         blocked = false;
         // The socket may have drained already (the write went out while this waited for the next batch):
         // waiting for a 'drain' that came and went hung the stream for good.
-        if (res.writableNeedDrain) await drained(res, state.abort);
+        if (res.writableNeedDrain && !(await drained(res, state.abort, writeTimeoutMs))) {
+          // A client that stopped reading held its request slot and a pooled upstream connection for good (undici's
+          // body timeout does not run while the upstream read is paused): cut like a client that left.
+          res.destroy();
+          break;
+        }
       }
     }
   } catch (err) {
@@ -326,15 +331,19 @@ async function writeSse(ctx: GatewayContext, status: number, events: AsyncIterab
   return firstWriteAt;
 }
 
-function drained(res: NodeJS.WritableStream, signal: AbortWatch): Promise<void> {
+/** Waits for the client to take what was written: true once it has (or the request was aborted), false after `timeoutMs`. */
+function drained(res: NodeJS.WritableStream, signal: AbortWatch, timeoutMs: number): Promise<boolean> {
   return new Promise((resolve) => {
-    const done = () => {
-      res.off('drain', done);
-      signal.removeEventListener('abort', done);
-      resolve();
+    const done = (taken: boolean) => {
+      clearTimeout(timer);
+      res.off('drain', onDrain);
+      signal.removeEventListener('abort', onDrain);
+      resolve(taken);
     };
-    res.once('drain', done);
-    signal.addEventListener('abort', done, { once: true });
+    const onDrain = () => done(true);
+    const timer = setTimeout(() => done(false), timeoutMs);
+    res.once('drain', onDrain);
+    signal.addEventListener('abort', onDrain, { once: true });
   });
 }
 

@@ -1,4 +1,5 @@
 import http from 'node:http';
+import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { post, startTestGateway, testConfigYaml, type TestGateway } from '../fixtures/gateway';
@@ -10,12 +11,33 @@ import { post, startTestGateway, testConfigYaml, type TestGateway } from '../fix
  */
 let provider: http.Server;
 let gw: TestGateway;
+const forever = { closed: 0 };
 const CONTENT = 'x'.repeat(6 * 1024 * 1024);
 
 beforeAll(async () => {
   provider = http.createServer((req, res) => {
+    if (req.url?.includes('/chat/completions') && req.headers.accept === 'text/event-stream') {
+      let body = '';
+      req.on('data', (c) => (body += c));
+      req.on('end', () => {
+        if (!body.includes('"upstream-forever"')) return void bigAnswer(res);
+        // A stream that never ends, 8 KB deltas, written as fast as the gateway takes them.
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        const delta = `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'upstream-forever', choices: [{ index: 0, delta: { content: 'y'.repeat(8192) }, finish_reason: null }] })}\n\n`;
+        const pump = () => {
+          while (!res.destroyed && res.write(delta));
+          if (!res.destroyed) res.once('drain', pump);
+        };
+        res.on('close', () => forever.closed++);
+        pump();
+      });
+      return;
+    }
     req.resume();
-    req.on('end', () => {
+    req.on('end', () => bigAnswer(res));
+  });
+  function bigAnswer(res: http.ServerResponse) {
+    {
       const text = JSON.stringify({
         id: 'chatcmpl-big', object: 'chat.completion', created: 1, model: 'gpt-upstream',
         choices: [{ index: 0, message: { role: 'assistant', content: CONTENT }, finish_reason: 'stop' }],
@@ -32,11 +54,14 @@ beforeAll(async () => {
         else res.once('drain', next);
       };
       next();
-    });
-  });
+    }
+  }
   await new Promise<void>((r) => provider.listen(0, '127.0.0.1', r));
   const url = `http://127.0.0.1:${(provider.address() as AddressInfo).port}/v1`;
-  gw = await startTestGateway({ yaml: testConfigYaml(url) });
+  const foreverModel = `  - id: fake/forever
+    endpoints: [{ provider: fake-openai, upstream_model: upstream-forever, pricing: { prompt: 1, completion: 2 } }]
+pipelines:`;
+  gw = await startTestGateway({ yaml: testConfigYaml(url).replace('pipelines:', foreverModel).replace('watch_config: false', 'watch_config: false, write_timeout_ms: 300') });
 });
 
 afterAll(async () => {
@@ -63,4 +88,21 @@ describe('a large JSON answer read in many chunks', () => {
       .join('');
     expect(content).toBe(CONTENT);
   }, 30_000);
+});
+
+describe('a client that stops reading its stream', () => {
+  it('is cut after server.write_timeout_ms: its request slot and the upstream connection are freed (they were held for good)', async () => {
+    const body = JSON.stringify({ model: 'fake/forever', stream: true, messages: [{ role: 'user', content: 'hi' }] });
+    const { port, pathname } = new URL(`${gw.url}/chat/completions`);
+    const socket = net.connect(Number(port), '127.0.0.1');
+    await new Promise((r) => socket.once('connect', r));
+    socket.write(`POST ${pathname} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${gw.key}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+    socket.pause(); // reads nothing more: the gateway's writes back up
+    // The gateway cuts the client and stops the provider's stream.
+    await expect.poll(() => forever.closed, { timeout: 10_000 }).toBe(1);
+    socket.destroy();
+    // Nothing is left in flight.
+    const metrics = await (await fetch(`${gw.url.replace(/\/api\/v1$/, '')}/metrics`)).text();
+    expect(metrics).toMatch(/^gateway_requests_in_flight 0$/m);
+  }, 20_000);
 });
