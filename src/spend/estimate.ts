@@ -34,7 +34,7 @@ const PIECE_CHARS = 256;
  * Above this, a text (or the rest of a request's texts, once this many characters were tokenized) is not
  * tokenized: 1 token per 3 characters (more than prose has; an estimate), so one request costs bounded time.
  */
-const TOKENIZE_MAX_CHARS = 100_000;
+export const TOKENIZE_MAX_CHARS = 100_000;
 
 /**
  * Counts BPE tokens of a text (loads the tables on first use), in pieces of at most PIECE_CHARS cut at a
