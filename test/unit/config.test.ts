@@ -69,6 +69,7 @@ describe('parseConfigText: defaults', () => {
       max_json_depth: 100,
       headers_timeout_ms: 10000,
       body_timeout_ms: 60000,
+      write_timeout_ms: 60000,
       max_connections: 4096,
       max_in_flight: 1024,
       watch_config: true,
