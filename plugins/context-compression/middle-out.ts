@@ -1,4 +1,4 @@
-import { countTokens, inputTokens, TOKENIZE_MAX_CHARS } from '../../src/spend/estimate';
+import { budgetedCount, countTokens, inputTokens } from '../../src/spend/estimate';
 
 type Message = Record<string, unknown> & { role?: unknown; content?: unknown };
 
@@ -103,12 +103,7 @@ export function middleOut(input: { body: Record<string, unknown>; budget: number
 
   // One tokenizing budget for all the messages, as for the request as a whole: counted one by one, each
   // message had its own 100 000 characters (33 messages of 99 000 characters took 2.7 s of the event loop).
-  let left = TOKENIZE_MAX_CHARS;
-  const shared = (text: string): number => {
-    if (text.length > left) return Math.ceil(text.length / 3);
-    left -= text.length;
-    return countTokens(text);
-  };
+  const shared = budgetedCount();
   const cost = original.map((m) => inputTokens({ messages: [m] }, shared));
   const firstUser = original.findIndex((m) => m.role === 'user' && !carriesResults(m));
   const tailFrom = original.length - Math.max(1, input.keepLatest);

@@ -34,7 +34,7 @@ const PIECE_CHARS = 256;
  * Above this, a text (or the rest of a request's texts, once this many characters were tokenized) is not
  * tokenized: 1 token per 3 characters (more than prose has; an estimate), so one request costs bounded time.
  */
-export const TOKENIZE_MAX_CHARS = 100_000;
+const TOKENIZE_MAX_CHARS = 100_000;
 
 /**
  * Counts BPE tokens of a text (loads the tables on first use), in pieces of at most PIECE_CHARS cut at a
@@ -68,17 +68,27 @@ export function countTokens(text: string): number {
 }
 
 /**
+ * A token counter that tokenizes at most TOKENIZE_MAX_CHARS characters in all (a text that would go past
+ * them counts 1 token per 3 characters), so that the texts it is given cost bounded time together.
+ *
+ * @example const count = budgetedCount(); messages.map((m) => inputTokens({ messages: [m] }, count));
+ */
+export function budgetedCount(countText: (text: string) => number = countTokens): (text: string) => number {
+  let left = TOKENIZE_MAX_CHARS;
+  return (text) => {
+    if (text.length > left) return Math.ceil(text.length / 3);
+    left -= text.length;
+    return countText(text);
+  };
+}
+
+/**
  * Input tokens of a request body in either dialect: messages, system, tools (as JSON the model reads).
  * `count` counts one text (a caller estimating several bodies with the same messages passes a memo).
  */
 export function inputTokens(body: Record<string, unknown>, countText: (text: string) => number = countTokens): number {
   let tokens = 0;
-  let left = TOKENIZE_MAX_CHARS;
-  const count = (text: string): number => {
-    if (text.length > left) return Math.ceil(text.length / 3);
-    left -= text.length;
-    return countText(text);
-  };
+  const count = budgetedCount(countText);
   const walk = (v: unknown): void => {
     if (typeof v === 'string') tokens += count(v);
     else if (Array.isArray(v)) v.forEach(walk);
