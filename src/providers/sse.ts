@@ -77,17 +77,21 @@ export async function* parseSseBatches(body: AsyncIterable<Uint8Array | string>,
     for (;;) {
       const nl = nextLineEnd(text, start, hasCr);
       if (nl < 0) break;
-      let ev: SseEvent | undefined;
+      // The line is text[start, nl), or, when it began in an earlier chunk, its pieces joined.
+      let src = text;
+      let from = start;
+      let to = nl;
       if (pending.length > 0) {
         pending.push(text.slice(start, nl));
-        const whole = pending.join('');
+        src = pending.join('');
+        [from, to] = [0, src.length];
         pending = [];
         pendingChars = 0;
-        ev = whole.startsWith('data: ') && whole.length > 6 ? (addData(whole.slice(6)), undefined) : line(whole);
-      } else if (text.startsWith('data: ', start) && nl > start + 6) {
-        // The common line, `data: <json>`, is cut out of the chunk once (no field and value slices).
-        addData(text.slice(start + 6, nl));
-      } else ev = line(text.slice(start, nl));
+      }
+      let ev: SseEvent | undefined;
+      // The common line, `data: <json>`, is cut out once (no field and value slices).
+      if (src.startsWith('data: ', from) && to > from + 6) addData(src.slice(from + 6, to));
+      else ev = line(src.slice(from, to));
       start = nl + (text[nl] === '\r' && text[nl + 1] === '\n' ? 2 : 1);
       if (start === text.length && text[nl] === '\r') crAtEnd = true;
       if (ev) (batch ??= []).push(ev);
