@@ -3,7 +3,7 @@ import type { Logger } from 'pino';
 import type { ByokKeys } from './auth/byok-keys';
 import type { GatewayConfig, ModelConfig } from './config/types';
 import { buildPipeline } from './pipeline/build';
-import type { EndpointId, GatewayContext, StageRegistry } from './pipeline/types';
+import type { EndpointId, Pipeline, StageRegistry } from './pipeline/types';
 import { buildProviders } from './providers';
 import { createDispatch } from './routing/dispatch';
 import { keyInfoStage } from './routes/key';
@@ -28,7 +28,7 @@ import { videoCancelStage, videoCreateStage, videoGetStage } from './routes/vide
 export interface Runtime {
   config: GatewayConfig;
   services: Services;
-  pipelines: Readonly<Record<EndpointId, (ctx: GatewayContext) => Promise<void>>>;
+  pipelines: Readonly<Record<EndpointId, Pipeline>>;
   /** The gateway's shutdown drain (one per gateway, outlives reloads); endpoints refuse new requests while it runs. */
   drain?: Drain;
 }

@@ -5,6 +5,7 @@ import type { Logger } from 'pino';
 import type { GatewayConfig } from './config/types';
 import { errorBody, standardEnvelope, statusFor, type ApiStyle } from './errors/envelope';
 import { GatewayError } from './errors/gateway-error';
+import { continueWhenRead } from './routes/body';
 
 type ServerConfig = GatewayConfig['server'];
 
@@ -35,15 +36,17 @@ export function applyServerLimits(server: Server, limits: ServerConfig, logger: 
 }
 
 /**
- * `Expect: 100-continue` (curl sends it for bodies over 1 MB): Node answers `100 Continue` by itself before
- * any handler runs, and the client then uploads the body. A declared `Content-Length` over the body limit
- * (`maxBodyBytes()`, the current config's) gets no `100 Continue`: the endpoint answers its 413 at once, with
- * `Connection: close` (routes/body.ts), and the client never sends the body. Any other request is continued
- * as Node would.
+ * `Expect: 100-continue` (curl sends it for bodies over 1 MB): Node would answer `100 Continue` by itself
+ * before any handler runs, and the client would then upload the body. Here a declared `Content-Length` over
+ * the body limit (`maxBodyBytes()`, the current config's) gets no `100 Continue`: the endpoint answers its 413
+ * at once, with `Connection: close` (routes/body.ts), and the client never sends the body. Any other request
+ * is told to go on when its endpoint starts reading the body (`continueWhenRead`), after the key was checked
+ * from the headers: a request refused before that never sends its body either (Node closes the connection
+ * after an answer sent without `100 Continue`).
  */
 export function refuseLargeBodiesBeforeContinue(server: Server, maxBodyBytes: () => number): void {
   server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
-    if (!(Number(req.headers['content-length']) > maxBodyBytes())) res.writeContinue();
+    if (!(Number(req.headers['content-length']) > maxBodyBytes())) continueWhenRead(req);
     server.emit('request', req, res);
   });
 }

@@ -1,6 +1,6 @@
 import compose from 'koa-compose';
 import { SpanStatusCode, type Tracer } from '@opentelemetry/api';
-import type { GatewayContext, Stage, StageRegistry } from './types';
+import type { GatewayContext, HeaderCheck, Pipeline, Stage, StageRegistry } from './types';
 import { withSpan } from '../telemetry/linked-context';
 import { clientClosed } from './request-abort';
 import { ConfigError } from '../config/load';
@@ -20,7 +20,8 @@ export interface BuildPipelineInput<S> {
  * Builds one endpoint's pipeline once, at load: each stage is created with its config and wrapped in a
  * `gateway.stage <id>` span, then the list is composed with koa-compose.
  */
-export function buildPipeline<S>(input: BuildPipelineInput<S>): (ctx: GatewayContext) => Promise<void> {
+export function buildPipeline<S>(input: BuildPipelineInput<S>): Pipeline {
+  const beforeBody: { stage: string; check: HeaderCheck }[] = [];
   const stages = input.stageIds.map((id) => {
     const def = input.registry.get(id);
     if (!def) throw new Error(`unknown stage "${id}"`);
@@ -32,14 +33,20 @@ export function buildPipeline<S>(input: BuildPipelineInput<S>): (ctx: GatewayCon
       if ((err as Error)?.name === 'ConfigError') throw err;
       throw new ConfigError(`plugins.${id}: ${(err as Error)?.message ?? String(err)}`);
     }
+    if (stage.beforeBody) beforeBody.push({ stage: id, check: stage.beforeBody });
     return traced(id, stage, input.tracer);
   });
   const run = compose<GatewayContext>([...stages, ...(input.tail ?? [])]);
-  return (ctx) => run(ctx);
+  return Object.assign((ctx: GatewayContext) => run(ctx), { beforeBody: Object.freeze(beforeBody) });
+}
+
+/** The name of a stage's span. */
+export function stageSpanName(id: string): string {
+  return `gateway.stage ${id}`;
 }
 
 function traced(id: string, stage: Stage, tracer: Tracer): Stage {
-  const name = `gateway.stage ${id}`;
+  const name = stageSpanName(id);
   // The same for every request (the tracer copies the attributes into the span): made once.
   const options = Object.freeze({ attributes: Object.freeze({ 'gateway.stage': id }) });
   return async (ctx, next) => {

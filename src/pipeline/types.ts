@@ -137,8 +137,24 @@ export interface GatewayState {
 
 export type GatewayContext = ParameterizedContext<{ gateway: GatewayState }>;
 
-/** A pipeline stage: a plain Koa middleware. Pre-work before `await next()`, post-work after it. */
-export type Stage = (ctx: GatewayContext, next: Next) => Promise<void>;
+/**
+ * A pipeline stage: a plain Koa middleware. Pre-work before `await next()`, post-work after it.
+ *
+ * `beforeBody` (optional): a check on the request's headers alone, which the endpoint runs before it reads
+ * the body, for a stage whose refusal does not depend on the body (`auth`: the key). A client it refuses
+ * never has its body read or parsed (README "Edge limits"). It throws the refusal; the stage itself still
+ * runs in its place in the pipeline (and may use what the check found: key what it keeps by `ctx`).
+ */
+export type Stage = ((ctx: GatewayContext, next: Next) => Promise<void>) & { beforeBody?: HeaderCheck };
+
+/** See `Stage.beforeBody`. `ctx.state.gateway` is not set yet when it runs. */
+export type HeaderCheck = (ctx: ParameterizedContext) => Promise<void>;
+
+/** One endpoint's pipeline, built at load: run it with the request; `beforeBody` are its stages' header checks, in order. */
+export interface Pipeline {
+  (ctx: GatewayContext): Promise<void>;
+  readonly beforeBody: readonly { stage: string; check: HeaderCheck }[];
+}
 
 /**
  * A plugin: one folder under `plugins/<id>/` exporting this definition.

@@ -13,6 +13,19 @@ export interface BodyLimits {
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
 /**
+ * Requests that sent `Expect: 100-continue` with a body within the limit and have not been told to go on
+ * (server-limits.ts): `100 Continue` is sent when the endpoint starts reading the body, so a request refused
+ * before that (a missing or unusable key) never has its body sent. Node closes the connection after an
+ * answer sent without `100 Continue`.
+ */
+const awaitingContinue = new WeakSet<IncomingMessage>();
+
+/** See `awaitingContinue`. */
+export function continueWhenRead(req: IncomingMessage): void {
+  awaitingContinue.add(req);
+}
+
+/**
  * Reads and parses a JSON request body under the edge limits. Every refusal is a typed 4xx thrown before
  * any stage runs:
  * - size: a declared Content-Length over the limit is refused before a byte is read, and an undeclared
@@ -42,6 +55,7 @@ export async function readJson(ctx: GatewayContext, limits: BodyLimits): Promise
     const ends = declared > 2 * limit || /100-continue/i.test(ctx.get('expect'));
     throw tooLarge(limit, ends ? { connection: 'close' } : undefined);
   }
+  if (awaitingContinue.delete(ctx.req)) ctx.res.writeContinue();
   const raw = await readRaw(ctx.req, ctx.res, limit, limits.body_timeout_ms);
   let text: string;
   try {
@@ -65,6 +79,19 @@ export async function readJson(ctx: GatewayContext, limits: BodyLimits): Promise
     throw new GatewayError('invalid_request', 'Request body has a string with an unpaired UTF-16 surrogate (a lone \\uD800–\\uDFFF escape)');
   }
   return body;
+}
+
+/**
+ * A request refused before its body was read (`Stage.beforeBody`: a missing or unusable key): the body is
+ * read and dropped, up to `max_body_bytes`, so the keep-alive connection can serve the next request; a
+ * longer one ends the connection after the answer (as a body over the limit does), and a declared length
+ * over the limit gets `Connection: close` on the answer. A client still waiting for `100 Continue` sends
+ * nothing (Node closes that connection after the answer).
+ */
+export function refuseUnreadBody(ctx: GatewayContext, limits: BodyLimits): void {
+  if (awaitingContinue.delete(ctx.req)) return;
+  discardRest(ctx.req, ctx.res, limits.max_body_bytes);
+  if (Number(ctx.get('content-length') || NaN) > limits.max_body_bytes) ctx.set('Connection', 'close');
 }
 
 function tooLarge(limit: number, headers?: Record<string, string>): GatewayError {

@@ -7,6 +7,7 @@ import {
   TraceFlags,
   type Context,
   type Span,
+  type Tracer,
 } from '@opentelemetry/api';
 import type { Middleware } from 'koa';
 import type { Logger } from 'pino';
@@ -23,7 +24,8 @@ import { sessionOf } from '../routing/sticky';
 import { ledgerRowOf } from '../spend/ledger';
 import { spanText } from '../telemetry/span-text';
 import { withSpan } from '../telemetry/linked-context';
-import { readJson } from './body';
+import { stageSpanName } from '../pipeline/build';
+import { readJson, refuseUnreadBody } from './body';
 import { RequestState } from './request-state';
 
 export interface EndpointSpec {
@@ -61,13 +63,26 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
     let gone = false;
     try {
       if (refusal) throw refusal;
-      body = spec.readsBody ? await readJson(ctx, runtime.config.server) : null;
+      const pipeline = runtime.pipelines[spec.id];
+      if (spec.readsBody) {
+        // Header checks first (the key): a client they refuse never has its body read or parsed.
+        for (const { stage, check } of pipeline.beforeBody) {
+          try {
+            await check(ctx);
+          } catch (err) {
+            refuseUnreadBody(ctx, runtime.config.server);
+            span = refusedSpan(ctx, spec.id, stage, err, tracer);
+            throw err;
+          }
+        }
+        body = await readJson(ctx, runtime.config.server);
+      }
       const parent = parentContext(ctx, body);
       span = tracer.startSpan(spanName(spec.id, body), { attributes: spanAttributes(ctx, body) }, parent);
       state = newState({ spec, body, abort, span, ctx, startedAt: started });
       state.traceContext = withSpan(parent, span);
       ctx.state.gateway = state;
-      await runtime.pipelines[spec.id](ctx);
+      await pipeline(ctx);
       const response = state.response;
       if (!response) throw new GatewayError('server', 'The pipeline produced no response');
       if (response.headers) ctx.set(response.headers);
@@ -438,6 +453,22 @@ function parentContext(ctx: GatewayContext, body: Record<string, unknown> | null
 function traceObject(body: Record<string, unknown> | null): Record<string, unknown> | undefined {
   const t = body?.trace;
   return t && typeof t === 'object' && !Array.isArray(t) ? (t as Record<string, unknown>) : undefined;
+}
+
+/**
+ * The spans of a request a stage's header check refused before the body was read: the request span (named
+ * and parented from the headers alone: the body's `trace` fields are not read), and the refusing stage's
+ * span under it marked with the error, as when the stage refuses in the pipeline. The request span is
+ * ended by the caller with the answer's status.
+ */
+function refusedSpan(ctx: GatewayContext, id: EndpointId, stage: string, err: unknown, tracer: Tracer): Span {
+  const parent = parentContext(ctx, null);
+  const span = tracer.startSpan(spanName(id, null), { attributes: spanAttributes(ctx, null) }, parent);
+  const refusing = tracer.startSpan(stageSpanName(stage), { attributes: { 'gateway.stage': stage } }, withSpan(parent, span));
+  refusing.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error)?.message });
+  refusing.setAttribute('gateway.error_type', toGatewayError(err).errorType);
+  refusing.end();
+  return span;
 }
 
 function spanName(id: EndpointId, body: Record<string, unknown> | null): string {

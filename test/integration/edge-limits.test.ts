@@ -250,6 +250,97 @@ describe('Expect: 100-continue', () => {
   });
 });
 
+describe('the key is checked before the body is read', () => {
+  /** Writes `text` on a new connection and resolves with the first whole answer (head and Content-Length body), or '' after 8 s. */
+  function firstAnswer(port: number, text: string): Promise<{ text: string; closed: Promise<boolean> }> {
+    return new Promise((resolve) => {
+      const sock = connect(port, '127.0.0.1', () => sock.write(text));
+      let got = '';
+      const closed = new Promise<boolean>((r) => {
+        sock.on('close', () => r(true));
+        setTimeout(() => r(false), 3000);
+      });
+      sock.on('error', () => {});
+      sock.on('data', (d) => {
+        got += d.toString('latin1');
+        const end = got.indexOf('\r\n\r\n');
+        const length = Number(/content-length: *(\d+)/i.exec(got)?.[1] ?? NaN);
+        if (end !== -1 && got.length >= end + 4 + length) resolve({ text: got, closed });
+      });
+      setTimeout(() => {
+        resolve({ text: got, closed });
+        sock.destroy();
+      }, 8000);
+    });
+  }
+  const head = (path: string, headers: string, length: number) =>
+    `POST /api/v1${path} HTTP/1.1\r\nHost: x\r\n${headers}Content-Type: application/json\r\nContent-Length: ${length}\r\n\r\n`;
+
+  it('a request without a usable key gets its 401 at once, its body unfinished, and holds no max_in_flight slot', async () => {
+    const gw = await t.start({ yaml: yaml('max_in_flight: 2, body_timeout_ms: 30000') });
+    const port = Number(new URL(gw.url).port);
+    // Three bodies that never finish (a slot each until body_timeout_ms, 30 s, if the body were read first).
+    const answers = await Promise.all([
+      firstAnswer(port, head('/chat/completions', '', 1000) + '{"model":'),
+      firstAnswer(port, head('/chat/completions', 'Authorization: Bearer sk-gw-v1-nope\r\n', 1000) + '{"model":'),
+      firstAnswer(port, head('/messages', 'x-api-key: sk-gw-v1-nope\r\n', 1000) + '{"model":'),
+    ]);
+    expect(answers.map((a) => a.text.split(' ')[1])).toEqual(['401', '401', '401']);
+    expect(bodyOf(answers[0].text).error).toMatchObject({ code: 401, metadata: { error_type: 'authentication' } });
+    expect(bodyOf(answers[0].text).error.message).toBe('Missing Authentication header');
+    expect(bodyOf(answers[2].text)).toMatchObject({ type: 'error', error: { type: 'authentication_error' }, request_id: null });
+    // The slots are free: a request with a key is served, not refused with max_in_flight's 503.
+    expect((await post(`${gw.url}/chat/completions`, gw.key, CHAT)).status).toBe(200);
+    expect(gw.gateway.inFlight()).toBe(0);
+  });
+
+  it('a body without a key is never parsed (401, not 400), and is drained so the connection serves the next request', async () => {
+    const gw = await t.start({ yaml: yaml('max_body_bytes: 65536') });
+    const port = Number(new URL(gw.url).port);
+    const answers = await sameConnection(port, [
+      httpRequest('/api/v1/chat/completions', { 'Content-Type': 'application/json' }, false, [Buffer.from('{not json'.repeat(1000))]),
+      httpRequest('/api/v1/chat/completions', { 'Content-Type': 'application/json' }, true, [Buffer.from('['.repeat(5000))]),
+      httpRequest('/api/v1/chat/completions', { 'Content-Type': 'application/json', Authorization: `Bearer ${gw.key}` }, false, [Buffer.from(JSON.stringify(CHAT))]),
+    ]);
+    expect(answers.map((a) => a.status)).toEqual([401, 401, 200]);
+  });
+
+  it('a declared body over the limit without a key: 401 with Connection: close; with Expect: 100-continue the body is never asked for', async () => {
+    const gw = await t.start({ yaml: yaml('max_body_bytes: 4096') });
+    const port = Number(new URL(gw.url).port);
+    const big = await firstAnswer(port, head('/chat/completions', '', 9000));
+    expect(big.text).toMatch(/^HTTP\/1\.1 401 /);
+    expect(big.text).toMatch(/\r\nconnection: close\r\n/i);
+    const expecting = await firstAnswer(port, head('/chat/completions', 'Authorization: Bearer sk-gw-v1-nope\r\nExpect: 100-continue\r\n', 100));
+    expect(expecting.text).toMatch(/^HTTP\/1\.1 401 /);
+    expect(expecting.text).not.toContain('100 Continue');
+    expect(expecting.text).toMatch(/\r\nconnection: close\r\n/i);
+    expect(await expecting.closed).toBe(true);
+    // With a usable key the client is told to go on, and its body is served.
+    const json = JSON.stringify(CHAT);
+    const sock = connect(port, '127.0.0.1');
+    let got = '';
+    sock.on('data', (d) => {
+      got += d.toString('latin1');
+      if (got === 'HTTP/1.1 100 Continue\r\n\r\n') sock.write(json);
+    });
+    sock.write(head('/chat/completions', `Authorization: Bearer ${gw.key}\r\nExpect: 100-continue\r\n`, Buffer.byteLength(json)));
+    await until(() => /\r\n\r\n\{/.test(got.slice(25)), 'the answer after 100 Continue');
+    sock.destroy();
+    expect(got).toMatch(/^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 200 /);
+  });
+
+  it('the preset and video endpoints check the key first too', async () => {
+    const gw = await t.start({ yaml: yaml('body_timeout_ms: 30000') });
+    const port = Number(new URL(gw.url).port);
+    const answers = await Promise.all([
+      firstAnswer(port, head('/presets/p1/messages', '', 1000) + '{"x":'),
+      firstAnswer(port, head('/videos', '', 1000) + '{"x":'),
+    ]);
+    expect(answers.map((a) => a.text.split(' ')[1])).toEqual(['401', '401']);
+  });
+});
+
 describe('JSON depth, UTF-8 and surrogates', () => {
   it('a 100k-deep body is a fast 400 invalid_request on both endpoints, with no upstream call', async () => {
     const gw = await t.start({ yaml: yaml('max_body_bytes: 1048576') });

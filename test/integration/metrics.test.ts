@@ -177,7 +177,8 @@ describe('GET /metrics', () => {
   it('an unknown endpoint error_type or status never becomes a label; requests without a body are counted too', async () => {
     const g = await t.start({ yaml: yaml() });
     expect((await fetch(`${g.url}/key`)).status).toBe(401);
-    const bad = await fetch(`${g.url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{not json' });
+    const headers = { 'content-type': 'application/json', authorization: `Bearer ${g.key}` };
+    const bad = await fetch(`${g.url}/chat/completions`, { method: 'POST', headers, body: '{not json' });
     expect(bad.status).toBe(400);
     const m = await scrape(g);
     expect(sample(m.lines, 'gateway_requests_total{endpoint="key",status="401",error_type="authentication"}')).toBe(1);

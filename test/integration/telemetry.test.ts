@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { SpanStatusCode } from '@opentelemetry/api';
 import { InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -199,12 +200,17 @@ describe('the body `trace` object', () => {
 });
 
 describe('failures', () => {
-  it('marks the request span of a 401 with error status and error_type authentication', async () => {
+  it('marks the request span of a 401 with error status and error_type authentication (the key is checked before the body is read)', async () => {
     const marker = `unauthenticated-${Date.now()}`;
-    const res = await post(`${gw.url}/chat/completions`, 'sk-gw-v1-' + '0'.repeat(48), { ...CHAT, trace: { marker } });
+    const traceId = randomBytes(16).toString('hex');
+    const traceparent = `00-${traceId}-${randomBytes(8).toString('hex')}-01`;
+    const res = await post(`${gw.url}/chat/completions`, 'sk-gw-v1-' + '0'.repeat(48), { ...CHAT, trace: { marker } }, { traceparent });
     expect(res.status).toBe(401);
-    const request = await waitForSpans((all) => all.find((s) => s.attributes['gateway.trace.marker'] === marker));
+    const request = await waitForSpans((all) => all.find((s) => s.spanContext().traceId === traceId && s.name.startsWith('gateway.request')));
     expect(request.name).toBe('gateway.request chat_completions');
+    // The body was never read: nothing of its `trace` object reaches the span.
+    expect(request.attributes['gateway.trace.marker']).toBeUndefined();
+    expect(request.attributes['gateway.requested_model']).toBeUndefined();
     expect(request.status.code).toBe(SpanStatusCode.ERROR);
     expect(request.attributes['gateway.error_type']).toBe('authentication');
     expect(request.attributes['http.response.status_code']).toBe(401);
