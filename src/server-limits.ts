@@ -5,6 +5,7 @@ import type { Logger } from 'pino';
 import type { GatewayConfig } from './config/types';
 import { errorBody, standardEnvelope, statusFor, type ApiStyle } from './errors/envelope';
 import { GatewayError } from './errors/gateway-error';
+import { limitConnections } from './connection-limit';
 import { continueWhenRead } from './routes/body';
 
 type ServerConfig = GatewayConfig['server'];
@@ -17,8 +18,9 @@ type ServerConfig = GatewayConfig['server'];
  * - `server.requestTimeout` = `headers_timeout_ms + body_timeout_ms`: a backstop for bodies nobody reads
  *   (readJson times out first on the endpoints that read one). Node counts it only until the request has
  *   been received, so it never cuts a long streamed answer.
- * - `max_connections` → `server.maxConnections` (0 = no limit): Node closes connections beyond it at once,
- *   before any HTTP is spoken; keep it well above `max_in_flight`, which answers a clean 503.
+ * - `max_connections` (0 = no limit): connections beyond it close idle keep-alive ones first, else are closed
+ *   at once, before any HTTP is spoken (connection-limit.ts); keep it well above `max_in_flight`, which
+ *   answers a clean 503.
  *
  * @example const s = app.listen(port); applyServerLimits(s, config.server, logger);
  */
@@ -31,7 +33,7 @@ export function applyServerLimits(server: Server, limits: ServerConfig, logger: 
     25,
     Math.min(1000, Math.floor(limits.headers_timeout_ms / 4)),
   );
-  if (limits.max_connections > 0) server.maxConnections = limits.max_connections;
+  limitConnections(server, limits.max_connections);
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => answerClientError(err, socket, logger));
 }
 

@@ -78,6 +78,9 @@ export interface Gateway {
   close(): Promise<void>;
 }
 
+/** Socket errors that mean the client went away. */
+const CLIENT_LEFT = new Set(['ECONNRESET', 'EPIPE', 'ECONNABORTED', 'ERR_STREAM_PREMATURE_CLOSE']);
+
 /**
  * Builds the Koa app for a config. The caller owns the store and the telemetry SDK.
  *
@@ -133,6 +136,12 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   videos.start();
 
   const app = new Koa();
+  // Koa's own errors (a response that failed after its handler returned: a client that reset its connection
+  // during a stream) go to the logger, not to Koa's default `console.error`, past the log level and format.
+  app.on('error', (err: NodeJS.ErrnoException) => {
+    if (CLIENT_LEFT.has(err?.code ?? '')) logger.debug({ code: err.code }, 'client connection closed');
+    else logger.error({ err }, 'unexpected error');
+  });
   app.use(async (ctx, next) => {
     try {
       await next();

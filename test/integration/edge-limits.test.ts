@@ -1,6 +1,6 @@
 import { request, type IncomingHttpHeaders } from 'node:http';
 import { connect, type Socket } from 'node:net';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { post, sseEvents, testConfigYaml } from '../fixtures/gateway';
 import { perTestGateways } from '../fixtures/per-test';
 
@@ -445,6 +445,28 @@ describe('slow clients', () => {
   });
 });
 
+describe('a client that resets its connection during a stream', () => {
+  it('is logged by the gateway logger at debug, not printed to stderr by Koa', async () => {
+    const gw = await t.start({ yaml: yaml('max_in_flight: 8', { chunkDelayMs: 50 }).replace('logging: { level: info }', 'logging: { level: debug }') });
+    const printed = vi.spyOn(console, 'error');
+    try {
+      const port = Number(new URL(gw.url).port);
+      const body = JSON.stringify({ ...CHAT, stream: true, max_tokens: 200, messages: [{ role: 'user', content: 'hi '.repeat(50) }] });
+      const sock = connect(port, '127.0.0.1', () =>
+        sock.write(`POST /api/v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${gw.key}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`),
+      );
+      sock.on('error', () => {});
+      await new Promise<void>((r) => sock.once('data', () => r()));
+      sock.resetAndDestroy();
+      await until(() => gw.logs.some((l) => l.includes('"msg":"client connection closed"')), 'the debug line');
+      expect(gw.logs.find((l) => l.includes('"msg":"client connection closed"'))).toContain('"code":"ECONNRESET"');
+      expect(printed).not.toHaveBeenCalled();
+    } finally {
+      printed.mockRestore();
+    }
+  });
+});
+
 describe('max_in_flight and max_connections', () => {
   it('over max_in_flight: 503 provider_overloaded (529 on /messages) with Retry-After; the count comes back down after every kind of ending', async () => {
     const gw = await t.start({ yaml: yaml('max_in_flight: 2') });
@@ -546,5 +568,54 @@ describe('max_in_flight and max_connections', () => {
       a.destroy();
       b.destroy();
     }
+  });
+  it('max_connections: idle keep-alive connections give way to a new one, the longest idle first; busy ones never do', async () => {
+    const gw = await t.start({ yaml: yaml('max_connections: 3') });
+    const port = Number(new URL(gw.url).port);
+    const conn = () => {
+      const s = connect(port, '127.0.0.1');
+      let text = '';
+      let closed = false;
+      s.on('data', (d) => (text += d));
+      s.on('error', () => {});
+      s.on('close', () => (closed = true));
+      const get = async () => {
+        const before = text.length;
+        s.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
+        await until(() => text.slice(before).includes('"ok"') || closed, 'an answer');
+        return text.slice(before);
+      };
+      return { s, get, closed: () => closed };
+    };
+    // Two connections that answered a request and now sit idle (keep-alive), the first the longest.
+    const a = conn();
+    expect(await a.get()).toMatch(/^HTTP\/1\.1 200 /);
+    const b = conn();
+    expect(await b.get()).toMatch(/^HTTP\/1\.1 200 /);
+    // One busy with a request its upstream holds.
+    let release!: () => void;
+    t.upstream.faults.push({ kind: 'hold', until: new Promise<void>((r) => (release = r)) });
+    const before = t.upstream.received.length;
+    const held = post(`${gw.url}/chat/completions`, gw.key, { ...CHAT, model: 'fake/gpt' });
+    await until(() => t.upstream.received.length === before + 1, 'the held request at the upstream');
+    try {
+      // At the limit (3): a new connection closes the longest idle one (a), and is served.
+      const c = conn();
+      expect(await c.get()).toMatch(/^HTTP\/1\.1 200 /);
+      await until(() => a.closed(), 'the longest idle connection closed');
+      expect(b.closed()).toBe(false);
+      // Then b; then, with the held request's connection busy and c and d idle, c.
+      const d = conn();
+      expect(await d.get()).toMatch(/^HTTP\/1\.1 200 /);
+      await until(() => b.closed(), 'the next idle connection closed');
+      const e = conn();
+      expect(await e.get()).toMatch(/^HTTP\/1\.1 200 /);
+      await until(() => c.closed(), 'c closed');
+      expect(d.closed()).toBe(false);
+      for (const x of [c, d, e]) x.s.destroy();
+    } finally {
+      release();
+    }
+    expect((await held).status).toBe(200);
   });
 });
