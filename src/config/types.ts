@@ -9,6 +9,7 @@ export interface GatewayConfig {
     max_body_bytes: number;
     /** Edge limits (README "Edge limits"): JSON nesting, slow clients, connections and requests at once. */
     max_json_depth: number;
+    max_json_values: number;
     headers_timeout_ms: number;
     body_timeout_ms: number;
     /** Longest a stream waits for its client to take what was written (a reader that stopped reading is cut). */

@@ -1,12 +1,13 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { GatewayError } from '../errors/gateway-error';
 import type { GatewayContext } from '../pipeline/types';
-import { hasLoneSurrogate, jsonDepthExceeds } from './json-checks';
+import { hasLoneSurrogate, jsonShapeExceeds } from './json-checks';
 
 /** The `server:` limits a request body is read under (README "Edge limits"). */
 export interface BodyLimits {
   max_body_bytes: number;
   max_json_depth: number;
+  max_json_values: number;
   body_timeout_ms: number;
 }
 
@@ -34,7 +35,8 @@ export function continueWhenRead(req: IncomingMessage): void {
  *   connection is closed);
  * - time: a body not complete within `body_timeout_ms` of the handler starting to read it (a slow-loris
  *   client) → 408 `timeout`, and the connection is closed;
- * - content: not UTF-8, empty, nested deeper than `max_json_depth`, not JSON, or a string with a lone
+ * - content: not UTF-8, empty, nested deeper than `max_json_depth`, more than `max_json_values` values, not
+ *   JSON, or a string with a lone
  *   surrogate → 400 `invalid_request`.
  *
  * @example const body = await readJson(ctx, runtime.config.server);
@@ -64,9 +66,15 @@ export async function readJson(ctx: GatewayContext, limits: BodyLimits): Promise
     throw new GatewayError('invalid_request', 'Request body is not valid UTF-8');
   }
   if (text.trim() === '') throw new GatewayError('invalid_request', 'Request body is empty; a JSON object is required');
-  if (jsonDepthExceeds(text, limits.max_json_depth)) {
+  const shape = jsonShapeExceeds(text, limits.max_json_depth, limits.max_json_values);
+  if (shape === 'depth') {
     throw new GatewayError('invalid_request', `Request body nests deeper than ${limits.max_json_depth} levels`, {
       metadata: { max_depth: limits.max_json_depth },
+    });
+  }
+  if (shape === 'values') {
+    throw new GatewayError('invalid_request', `Request body holds more than ${limits.max_json_values} JSON values`, {
+      metadata: { max_values: limits.max_json_values },
     });
   }
   let body: Record<string, unknown>;

@@ -1,6 +1,7 @@
 /**
- * Cheap checks on a request body's JSON text that JSON.parse does not make: nesting depth (before parsing,
- * so a 100k-deep `[[[[…` never reaches code that recurses) and lone UTF-16 surrogates from `\uD800`-style
+ * Cheap checks on a request body's JSON text that JSON.parse does not make: nesting depth and the number
+ * of values (before parsing, so a 100k-deep `[[[[…` never reaches code that recurses, and millions of tiny
+ * values never reach JSON.parse) and lone UTF-16 surrogates from `\uD800`-style
  * escapes (JSON.parse accepts them; they break UTF-8 re-encoding upstream and in the ledger).
  */
 
@@ -10,30 +11,50 @@ const OPEN_ARRAY = 0x5b;
 const OPEN_OBJECT = 0x7b;
 const CLOSE_ARRAY = 0x5d;
 const CLOSE_OBJECT = 0x7d;
+const COMMA = 0x2c;
 
 /**
- * True when brackets outside strings nest deeper than `max` (`{}` is depth 1, `{"a":[1]}` depth 2). One
- * pass over the text: string contents are skipped with native `indexOf`, so a body that is mostly text
- * (prompts, base64 images) costs little. Malformed JSON is not judged here; JSON.parse reports it after.
+ * True when brackets outside strings nest deeper than `max` (`{}` is depth 1, `{"a":[1]}` depth 2).
  *
  * @example jsonDepthExceeds('[[[1]]]', 2) // true
  */
 export function jsonDepthExceeds(text: string, max: number): boolean {
+  return jsonShapeExceeds(text, max, 0) === 'depth';
+}
+
+/**
+ * Which limit a JSON text's shape passes, before it is parsed: `depth` when brackets outside strings nest
+ * deeper than `maxDepth`, `values` when it holds more than `maxValues` values (0 = no limit), counted as
+ * the commas and the arrays and objects outside strings (each array element and object member after the
+ * first has its comma, and each container counts one: `[0,0,0]` is 3, `[{},{}]` 4). JSON.parse of many
+ * small values is what costs (about a microsecond each, most of it the garbage collector's): 10 MB of
+ * `{},` took seconds, where 10 MB of text in strings takes milliseconds. One pass over the text: string
+ * contents are skipped with native `indexOf`, so a body that is mostly text (prompts, base64 images) costs
+ * little. Malformed JSON is not judged here; JSON.parse reports it after.
+ *
+ * @example jsonShapeExceeds('[0,0,0]', 100, 2) // 'values'
+ */
+export function jsonShapeExceeds(text: string, maxDepth: number, maxValues: number): 'depth' | 'values' | null {
   let depth = 0;
+  let values = 0;
+  const most = maxValues > 0 ? maxValues : Infinity;
   const n = text.length;
   for (let i = 0; i < n; i++) {
     const c = text.charCodeAt(i);
     if (c === QUOTE) {
       const end = stringEnd(text, i);
-      if (end === -1) return false;
+      if (end === -1) return null;
       i = end;
+    } else if (c === COMMA) {
+      if (++values > most) return 'values';
     } else if (c === OPEN_ARRAY || c === OPEN_OBJECT) {
-      if (++depth > max) return true;
+      if (++depth > maxDepth) return 'depth';
+      if (++values > most) return 'values';
     } else if (c === CLOSE_ARRAY || c === CLOSE_OBJECT) {
       depth--;
     }
   }
-  return false;
+  return null;
 }
 
 /** The index of the quote closing the string opened at `open`, or -1 if it is never closed. */

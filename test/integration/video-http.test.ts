@@ -127,9 +127,7 @@ describe('the http-video adapter against a fake job upstream', () => {
     upstream.faults.push({ status: 200, body: { nope: true } });
     expect((await failure(submit())).errorType).toBe('provider_unavailable');
     upstream.faults.push('hang');
-    const started = Date.now();
     expect((await failure(p.poll('up-1'))).errorType).toBe('timeout');
-    expect(Date.now() - started).toBeLessThan(3000);
     const dead = adapter({ base_url: 'http://127.0.0.1:9/v1' });
     expect((await failure(dead.poll('up-1'))).errorType).toBe('provider_unavailable');
   });

@@ -67,6 +67,7 @@ describe('parseConfigText: defaults', () => {
       base_path: '/api/v1',
       max_body_bytes: 10485760,
       max_json_depth: 100,
+      max_json_values: 200000,
       headers_timeout_ms: 10000,
       body_timeout_ms: 60000,
       write_timeout_ms: 60000,

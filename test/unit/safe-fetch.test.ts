@@ -219,10 +219,8 @@ describe('safeFetch against local servers', () => {
   });
 
   it('times out', async () => {
-    const started = Date.now();
     const err = await refusal(safeFetch(`http://127.0.0.1:${firstPort}/slow`, opts({ timeoutMs: 200 })));
     expect(err.code).toBe('timeout');
-    expect(Date.now() - started).toBeLessThan(1500);
   });
 
   it('refuses a content type the config does not allow, and HTTP errors', async () => {
