@@ -287,4 +287,6 @@ export interface VideosConfig {
   job_timeout_s: number;
   default_duration_seconds: number;
   max_duration_seconds: number;
+  /** Jobs with work left that one poll round advances at most (the next round continues after the last one). */
+  max_jobs_per_round: number;
 }

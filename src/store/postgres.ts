@@ -418,8 +418,12 @@ export class PostgresStore implements Store {
     await this.videoJobs.markBilled(id);
   }
 
-  async listUnfinishedVideoJobs(nowMs: number, limit: number, after?: VideoJobCursor): Promise<VideoJob[]> {
-    return this.videoJobs.unfinished(nowMs, limit, after);
+  async listUnfinishedVideoJobs(limit: number, after?: VideoJobCursor): Promise<VideoJob[]> {
+    return this.videoJobs.unfinished(limit, after);
+  }
+
+  async listExpiredVideoJobs(nowMs: number, limit: number): Promise<VideoJob[]> {
+    return this.videoJobs.expired(nowMs, limit);
   }
 
   private readonly videoJobs = postgresVideoJobs((sql, params) => this.pool.query(sql, params));

@@ -402,8 +402,12 @@ export class SqliteStore implements Store {
     this.videoJobs.markBilled(id);
   }
 
-  async listUnfinishedVideoJobs(nowMs: number, limit: number, after?: VideoJobCursor): Promise<VideoJob[]> {
-    return this.videoJobs.unfinished(nowMs, limit, after);
+  async listUnfinishedVideoJobs(limit: number, after?: VideoJobCursor): Promise<VideoJob[]> {
+    return this.videoJobs.unfinished(limit, after);
+  }
+
+  async listExpiredVideoJobs(nowMs: number, limit: number): Promise<VideoJob[]> {
+    return this.videoJobs.expired(nowMs, limit);
   }
 
   /** Prepared after the migrations (init) created the table. */

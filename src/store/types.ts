@@ -321,10 +321,12 @@ export interface Store {
   markVideoJobBilled(id: string): Promise<void>;
   /**
    * Jobs with work left, least recently updated first (by updated_at, then id), after `after` when given (the
-   * last job of the previous page): pending and in_progress ones, completed or expired ones not yet billed, and
-   * completed ones whose outputs expired at or before `nowMs`.
+   * last job of the previous page): pending and in_progress ones, and completed or expired ones not yet billed.
+   * Read by an index in both engines: a page costs its own rows, not the table's.
    */
-  listUnfinishedVideoJobs(nowMs: number, limit: number, after?: VideoJobCursor): Promise<VideoJob[]>;
+  listUnfinishedVideoJobs(limit: number, after?: VideoJobCursor): Promise<VideoJob[]>;
+  /** Billed completed jobs whose outputs expired at or before `nowMs` (to be marked expired), earliest first. */
+  listExpiredVideoJobs(nowMs: number, limit: number): Promise<VideoJob[]>;
 
   /** Stores (or replaces) a workspace's sealed provider key. */
   putByokKey(input: Omit<ByokKeyRecord, 'createdAt'>): Promise<void>;

@@ -1,5 +1,5 @@
 /**
- * The `video_jobs` table (migration 4) for both engines: row mapping and the statements, written once with
+ * The `video_jobs` table (migrations 4 and 7) for both engines: row mapping and the statements, written once with
  * `$n` parameters (better-sqlite3 binds `$1`… from `{1: …}`, pg from an array). Booleans differ per engine
  * only in how a true value is written.
  */
@@ -54,12 +54,17 @@ export const VIDEO_JOB_QUERIES = {
       expires_at = COALESCE($9, expires_at), completed_at = COALESCE($10, completed_at)
     WHERE id = $1 AND status = $2 RETURNING *`,
   markBilled: (yes: string) => `UPDATE video_jobs SET billed = ${yes} WHERE id = $1`,
-  // Keyset pages over (updated_at, id), after ($3, $4).
+  // Keyset pages over (updated_at, id), after ($2, $3). The first condition is video_jobs_work_page's WHERE
+  // (migration 7) word for word: SQLite uses a partial index only when the query repeats its WHERE as a term.
   unfinished: (no: string) => `SELECT * FROM video_jobs
-    WHERE (status IN ('pending', 'in_progress') OR (status IN ('completed', 'expired') AND billed = ${no})
-        OR (status = 'completed' AND expires_at <= $1))
-      AND (updated_at > $3 OR (updated_at = $3 AND id > $4))
-    ORDER BY updated_at, id LIMIT $2`,
+    WHERE (status IN ('pending', 'in_progress') OR (status IN ('completed', 'expired') AND billed = ${no}))
+      AND (updated_at, id) > ($2, $3)
+    ORDER BY updated_at, id LIMIT $1`,
+  // Billed completed jobs whose outputs expired by $1, earliest first, by video_jobs_expiry (migration 4).
+  // Unbilled ones are in `unfinished`: the poller bills them, then expires them.
+  expired: (yes: string) => `SELECT * FROM video_jobs
+    WHERE status = 'completed' AND expires_at <= $1 AND billed = ${yes}
+    ORDER BY expires_at LIMIT $2`,
 };
 
 /** `isByok` as the engine writes a boolean: SQLite's 0/1, PostgreSQL's boolean. */
@@ -90,6 +95,7 @@ export function sqliteVideoJobs(db: Database.Database) {
     update: db.prepare(VIDEO_JOB_QUERIES.update),
     markBilled: db.prepare(VIDEO_JOB_QUERIES.markBilled('1')),
     unfinished: db.prepare(VIDEO_JOB_QUERIES.unfinished('0')),
+    expired: db.prepare(VIDEO_JOB_QUERIES.expired('1')),
   };
   return {
     create: (job: NewVideoJob) => rowToVideoJob(s.insert.get(bind(insertParams(job, job.isByok ? 1 : 0))) as Row),
@@ -102,8 +108,9 @@ export function sqliteVideoJobs(db: Database.Database) {
       return row ? rowToVideoJob(row) : null;
     },
     markBilled: (id: string) => void s.markBilled.run(bind([id])),
-    unfinished: (nowMs: number, limit: number, after: VideoJobCursor = START) =>
-      (s.unfinished.all(bind([nowMs, limit, after.updatedAt, after.id])) as Row[]).map(rowToVideoJob),
+    unfinished: (limit: number, after: VideoJobCursor = START) =>
+      (s.unfinished.all(bind([limit, after.updatedAt, after.id])) as Row[]).map(rowToVideoJob),
+    expired: (nowMs: number, limit: number) => (s.expired.all(bind([nowMs, limit])) as Row[]).map(rowToVideoJob),
   };
 }
 
@@ -120,7 +127,8 @@ export function postgresVideoJobs(query: Query) {
     get: (id: string, workspaceId: string) => one(VIDEO_JOB_QUERIES.get, [id, workspaceId]),
     update: (id: string, expected: VideoJobStatus, patch: VideoJobPatch) => one(VIDEO_JOB_QUERIES.update, updateParams(id, expected, patch)),
     markBilled: async (id: string) => void (await query(VIDEO_JOB_QUERIES.markBilled('TRUE'), [id])),
-    unfinished: async (nowMs: number, limit: number, after: VideoJobCursor = START) =>
-      (await query(VIDEO_JOB_QUERIES.unfinished('FALSE'), [nowMs, limit, after.updatedAt, after.id])).rows.map(rowToVideoJob),
+    unfinished: async (limit: number, after: VideoJobCursor = START) =>
+      (await query(VIDEO_JOB_QUERIES.unfinished('FALSE'), [limit, after.updatedAt, after.id])).rows.map(rowToVideoJob),
+    expired: async (nowMs: number, limit: number) => (await query(VIDEO_JOB_QUERIES.expired('TRUE'), [nowMs, limit])).rows.map(rowToVideoJob),
   };
 }

@@ -1,17 +1,21 @@
 import type { Services } from '../services';
 import type { VideoJob, VideoJobCursor } from '../store/types';
-import { advanceJob } from './advance';
+import { advanceJob, type AdvanceDeps } from './advance';
 
-/** Jobs read per page (a round reads every page), and how many of them are advanced at once. */
+/** Jobs read per page, and how many of them are advanced at once. */
 const PAGE = 200;
 const PARALLEL = 8;
 
 /**
  * The background poller, one per gateway process: every `videos.poll_interval_ms` (read from the current
- * config each round) it reads every job with work left from the store, a page at a time, and advances each one step
- * (advance.ts). The first round runs at start, so jobs left unfinished by a stopped or crashed process are
- * picked up again. Several processes may poll the same jobs: every change is a compare-and-set in the store,
- * and billing is idempotent, so nothing is applied or billed twice.
+ * config each round) it marks expired the outputs that expired (a page of them, earliest first) and advances
+ * up to `videos.max_jobs_per_round` jobs with work left, a page at a time, least recently updated first; the
+ * next round continues after the last job this one reached, and starts over once it reached the end. So a
+ * round's work is bounded however many jobs are waiting (60 000 pending jobs used to be read, and polled
+ * upstream, every round), and every job is still reached in turn. Each page is one indexed read (the store).
+ * The first round runs at start, so jobs left unfinished by a stopped or crashed process are picked up again.
+ * Several processes may poll the same jobs: every change is a compare-and-set in the store, and billing is
+ * idempotent, so nothing is applied or billed twice.
  *
  * @example const poller = new VideoPoller(() => runtime().services, clock); poller.start(); … await poller.stop();
  */
@@ -21,6 +25,8 @@ export class VideoPoller {
   private stopped = true;
   /** Set while stop() waits for the round under way, so the round ends after the job at hand. */
   private halting = false;
+  /** Where the next round continues: after the last job the previous one reached (undefined: from the start). */
+  private cursor: VideoJobCursor | undefined;
 
   constructor(
     private readonly services: () => Services,
@@ -46,36 +52,54 @@ export class VideoPoller {
     }
   }
 
-  /** One round over every job with work left, page by page (tests call it on a stopped poller to drive it by hand). */
+  /** One round: expired outputs, then up to `videos.max_jobs_per_round` jobs with work left (tests call it on a stopped poller to drive it by hand). */
   async poll(): Promise<void> {
     const services = this.services();
     const deps = { services, clock: this.clock };
     const now = this.clock();
-    let after: VideoJobCursor | undefined;
-    while (!this.halting) {
-      let jobs: VideoJob[];
-      try {
-        jobs = await services.store.listUnfinishedVideoJobs(now, PAGE, after);
-      } catch (err) {
-        services.logger.error({ err }, 'reading unfinished video jobs failed; retrying at the next poll');
+    const expired = await this.read(services, () => services.store.listExpiredVideoJobs(now, PAGE));
+    if (!expired) return;
+    await this.advanceAll(deps, expired);
+    let left = services.config.videos.max_jobs_per_round;
+    while (!this.halting && left > 0) {
+      const limit = Math.min(PAGE, left);
+      const jobs = await this.read(services, () => services.store.listUnfinishedVideoJobs(limit, this.cursor));
+      if (!jobs) return;
+      await this.advanceAll(deps, jobs);
+      left -= jobs.length;
+      if (jobs.length < limit) {
+        this.cursor = undefined;
         return;
       }
-      let next = 0;
-      const worker = async () => {
-        while (next < jobs.length && !this.halting) {
-          const job = jobs[next++];
-          try {
-            await advanceJob(deps, job);
-          } catch (err) {
-            services.logger.error({ err, video_job_id: job.id }, 'advancing a video job failed; retrying at the next poll');
-          }
-        }
-      };
-      await Promise.all(Array.from({ length: Math.min(PARALLEL, jobs.length) }, worker));
-      if (jobs.length < PAGE) return;
       const last = jobs[jobs.length - 1];
-      after = { updatedAt: last.updatedAt, id: last.id };
+      this.cursor = { updatedAt: last.updatedAt, id: last.id };
     }
+  }
+
+  /** A page of jobs, or undefined when the store failed (logged; the next round tries again). */
+  private async read(services: Services, page: () => Promise<VideoJob[]>): Promise<VideoJob[] | undefined> {
+    try {
+      return await page();
+    } catch (err) {
+      services.logger.error({ err }, 'reading unfinished video jobs failed; retrying at the next poll');
+      return undefined;
+    }
+  }
+
+  /** Advances `jobs`, PARALLEL at a time; a job that fails is logged and left to the next round. */
+  private async advanceAll(deps: AdvanceDeps, jobs: VideoJob[]): Promise<void> {
+    let next = 0;
+    const worker = async () => {
+      while (next < jobs.length && !this.halting) {
+        const job = jobs[next++];
+        try {
+          await advanceJob(deps, job);
+        } catch (err) {
+          deps.services.logger.error({ err, video_job_id: job.id }, 'advancing a video job failed; retrying at the next poll');
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(PARALLEL, jobs.length) }, worker));
   }
 
   private schedule(ms: number): void {

@@ -183,7 +183,7 @@ describe('the gateway with an http-video provider', () => {
     const res = await createVideo(gw, { model: 'http/video', prompt: 'x' });
     expect(res.status).toBe(503);
     expect(res.json).toEqual({ error: { code: 503, message: expect.any(String), metadata: expect.objectContaining({ error_type: 'provider_overloaded', provider_code: 503 }) } });
-    expect(await gw.store.listUnfinishedVideoJobs(Date.now(), 10)).toEqual([]);
+    expect(await gw.store.listUnfinishedVideoJobs(10)).toEqual([]);
   });
 
   it('a job that never finishes fails after videos.job_timeout_s and is cancelled upstream', async () => {

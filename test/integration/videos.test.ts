@@ -69,7 +69,7 @@ describe('POST /videos', () => {
       expect(res.json).toEqual(envelope(400, 'invalid_request'));
       expect(res.json.error.metadata.field).toBe(field);
     }
-    expect(await g.store.listUnfinishedVideoJobs(Date.now(), 10)).toEqual([]);
+    expect(await g.store.listUnfinishedVideoJobs(10)).toEqual([]);
   });
 
   it('404 for an unknown video model, also for a chat model id (chat and video models are separate)', async () => {
@@ -96,7 +96,7 @@ describe('POST /videos', () => {
     expect(res.status).toBe(402);
     expect(res.json).toEqual(envelope(402, 'payment_required'));
     expect(res.json.error.metadata).toMatchObject({ limit_source: 'gateway_credits', reason: 'insufficient_credits' });
-    expect(await g.store.listUnfinishedVideoJobs(Date.now(), 10)).toEqual([]);
+    expect(await g.store.listUnfinishedVideoJobs(10)).toEqual([]);
   });
 
   it('previous_job_id: a completed job of the same workspace continues; another workspace\'s job is 404; an unfinished one 400', async () => {
@@ -310,7 +310,7 @@ describe('the job state machine with the simulated provider', () => {
     expect(failed).not.toHaveProperty('expires_at');
     if (failed.generation_id) expect(await g.store.getLedger(failed.generation_id)).toBeNull();
     expect((await g.store.findAccount(g.keyRecord.accountId))!.balanceUsd).toBe(before);
-    expect(await g.store.listUnfinishedVideoJobs(Date.now(), 10)).toEqual([]);
+    expect(await g.store.listUnfinishedVideoJobs(10)).toEqual([]);
   });
 
   it('cancelled from pending: no generation id, never polled on, repeated cancels answer the same job', async () => {
@@ -320,7 +320,7 @@ describe('the job state machine with the simulated provider', () => {
     expect(res.status).toBe(200);
     expect(res.json).toEqual({ id, status: 'cancelled', polling_url: `/api/v1/videos/${id}` });
     expect((await getVideo(g, id)).json.status).toBe('cancelled');
-    expect(await g.store.listUnfinishedVideoJobs(Date.now(), 10)).toEqual([]);
+    expect(await g.store.listUnfinishedVideoJobs(10)).toEqual([]);
     const again = await cancelVideo(g, id);
     expect(again.status).toBe(200);
     expect(again.json.status).toBe('cancelled');

@@ -100,7 +100,7 @@ describe('video configuration', () => {
     expect(config.providers[1]).toEqual({ id: 'sv', kind: 'simulated-video', region: 'global', data_collection: 'deny', queued_ms: 1000, running_ms: 3000, failure_rate: 0, seed: 'simulated-video', output_url: 'https://simulated-video.invalid/{job_id}.mp4' });
     expect(config.providers[2]).toMatchObject({ kind: 'http-video', timeout_ms: 30000, connect_timeout_ms: 10000 });
     expect(config.video_models[0].endpoints.map((e) => e.pricing)).toEqual([{ per_second: 0.1, per_job: 0 }, { per_second: 0, per_job: 0 }]);
-    expect(config.videos).toEqual({ poll_interval_ms: 1000, output_ttl_s: 86400, job_timeout_s: 3600, default_duration_seconds: 5, max_duration_seconds: 60 });
+    expect(config.videos).toEqual({ poll_interval_ms: 1000, output_ttl_s: 86400, job_timeout_s: 3600, default_duration_seconds: 5, max_duration_seconds: 60, max_jobs_per_round: 1000 });
     expect(parse(VIDEO_CONFIG.replace(/video_models:[\s\S]*?pipelines:/, 'pipelines:')).video_models).toEqual([]);
   });
 
