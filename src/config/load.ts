@@ -194,7 +194,8 @@ function checkSpendReferences(config: GatewayConfig): void {
       throw new ConfigError(`workspaces[${i}].account: unknown account "${w.account}" (declare it under accounts, or use "default")`);
     }
   });
-  const models = new Set(config.models.map((m) => m.id));
+  // A line may name a video model too: it limits job creation (POST /videos).
+  const models = new Set([...config.models, ...config.video_models].map((m) => m.id));
   config.rate_limits.models.forEach((r, i) => {
     if (!models.has(r.model)) throw new ConfigError(`rate_limits.models[${i}].model: unknown model "${r.model}"`);
   });

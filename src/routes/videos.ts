@@ -27,8 +27,9 @@ async function workspaceJob(services: Services, id: string, key: KeyRecord): Pro
 
 /**
  * POST /videos (this gateway's addition; the spec shows no creation): any valid key. Validates the body,
- * checks the account balance (unless every endpoint would be called with the workspace's own key), submits
- * to the model's first video endpoint that accepts the job (the next one on an upstream failure that is not
+ * counts it in the key's and the video model's rate-limit windows (429 when one is full), checks the account
+ * balance (unless every endpoint would be called with the workspace's own key), submits to the model's first
+ * video endpoint that accepts the job (the next one on an upstream failure that is not
  * the caller's fault), with the workspace's own key for that provider when it has one (BYOK), stores the job
  * and answers 200 with it (`status: pending`).
  */
@@ -37,6 +38,9 @@ export function videoCreateStage(services: Services): Stage {
     const state = ctx.state.gateway;
     const key = state.key!;
     const req = parseVideoRequest(state.body, services.config.videos);
+    // Before anything else is spent on it, as the chat pipelines' `rate-limit` stage: every job is a store row
+    // the poller follows upstream until it ends, so a key's request rate bounds how many it can start.
+    await services.rateLimits.checkVideoJob({ config: services.config, gw: state, model: req.model, now: services.spend.clock() });
     const model = services.videos.models.get(req.model);
     if (!model) {
       throw new GatewayError('not_found', `Video model \`${req.model}\` is not available on this gateway`, { metadata: { model: req.model } });

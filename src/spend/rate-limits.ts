@@ -59,6 +59,21 @@ export class RateLimiter {
     }
   }
 
+  /**
+   * Counts a video job creation (POST /videos) in its windows, or throws the 429 of the first full one: the
+   * key's window (shared with chat requests: a key has one request rate) and the `rate_limits.models` lines
+   * naming the video model. No free-model windows: those are for chat models' `:free` variants.
+   *
+   * @example await services.rateLimits.checkVideoJob({ config, gw: ctx.state.gateway, model: 'acme/video', now: clock() });
+   */
+  async checkVideoJob({ config, gw, model, now }: { config: GatewayConfig; gw: GatewayState; model: string; now: number }): Promise<void> {
+    try {
+      await this.admit(gw, this.linesFor(config, gw, model, false, null, now), now);
+    } catch (err) {
+      throw checksUnavailable(err);
+    }
+  }
+
   /** Takes the request back from the free-model daily window `check` counted it in, unless a free model served it with the gateway's keys. Never throws (a failure is logged by the caller's logger). */
   unlessServedFree(dailyKey: string, gw: GatewayState, now: number): Promise<void> {
     const r = gw.route;
@@ -72,7 +87,11 @@ export class RateLimiter {
     // nor is a model this gateway does not have (routing answers 404).
     const free = model !== undefined && isFreeModel(model) && config.models.some((m) => m.id === model) && !(await this.ownKeysOnly(config, model, gw));
     const account = free ? await this.accountOf(gw.key!.accountId, config) : null;
-    const lines = this.linesFor(config, gw, model, free, account, now);
+    return this.admit(gw, this.linesFor(config, gw, model, free, account, now), now);
+  }
+
+  /** Counts the request in `lines`, or throws the 429 of the first full one; returns the free-model daily window it counted in. */
+  private async admit(gw: GatewayState, lines: Described[], now: number): Promise<string | null> {
     if (lines.length === 0) return null;
     let result: RateResult = await this.state.hit(lines, now);
     if (!result.ok && result.reason === 'missing') {
