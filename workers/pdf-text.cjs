@@ -1,9 +1,17 @@
 'use strict';
 // Runs in a worker thread (src/files/pdf-text.ts starts it): pdf.js parses and inflates untrusted PDFs, and a
 // small file can inflate to gigabytes or take seconds of CPU. Here that work cannot block the gateway's event
-// loop, is stopped at the host's time limit, and is bounded in memory by the worker's resource limits.
+// loop, is stopped at the host's time limit, and is bounded in memory: the heap by the worker's resource
+// limits, the heap plus decoded data by memory-cap.cjs.
 // Plain JavaScript so the same file serves the compiled build and the TypeScript sources under test.
 const { parentPort, workerData } = require('node:worker_threads');
+const { capMemory } = require('./memory-cap.cjs');
+
+capMemory(workerData.maxMemoryMb * 2 ** 20, () => {
+  // Delivered before the host sees the thread exit (Node drains a worker's messages first).
+  parentPort.postMessage({ tooLarge: `parsing needed more than ${workerData.maxMemoryMb} MB` });
+  process.exit(1);
+});
 
 async function extract({ bytes, maxPages, maxChars }) {
   const { getDocumentProxy } = await import('unpdf');

@@ -1,5 +1,6 @@
 import { GatewayError } from '../../src/errors/gateway-error';
-import { pdfText, PdfUnreadable } from '../../src/files/pdf-text';
+import { ParserSlots } from '../../src/files/parser-slots';
+import { PdfBusy, pdfText, PdfTooLarge, PdfUnreadable } from '../../src/files/pdf-text';
 import { FetchRefused, safeFetch, type Resolver } from '../../src/net/safe-fetch';
 import { keepAskedText } from '../../src/pipeline/asked-text';
 import { inferenceBody, requestPlugin } from '../../src/pipeline/request-plugins';
@@ -18,6 +19,8 @@ export interface FileParserConfig {
   max_chars: number;
   timeout_ms: number;
   parse_timeout_ms: number;
+  parse_memory_mb: number;
+  parse_workers: number;
   max_redirects: number;
   on_error: 'deny' | 'allow';
 }
@@ -28,9 +31,12 @@ export interface FileParserFetcherOverrides {
   resolve?: Resolver;
 }
 
-type FailReason = 'too_many_files' | 'too_large' | 'unreadable' | FetchRefused['code'];
+type FailReason = 'too_many_files' | 'too_large' | 'unreadable' | 'busy' | FetchRefused['code'];
 
-/** A PDF that could not be turned into text; `status`/`errorType` follow web-fetch (504 only for a fetch timeout). */
+/**
+ * A PDF that could not be turned into text; `status`/`errorType` follow web-fetch (504 only for a fetch
+ * timeout), and `busy` (no parser free in time: the gateway's load, not the PDF) is a retryable 503.
+ */
 class FileFailure extends Error {
   constructor(
     readonly reason: FailReason,
@@ -47,11 +53,14 @@ class FileFailure extends Error {
  * @example const def = fileParserDefinition({ testOnlyLoopbackPorts: [server.port] });
  */
 export function fileParserDefinition(overrides: FileParserFetcherOverrides = {}): StageDefinition<FileParserConfig, Services> {
+  // One limit for every pipeline built from this definition (the registry holds one: the whole process).
+  const slots = new ParserSlots(1);
   return {
     id: 'file-parser',
     configSchema: schema,
     beforeUpstream: true,
     create(config, services) {
+      slots.limit = config.parse_workers;
       return async (ctx, next) => {
         const state = ctx.state.gateway;
         const body = inferenceBody(state);
@@ -67,19 +76,18 @@ export function fileParserDefinition(overrides: FileParserFetcherOverrides = {})
         for (const [i, block] of blocks.entries()) {
           try {
             if (i >= config.max_files) throw new FileFailure('too_many_files', `More than max_files (${config.max_files}) PDFs in one request`);
-            const { text, record } = await parseOne(block, config, overrides, state.signal);
+            const { text, record } = await parseOne({ block, config, overrides, slots, signal: state.signal });
             keepAskedText(state);
             block.replace(text);
             state.pipeline.push(record);
             parsed++;
           } catch (err) {
+            // The client is gone (or a shutdown cut the request): nothing to record, the request ends here, as
+            // routing ends an attempt cut the same way (the endpoint logs it as 499 cancelled, not a 500).
+            if (state.abort.aborted) throw new GatewayError('timeout', 'The client closed the request', { cause: err });
             const failure = err instanceof FileFailure ? err : new FileFailure('unreadable', (err as Error).message);
             state.pipeline.push(record(block, 'failed', `Could not parse ${block.name}: ${failure.message}`, { reason: failure.reason }));
-            if (config.on_error === 'deny') {
-              throw new GatewayError(failure.reason === 'timeout' ? 'timeout' : 'invalid_request', `file-parser could not read ${block.name}: ${failure.message}`, {
-                metadata: { plugin: 'file-parser', file: block.name, reason: failure.reason },
-              });
-            }
+            if (config.on_error === 'deny') throw failureError(failure, block);
           }
         }
         state.span.setAttribute('gateway.file_parser.files', blocks.length);
@@ -99,17 +107,35 @@ function record(block: PdfBlock, outcome: 'parsed' | 'failed', summary: string, 
   return { type: 'file-parser', name: 'file-parser', summary, data: { file: block.name, source: block.source.kind, outcome, ...data } };
 }
 
-async function parseOne(
-  block: PdfBlock,
-  config: FileParserConfig,
-  overrides: FileParserFetcherOverrides,
-  signal: AbortSignal,
-): Promise<{ text: string; record: PipelineRecord }> {
+function failureError(failure: FileFailure, block: PdfBlock): GatewayError {
+  const message = `file-parser could not read ${block.name}: ${failure.message}`;
+  const metadata = { plugin: 'file-parser', file: block.name, reason: failure.reason };
+  if (failure.reason === 'busy') return new GatewayError('provider_overloaded', message, { metadata, headers: { 'retry-after': '1' } });
+  return new GatewayError(failure.reason === 'timeout' ? 'timeout' : 'invalid_request', message, { metadata });
+}
+
+async function parseOne(input: {
+  block: PdfBlock;
+  config: FileParserConfig;
+  overrides: FileParserFetcherOverrides;
+  slots: ParserSlots;
+  signal: AbortSignal;
+}): Promise<{ text: string; record: PipelineRecord }> {
+  const { block, config, overrides, slots, signal } = input;
   const bytes = await pdfBytes(block, config, overrides, signal);
   let doc;
   try {
-    doc = await pdfText(bytes, { maxPages: config.max_pages, maxChars: config.max_chars, timeoutMs: config.parse_timeout_ms });
+    doc = await pdfText(bytes, {
+      maxPages: config.max_pages,
+      maxChars: config.max_chars,
+      timeoutMs: config.parse_timeout_ms,
+      maxMemoryMb: config.parse_memory_mb,
+      slots,
+      signal,
+    });
   } catch (err) {
+    if (err instanceof PdfTooLarge) throw new FileFailure('too_large', err.message);
+    if (err instanceof PdfBusy) throw new FileFailure('busy', err.message);
     throw new FileFailure('unreadable', err instanceof PdfUnreadable ? `not a readable PDF (${err.message})` : (err as Error).message);
   }
   const pagesCut = doc.pagesRead < doc.pages;

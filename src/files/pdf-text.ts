@@ -1,5 +1,6 @@
 import { Worker } from 'node:worker_threads';
 import { findPackageFile } from '../config/package-root';
+import type { ParserSlots } from './parser-slots';
 
 /** Text of a PDF, page by page up to a cap. */
 export interface PdfText {
@@ -11,7 +12,7 @@ export interface PdfText {
   text: string;
 }
 
-/** The bytes are not a PDF pdf.js can read (bad structure, encrypted, truncated…). */
+/** The bytes are not a PDF pdf.js can read (bad structure, encrypted, truncated, too slow…). */
 export class PdfUnreadable extends Error {
   constructor(message: string) {
     super(message);
@@ -19,26 +20,65 @@ export class PdfUnreadable extends Error {
   }
 }
 
-/** Memory a PDF's parse may use (the worker's old generation): a decompression bomb stops there. */
-const WORKER_HEAP_MB = 256;
+/** Parsing the PDF needed more than `maxMemoryMb` (a decompression bomb, typically). */
+export class PdfTooLarge extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'PdfTooLarge';
+  }
+}
+
+/** No parser slot came free within the PDF's time: the gateway is busy parsing other PDFs. */
+export class PdfBusy extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'PdfBusy';
+  }
+}
+
+export interface PdfTextOptions {
+  maxPages: number;
+  maxChars: number;
+  /** Queue wait plus parse: past it, a waiting PDF is PdfBusy and a parsing one PdfUnreadable. */
+  timeoutMs: number;
+  /** The worker's heap, and its heap plus decoded data (ArrayBuffers), each at most this. */
+  maxMemoryMb: number;
+  /** The process-wide limit on parses at once. */
+  slots: ParserSlots;
+  /** The request's cancellation: a waiting parse leaves the queue, a running one is stopped. */
+  signal?: AbortSignal;
+}
 
 /**
  * Extracts the text of the first `maxPages` pages of a PDF with pdf.js (unpdf's bundled build: no canvas
  * needed for text), in a worker thread (`workers/pdf-text.cjs`): a small hostile PDF can inflate to
  * gigabytes or take seconds of CPU, and on the gateway's own thread that blocked every other request (a
- * 29 KB file inflating to 10 MB held the event loop 14 s). The worker is stopped after `timeoutMs`, its heap
- * is capped, and it stops reading pages once it has more than `maxChars` characters.
+ * 29 KB file inflating to 10 MB held the event loop 14 s). At most `slots.limit` workers run at once, the
+ * others wait; a worker is stopped at the deadline, past its memory cap, or when the request is cancelled,
+ * and it stops reading pages once it has more than `maxChars` characters.
  *
- * @example const { pages, text } = await pdfText(buffer, { maxPages: 50, maxChars: 100_000, timeoutMs: 15_000 });
+ * @example const { pages, text } = await pdfText(buffer, { maxPages: 50, maxChars: 100_000, timeoutMs: 15_000, maxMemoryMb: 256, slots, signal });
  */
-export async function pdfText(bytes: Uint8Array, options: { maxPages: number; maxChars: number; timeoutMs: number }): Promise<PdfText> {
+export async function pdfText(bytes: Uint8Array, options: PdfTextOptions): Promise<PdfText> {
   if (!startsLikePdf(bytes)) throw new PdfUnreadable('Not a PDF (no %PDF- header)');
+  const deadline = performance.now() + options.timeoutMs;
+  const release = await options.slots.acquire(options.signal, options.timeoutMs);
+  if (!release) throw new PdfBusy(`no PDF parser came free within ${options.timeoutMs} ms (${options.slots.limit} at work)`);
+  try {
+    return await parseInWorker(bytes, options, Math.max(1, deadline - performance.now()));
+  } finally {
+    release();
+  }
+}
+
+async function parseInWorker(bytes: Uint8Array, options: PdfTextOptions, timeoutMs: number): Promise<PdfText> {
+  const { maxMemoryMb, signal } = options;
   // pdf.js takes ownership of (detaches) the buffer it is given: the worker gets a copy.
   const data = new Uint8Array(bytes);
   const worker = new Worker(findPackageFile('workers/pdf-text.cjs'), {
-    workerData: { bytes: data, maxPages: options.maxPages, maxChars: options.maxChars },
+    workerData: { bytes: data, maxPages: options.maxPages, maxChars: options.maxChars, maxMemoryMb },
     transferList: [data.buffer],
-    resourceLimits: { maxOldGenerationSizeMb: WORKER_HEAP_MB },
+    resourceLimits: { maxOldGenerationSizeMb: maxMemoryMb },
     stdout: true,
     stderr: true,
   });
@@ -46,20 +86,27 @@ export async function pdfText(bytes: Uint8Array, options: { maxPages: number; ma
   worker.stdout.resume();
   worker.stderr.resume();
   let timer: NodeJS.Timeout | undefined;
+  let onAbort: (() => void) | undefined;
   try {
-    const result = await new Promise<PdfText | { unreadable: string }>((resolve, reject) => {
-      timer = setTimeout(() => reject(new PdfUnreadable(`parsing took longer than ${options.timeoutMs} ms`)), options.timeoutMs);
+    const result = await new Promise<PdfText | { unreadable: string } | { tooLarge: string }>((resolve, reject) => {
+      timer = setTimeout(() => reject(new PdfUnreadable(`parsing took longer than ${options.timeoutMs} ms`)), timeoutMs);
+      onAbort = () => reject(signal!.reason);
+      signal?.addEventListener('abort', onAbort, { once: true });
+      if (signal?.aborted) onAbort();
       worker.once('message', resolve);
       worker.once('error', (err: Error & { code?: string }) =>
-        reject(new PdfUnreadable(err.code === 'ERR_WORKER_OUT_OF_MEMORY' ? `parsing needed more than ${WORKER_HEAP_MB} MB` : err.message || 'Invalid PDF')),
+        reject(err.code === 'ERR_WORKER_OUT_OF_MEMORY' ? new PdfTooLarge(`parsing needed more than ${maxMemoryMb} MB`) : new PdfUnreadable(err.message || 'Invalid PDF')),
       );
       worker.once('exit', (code) => reject(new PdfUnreadable(`the parser stopped (exit ${code})`)));
     });
     if ('unreadable' in result) throw new PdfUnreadable(result.unreadable);
+    if ('tooLarge' in result) throw new PdfTooLarge(result.tooLarge);
     return result;
   } finally {
     clearTimeout(timer);
-    void worker.terminate();
+    if (onAbort) signal?.removeEventListener('abort', onAbort);
+    // The slot is given back only once the thread is gone: a stopping worker still holds its memory.
+    await worker.terminate();
   }
 }
 
