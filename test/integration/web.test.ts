@@ -23,8 +23,12 @@ afterEach(() => {
   search.mode = { kind: 'ok' };
 });
 
-function yaml(kind: 'searxng' | 'http', extra = '') {
-  const backend = `{ kind: ${kind}, base_url: '${search.url}', timeout_ms: 500${kind === 'http' ? ', api_key: sk-search-secret' : ''} }`;
+/**
+ * The stage config. The backend's timeout is long (a loaded machine answered the local search page in over
+ * 500 ms, and the stage then went on without results) except where a test waits for it to pass (`timeoutMs`).
+ */
+function yaml(kind: 'searxng' | 'http', extra = '', timeoutMs = 10_000) {
+  const backend = `{ kind: ${kind}, base_url: '${search.url}', timeout_ms: ${timeoutMs}${kind === 'http' ? ', api_key: sk-search-secret' : ''} }`;
   return `${testConfigYaml(t.upstream.url, '[auth, validate, web, upstream]')}plugins:\n  web: { backend: ${backend}${extra ? `, ${extra}` : ''} }\n`;
 }
 
@@ -72,7 +76,7 @@ describe('web search stage through the server', () => {
 
   it('searches what the user asked, not the pages web-fetch added to the message before it', async () => {
     const stages = '[auth, validate, web-fetch, web, upstream]';
-    const backend = `{ kind: searxng, base_url: '${search.url}', timeout_ms: 500 }`;
+    const backend = `{ kind: searxng, base_url: '${search.url}', timeout_ms: 10000 }`;
     const config = `${testConfigYaml(t.upstream.url, stages)}plugins:\n  web: { backend: ${backend} }\n  web-fetch: {}\n`;
     const g = await t.start({ yaml: config, registry: new Map(registry).set('web-fetch', webFetchDefinition({ testOnlyLoopbackPorts: [pages.port] })) });
     for (const content of ['Do otters hold hands?', [{ type: 'text', text: 'Do otters hold hands?' }]]) {
@@ -203,7 +207,7 @@ describe('web search stage through the server', () => {
   });
 
   it('on_error deny: a hanging backend is a 504 timeout, a failing one a 502; nothing goes upstream', async () => {
-    const g = await t.start({ yaml: yaml('http', 'on_error: deny') });
+    const g = await t.start({ yaml: yaml('http', 'on_error: deny', 500) });
     search.mode = { kind: 'hang' };
     const slow = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', plugins: [{ id: 'web' }], messages: [{ role: 'user', content: 'q' }] });
     expect(slow.status).toBe(504);
