@@ -2,6 +2,7 @@ import Ajv, { type ValidateFunction } from 'ajv';
 import Ajv2020 from 'ajv/dist/2020';
 import { LRUCache } from 'lru-cache';
 import { linearRegExpFallback } from '../regexp-fallback';
+import { linearUniqueItems, withJsonIds } from './unique-items';
 
 /** One schema violation, as recorded in the pipeline metadata (`path` is a JSON pointer into the answer). */
 export interface SchemaViolation {
@@ -48,7 +49,7 @@ const NOT_ENFORCED = { test: () => true };
 /**
  * Validates answers against the JSON Schemas clients send, compiling each distinct schema once (keyed by its
  * JSON text) and keeping at most `size` compiled validators. Schemas naming draft 2020-12 get the 2020 dialect;
- * the rest draft-07. `strict: false` because client schemas carry keywords ajv does not know (`strict`,
+ * the rest draft-07. `uniqueItems` is checked in linear time (`linearUniqueItems`). `strict: false` because client schemas carry keywords ajv does not know (`strict`,
  * `name`, vendor extensions) and those must not make the check fail.
  *
  * @example const check = createSchemaCheck(100); check({type: 'object', required: ['a']}, {}) // {valid: false, errors: […]}
@@ -56,8 +57,8 @@ const NOT_ENFORCED = { test: () => true };
 export function createSchemaCheck(size: number): (schema: Record<string, unknown>, value: unknown) => SchemaVerdict {
   linearRegExpFallback();
   const options = { strict: false, allErrors: true, validateFormats: false, code: { regExp: patternEngine } } as const;
-  const draft7 = ajvPool(() => new Ajv(options), size);
-  const draft2020 = ajvPool(() => new Ajv2020(options), size);
+  const draft7 = ajvPool(() => linearUniqueItems(new Ajv(options)), size);
+  const draft2020 = ajvPool(() => linearUniqueItems(new Ajv2020(options)), size);
   const cache = new LRUCache<string, Compiled>({ max: size });
   return (schema, value) => {
     const key = JSON.stringify(schema);
@@ -70,7 +71,7 @@ export function createSchemaCheck(size: number): (schema: Record<string, unknown
     const validate = compiled.validate;
     if (!validate) return { valid: null, schemaError: compiled.error! };
     try {
-      if (validate(value)) return { valid: true };
+      if (withJsonIds(() => validate(value))) return { valid: true };
     } catch (err) {
       // A recursive schema ({"items": {"$ref": "#"}}) walks the answer as deep as it goes: an answer nested
       // thousands deep overflows the stack. That answer is left unchecked, never a failed request.

@@ -1,3 +1,4 @@
+import ajvEqual from 'ajv/dist/runtime/equal';
 import { describe, expect, it } from 'vitest';
 import { answerText, requestedJson, setAnswerText } from '../../src/healing/answer';
 import { healJson, type Repair } from '../../src/healing/repair';
@@ -179,6 +180,73 @@ describe('schema checks on a client schema stay bounded', () => {
     const schema = { type: 'object', required: ['n'], properties: { a: { type: 'string', pattern: '^\\p{L}+$' }, n: { type: 'number' } } };
     expect(check(schema, { a: '123', n: 1 })).toEqual({ valid: true });
     expect(check(schema, { a: '123' })).toMatchObject({ valid: false });
+  });
+
+  it('uniqueItems is linear in the array (pairwise before: 20 000 objects took 7.4 s, 100 000 minutes); duplicates still found', () => {
+    const check = createSchemaCheck(10);
+    const schema = { type: 'array', uniqueItems: true, items: { type: 'object' } };
+    const many = Array.from({ length: 100_000 }, (_, i) => ({ id: i, tags: ['x'] }));
+    expect(check(schema, many)).toEqual({ valid: true });
+    many.push({ tags: ['x'], id: 99_999 });
+    expect(check(schema, many)).toEqual({ valid: false, errors: [{ path: '/', message: 'must NOT have duplicate items (items ## 99999 and 100000 are identical)' }] });
+  });
+
+  it('uniqueItems keeps JSON Schema equality: member order ignored, numbers by value, types and item order kept', () => {
+    const check = createSchemaCheck(10);
+    const unique = (items: string) => check({ uniqueItems: true }, JSON.parse(items)).valid;
+    expect(unique('[{"a": 1, "b": [1, {"c": null}]}, {"b": [1, {"c": null}], "a": 1}]')).toBe(false);
+    expect(unique('[1, 1.0]')).toBe(false);
+    expect(unique('[0, -0]')).toBe(false);
+    expect(unique('[1e2, 100]')).toBe(false);
+    expect(unique('[[1, 2], [2, 1]]')).toBe(true);
+    expect(unique('[1, "1", true, "true", null, "null", [], {}, [[]], [{}], {"a": []}, {"a": {}}, {"a": null}, {"b": null}]')).toBe(true);
+    expect(unique('[{"a": 1}, {"a": 1, "b": 2}]')).toBe(true);
+    expect(unique('["a", "a"]')).toBe(false);
+    expect(check({ uniqueItems: false }, [1, 1])).toEqual({ valid: true });
+    // Nested arrays are checked where they stand (the path is theirs), in both dialects.
+    const nested = { type: 'object', properties: { tags: { type: 'array', uniqueItems: true } } };
+    expect(check(nested, { tags: [{ k: 1 }, { k: 1 }] })).toEqual({ valid: false, errors: [{ path: '/tags', message: 'must NOT have duplicate items (items ## 0 and 1 are identical)' }] });
+    expect(check({ ...nested, $schema: 'https://json-schema.org/draft/2020-12/schema' }, { tags: ['a', 'b', 'a'] }).valid).toBe(false);
+    expect(check({ type: 'array', items: { type: 'array', uniqueItems: true } }, [[1, 2], [3, 3]])).toMatchObject({ valid: false, errors: [{ path: '/1' }] });
+    // Items nested 20 000 deep are compared without recursion (ajv's deep-equal overflowed the stack).
+    const deep = () => JSON.parse(`${'['.repeat(20_000)}${']'.repeat(20_000)}`);
+    expect(check({ uniqueItems: true }, [deep(), [deep()]])).toEqual({ valid: true });
+    expect(check({ uniqueItems: true }, [deep(), deep()]).valid).toBe(false);
+  });
+
+  it('uniqueItems agrees with the pairwise deep-equal it replaced on 3 000 random arrays', () => {
+    const check = createSchemaCheck(10);
+    // ajv's own deep-equal (fast-deep-equal), typed by ajv as a namespace.
+    const equal = ajvEqual as unknown as (a: unknown, b: unknown) => boolean;
+    let seed = 7;
+    const rand = (n: number) => {
+      seed ^= seed << 13;
+      seed ^= seed >>> 17;
+      seed ^= seed << 5;
+      return (seed >>> 0) % n;
+    };
+    const scalars = [0, -0, 1, 1.5, '1', 'a', '', true, false, null];
+    const value = (depth: number): unknown => {
+      const pick = depth > 1 ? 0 : rand(4);
+      if (pick === 1) return Array.from({ length: rand(3) }, () => value(depth + 1));
+      if (pick === 2) return Object.fromEntries(['b', 'a', 'c'].filter(() => rand(3)).map((k) => [k, value(depth + 1)]));
+      return scalars[rand(scalars.length)];
+    };
+    // An earlier item again with every object's members in reverse order: equal, though not as text.
+    const reversed = (v: unknown): unknown =>
+      Array.isArray(v) ? v.map(reversed) : v && typeof v === 'object' ? Object.fromEntries(Object.entries(v).reverse().map(([k, x]) => [k, reversed(x)])) : v;
+    let duplicates = 0;
+    let reordered = 0; // arrays with two items equal though not as JSON text
+    for (let n = 0; n < 3000; n++) {
+      const items = JSON.parse(JSON.stringify(Array.from({ length: 2 + rand(4) }, () => value(0)).map((v, k, all) => (k > 0 && rand(3) === 0 ? reversed(all[rand(k)]) : v)))) as unknown[];
+      const pairwise = items.some((a, i) => items.some((b, j) => j > i && equal(a, b)));
+      duplicates += pairwise ? 1 : 0;
+      reordered += items.some((a, i) => items.some((b, j) => j > i && equal(a, b) && JSON.stringify(a) !== JSON.stringify(b))) ? 1 : 0;
+      expect(check({ uniqueItems: true }, items).valid, JSON.stringify(items)).toBe(!pairwise);
+    }
+    expect(duplicates).toBeGreaterThan(300);
+    expect(duplicates).toBeLessThan(2700);
+    expect(reordered).toBeGreaterThan(30);
   });
 
   it('a schema over 32 KB is not compiled: the answer is left unchecked (10 000 properties took 5.4 s to compile)', () => {
