@@ -8,6 +8,7 @@ import schema from './schema.json';
 
 export interface AuthConfig {
   accept_x_api_key: boolean;
+  max_body_reads_per_key: number;
 }
 
 const MISSING = 'Missing Authentication header';
@@ -15,16 +16,24 @@ const MISSING = 'Missing Authentication header';
 const INVALID = 'Invalid API key';
 
 /**
+ * Requests whose body is being received, by key id, across every pipeline and reload of this process (a
+ * `create` runs per pipeline: a count in its closure would be per endpoint).
+ */
+const reading = new Map<string, number>();
+
+/**
  * `auth`: `Authorization: Bearer <key>` (or `x-api-key`), looked up by hash; sets `state.key`. On the
  * endpoints that read a body the key is checked from the headers before the body is read (`beforeBody`), so
  * a client without a usable key never has its body read or parsed; the stage then takes the key found.
+ * There, too, a key may have at most `max_body_reads_per_key` requests whose body is still arriving: a
+ * client with a key cannot hold every `max_in_flight` slot with bodies it never finishes.
  */
 export const auth: StageDefinition<AuthConfig, Services> = {
   id: 'auth',
   configSchema: schema,
   create(config, services) {
     /** Keys the header check found, by request, for the stage to take (dropped with the request). */
-    const checked = new WeakMap<object, KeyRecord>();
+    const checked = new WeakMap<object, { key: KeyRecord; release: () => void }>();
     const keyOf = async (ctx: ParameterizedContext): Promise<KeyRecord> => {
       const header = ctx.get('authorization');
       let presented = '';
@@ -41,9 +50,14 @@ export const auth: StageDefinition<AuthConfig, Services> = {
       return key;
     };
     const stage = async (ctx: GatewayContext, next: Next) => {
-      let key = checked.get(ctx);
-      if (key) checked.delete(ctx);
-      else key = await keyOf(ctx);
+      const found = checked.get(ctx);
+      let key: KeyRecord;
+      if (found) {
+        // The body has been read: the request no longer counts as one whose body is arriving.
+        checked.delete(ctx);
+        found.release();
+        key = found.key;
+      } else key = await keyOf(ctx);
       const state = ctx.state.gateway;
       state.key = key;
       state.span.setAttribute('gateway.key_id', key.id);
@@ -52,8 +66,39 @@ export const auth: StageDefinition<AuthConfig, Services> = {
     };
     return Object.assign(stage, {
       beforeBody: async (ctx: ParameterizedContext) => {
-        checked.set(ctx, await keyOf(ctx));
+        const key = await keyOf(ctx);
+        checked.set(ctx, { key, release: startReading(ctx, key.id, config.max_body_reads_per_key) });
       },
     });
   },
 };
+
+/**
+ * Counts a request of `keyId` as one whose body is arriving, or throws the 429 when the key has `max` such
+ * requests already (0: no limit). Returns the release, which the stage calls once the body was read; the
+ * request's end (its answer written, or its connection closed: a body that failed or never came) calls it
+ * too. It counts once.
+ */
+function startReading(ctx: ParameterizedContext, keyId: string, max: number): () => void {
+  if (max <= 0) return noop;
+  const now = reading.get(keyId) ?? 0;
+  if (now >= max) {
+    throw new GatewayError('rate_limit_exceeded', `Too many requests of this key are sending their body at once (limit ${max}); retry shortly`, {
+      headers: { 'retry-after': '1' },
+      metadata: { reason: 'key_body_reads', max_body_reads_per_key: max },
+    });
+  }
+  reading.set(keyId, now + 1);
+  let counted = true;
+  const release = () => {
+    if (!counted) return;
+    counted = false;
+    const left = (reading.get(keyId) ?? 1) - 1;
+    if (left > 0) reading.set(keyId, left);
+    else reading.delete(keyId);
+  };
+  ctx.res.once('close', release);
+  return release;
+}
+
+function noop(): void {}

@@ -330,6 +330,47 @@ describe('the key is checked before the body is read', () => {
     expect(got).toMatch(/^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 200 /);
   });
 
+  it('plugins.auth.max_body_reads_per_key: one more unfinished body of that key is a 429 before its body; other keys pass; a finished or abandoned body frees its count', async () => {
+    const gw = await t.start({ yaml: yaml('body_timeout_ms: 30000') + 'plugins:\n  auth: { max_body_reads_per_key: 2 }\n' });
+    const port = Number(new URL(gw.url).port);
+    const json = JSON.stringify(CHAT);
+    const auth = `Authorization: Bearer ${gw.key}\r\n`;
+    // Two bodies of the key that are still arriving (half sent).
+    const open = [0, 1].map(() => {
+      const sock = connect(port, '127.0.0.1');
+      let got = '';
+      sock.on('data', (d) => (got += d));
+      sock.on('error', () => {});
+      sock.write(head('/chat/completions', auth, Buffer.byteLength(json)) + json.slice(0, 10));
+      return { sock, got: () => got };
+    });
+    await until(() => gw.gateway.inFlight() === 2, 'both requests reading their body');
+    // The third of that key, on either endpoint, is refused at once, before its body.
+    const third = await firstAnswer(port, head('/chat/completions', auth, 1000) + '{"x":');
+    expect(third.text).toMatch(/^HTTP\/1\.1 429 /);
+    expect(third.text).toMatch(/\r\nretry-after: 1\r\n/i);
+    expect(bodyOf(third.text).error).toMatchObject({ code: 429, metadata: { error_type: 'rate_limit_exceeded', reason: 'key_body_reads', max_body_reads_per_key: 2 } });
+    const msgs = await post(`${gw.url}/messages`, gw.key, MESSAGES);
+    expect(msgs.status).toBe(429);
+    expect(msgs.json.error).toMatchObject({ type: 'rate_limit_error', error_type: 'rate_limit_exceeded' });
+    // Another key is not held back.
+    const other = (await gw.createKey()).secret;
+    expect((await post(`${gw.url}/chat/completions`, other, CHAT)).status).toBe(200);
+    // One body finishes (answered), the other's client leaves: both counts come back.
+    open[0].sock.write(json.slice(10));
+    await until(() => open[0].got().includes('"chat.completion"'), 'the finished body answered');
+    open[1].sock.destroy();
+    let after = await post(`${gw.url}/chat/completions`, gw.key, CHAT);
+    for (let i = 0; i < 50 && after.status === 429; i++) {
+      await new Promise((r) => setTimeout(r, 20));
+      after = await post(`${gw.url}/chat/completions`, gw.key, CHAT);
+    }
+    expect(after.status).toBe(200);
+    const both = await Promise.all([post(`${gw.url}/chat/completions`, gw.key, CHAT), post(`${gw.url}/messages`, gw.key, MESSAGES)]);
+    expect(both.map((r) => r.status)).toEqual([200, 200]);
+    open[0].sock.destroy();
+  });
+
   it('the preset and video endpoints check the key first too', async () => {
     const gw = await t.start({ yaml: yaml('body_timeout_ms: 30000') });
     const port = Number(new URL(gw.url).port);
