@@ -20,6 +20,8 @@ export function limitConnections(server: Server, max: number): void {
   const open = new Set<Socket>();
   /** Idle keep-alive connections, the one idle the longest first (a Map keeps insertion order). */
   const idle = new Map<Socket, true>();
+  /** Requests a connection has received and not finished answering (a client may pipeline several). */
+  const serving = new Map<Socket, number>();
   server.on('connection', (socket: Socket) => {
     if (open.size >= max) {
       const oldest = idle.keys().next();
@@ -35,12 +37,17 @@ export function limitConnections(server: Server, max: number): void {
     socket.once('close', () => {
       open.delete(socket);
       idle.delete(socket);
+      serving.delete(socket);
     });
   });
   server.on('request', (req, res) => {
     const socket = req.socket;
     idle.delete(socket);
-    res.once('finish', () => {
+    serving.set(socket, (serving.get(socket) ?? 0) + 1);
+    res.once('close', () => {
+      const left = (serving.get(socket) ?? 1) - 1;
+      if (left > 0) return void serving.set(socket, left);
+      serving.delete(socket);
       if (!socket.destroyed && open.has(socket)) idle.set(socket, true);
     });
   });

@@ -15,6 +15,9 @@ const MISSING = 'Missing Authentication header';
 /** One answer for every unusable key (unknown, revoked, disabled, expired): nothing to probe. */
 const INVALID = 'Invalid API key';
 
+/** A key found before a body that took longer than this to arrive is looked up again once the body is in. */
+const RECHECK_AFTER_MS = 1000;
+
 /**
  * Requests whose body is being received, by key id, across every pipeline and reload of this process (a
  * `create` runs per pipeline: a count in its closure would be per endpoint).
@@ -33,7 +36,7 @@ export const auth: StageDefinition<AuthConfig, Services> = {
   configSchema: schema,
   create(config, services) {
     /** Keys the header check found, by request, for the stage to take (dropped with the request). */
-    const checked = new WeakMap<object, { key: KeyRecord; release: () => void }>();
+    const checked = new WeakMap<object, { key: KeyRecord; at: number; release: () => void }>();
     const keyOf = async (ctx: ParameterizedContext): Promise<KeyRecord> => {
       const header = ctx.get('authorization');
       let presented = '';
@@ -57,6 +60,10 @@ export const auth: StageDefinition<AuthConfig, Services> = {
         checked.delete(ctx);
         found.release();
         key = found.key;
+        // A body that took a while may have outlived its key (revoked, disabled or expired meanwhile): looked
+        // up again, as a request would be, so the window stays the key cache's, not `body_timeout_ms`.
+        if (performance.now() - found.at > RECHECK_AFTER_MS) key = await keyOf(ctx);
+        else if (keyUnusableReason(key) !== null) throw new GatewayError('authentication', INVALID);
       } else key = await keyOf(ctx);
       const state = ctx.state.gateway;
       state.key = key;
@@ -67,7 +74,7 @@ export const auth: StageDefinition<AuthConfig, Services> = {
     return Object.assign(stage, {
       beforeBody: async (ctx: ParameterizedContext) => {
         const key = await keyOf(ctx);
-        checked.set(ctx, { key, release: startReading(ctx, key.id, config.max_body_reads_per_key) });
+        checked.set(ctx, { key, at: performance.now(), release: startReading(ctx, key.id, config.max_body_reads_per_key) });
       },
     });
   },

@@ -60,7 +60,6 @@ export function fileParserDefinition(overrides: FileParserFetcherOverrides = {})
     configSchema: schema,
     beforeUpstream: true,
     create(config, services) {
-      slots.limit = config.parse_workers;
       return async (ctx, next) => {
         const state = ctx.state.gateway;
         const body = inferenceBody(state);
@@ -71,6 +70,9 @@ export function fileParserDefinition(overrides: FileParserFetcherOverrides = {})
         if (!asked && config.mode === 'models_without_pdf' && allHavePdf(requestedModels(body), services)) return next();
         const blocks = pdfBlocks(body, state.endpoint === 'messages' ? 'messages' : 'chat');
         if (blocks.length === 0) return next();
+        // The limit of the config serving this request, set when it is used rather than in `create`: a reload
+        // that is refused (a later stage's config fails) has run `create` too, and must change nothing.
+        if (slots.limit !== config.parse_workers) slots.limit = config.parse_workers;
 
         let parsed = 0;
         for (const [i, block] of blocks.entries()) {

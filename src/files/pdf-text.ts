@@ -39,7 +39,10 @@ export class PdfBusy extends Error {
 export interface PdfTextOptions {
   maxPages: number;
   maxChars: number;
-  /** Queue wait plus parse: past it, a waiting PDF is PdfBusy and a parsing one PdfUnreadable. */
+  /**
+   * Queue wait plus parse: past it, a waiting PDF is PdfBusy, and a parsing one PdfUnreadable (PdfBusy when
+   * the wait took more than half of it).
+   */
   timeoutMs: number;
   /** The worker's heap, and its heap plus decoded data (ArrayBuffers), each at most this. */
   maxMemoryMb: number;
@@ -89,7 +92,7 @@ async function parseInWorker(bytes: Uint8Array, options: PdfTextOptions, timeout
   let onAbort: (() => void) | undefined;
   try {
     const result = await new Promise<PdfText | { unreadable: string } | { tooLarge: string }>((resolve, reject) => {
-      timer = setTimeout(() => reject(new PdfUnreadable(`parsing took longer than ${options.timeoutMs} ms`)), timeoutMs);
+      timer = setTimeout(() => reject(outOfTime(options.timeoutMs, timeoutMs)), timeoutMs);
       onAbort = () => reject(signal!.reason);
       signal?.addEventListener('abort', onAbort, { once: true });
       if (signal?.aborted) onAbort();
@@ -108,6 +111,16 @@ async function parseInWorker(bytes: Uint8Array, options: PdfTextOptions, timeout
     // The slot is given back only once the thread is gone: a stopping worker still holds its memory.
     await worker.terminate();
   }
+}
+
+/**
+ * The error of a parse stopped at the deadline. One that waited for a parser more than half of `timeoutMs`
+ * had too little time left to blame the PDF: it is PdfBusy (the gateway's load, a retryable 503), not
+ * PdfUnreadable (the client's 400).
+ */
+function outOfTime(timeoutMs: number, leftMs: number): Error {
+  if (leftMs < timeoutMs / 2) return new PdfBusy(`waiting for a PDF parser left ${Math.round(leftMs)} of ${timeoutMs} ms to parse`);
+  return new PdfUnreadable(`parsing took longer than ${timeoutMs} ms`);
 }
 
 function startsLikePdf(bytes: Uint8Array): boolean {

@@ -151,6 +151,9 @@ function discardRest(req: IncomingMessage, res: ServerResponse, budget: number):
  * left paused but not destroyed (destroying it would destroy the socket before the 408 can be written).
  */
 function readRaw(req: IncomingMessage, res: ServerResponse, limit: number, timeoutMs: number): Promise<Buffer> {
+  // The client may have gone while the key was looked up (a store round trip): its 'close' came before these
+  // listeners, and waiting for it held the request's slot until the body timeout.
+  if (req.destroyed) return Promise.reject(closedEarly());
   return new Promise<Buffer>((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
@@ -173,7 +176,7 @@ function readRaw(req: IncomingMessage, res: ServerResponse, limit: number, timeo
     };
     const onEnd = () => stop(null);
     const onError = (err: Error) => stop(new GatewayError('invalid_request', 'The request body could not be read', { cause: err }));
-    const onClose = () => stop(new GatewayError('invalid_request', 'The client closed the connection before the body was complete'));
+    const onClose = () => stop(closedEarly());
     const timer = setTimeout(
       () =>
         // `Connection: close`: Node then ends the socket once the 408 is written instead of reading on.
@@ -191,4 +194,8 @@ function readRaw(req: IncomingMessage, res: ServerResponse, limit: number, timeo
     req.once('error', onError);
     req.once('close', onClose);
   });
+}
+
+function closedEarly(): GatewayError {
+  return new GatewayError('invalid_request', 'The client closed the connection before the body was complete');
 }

@@ -3,6 +3,8 @@ import { connect, type Socket } from 'node:net';
 import { describe, expect, it, vi } from 'vitest';
 import { post, sseEvents, testConfigYaml } from '../fixtures/gateway';
 import { perTestGateways } from '../fixtures/per-test';
+import type { GatewayConfig } from '../../src/config/types';
+import { openStore } from '../../src/store';
 
 const t = perTestGateways();
 
@@ -371,6 +373,56 @@ describe('the key is checked before the body is read', () => {
     open[0].sock.destroy();
   });
 
+  it('a client that leaves while its key is looked up frees its max_in_flight slot at once (not at body_timeout_ms)', async () => {
+    const store = await openStore({ driver: 'sqlite', path: ':memory:' } as GatewayConfig['storage']);
+    // A key lookup held until the client has gone (a PostgreSQL round trip, or a key's first use after the cache's 5 s).
+    let gate: Promise<void> | null = null;
+    let asked = false;
+    const find = store.findKeyByHash.bind(store);
+    store.findKeyByHash = async (hash: string) => {
+      asked = true;
+      if (gate) await gate;
+      return find(hash);
+    };
+    const gw = await t.start({ yaml: yaml('max_in_flight: 1, body_timeout_ms: 30000'), store });
+    try {
+      const port = Number(new URL(gw.url).port);
+      let open!: () => void;
+      gate = new Promise<void>((r) => (open = r));
+      const sock = connect(port, '127.0.0.1');
+      sock.on('error', () => {});
+      const closed = new Promise((r) => sock.once('close', r));
+      sock.write(head('/chat/completions', `Authorization: Bearer ${gw.key}\r\n`, 1000) + '{"model":');
+      await until(() => asked, 'the key lookup');
+      sock.destroy();
+      await closed;
+      await new Promise((r) => setTimeout(r, 200)); // the server sees the close before the lookup ends
+      gate = null;
+      open();
+      await until(() => gw.gateway.inFlight() === 0, 'the slot freed');
+      expect((await post(`${gw.url}/chat/completions`, gw.key, CHAT)).status).toBe(200);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('a key that expires while its body is arriving is refused once the body is in', async () => {
+    const gw = await t.start({ yaml: yaml('body_timeout_ms: 30000') });
+    const port = Number(new URL(gw.url).port);
+    const { secret } = await gw.createKey({ expiresAt: new Date(Date.now() + 1000).toISOString() });
+    const json = JSON.stringify(CHAT);
+    const sock = connect(port, '127.0.0.1');
+    let got = '';
+    sock.on('data', (d) => (got += d));
+    sock.on('error', () => {});
+    sock.write(head('/chat/completions', `Authorization: Bearer ${secret}\r\n`, Buffer.byteLength(json)));
+    await new Promise((r) => setTimeout(r, 1500)); // past the key's expiry, and past the stage's recheck age
+    sock.write(json);
+    await until(() => /\r\n\r\n\{/.test(got), 'the answer');
+    sock.destroy();
+    expect(got).toMatch(/^HTTP\/1\.1 401 /);
+  });
+
   it('the preset and video endpoints check the key first too', async () => {
     const gw = await t.start({ yaml: yaml('body_timeout_ms: 30000') });
     const port = Number(new URL(gw.url).port);
@@ -635,6 +687,34 @@ describe('max_in_flight and max_connections', () => {
       b.destroy();
     }
   });
+  it('max_connections: a connection serving a pipelined request is not idle, though an earlier answer on it is finished', async () => {
+    const gw = await t.start({ yaml: yaml('max_connections: 1') });
+    const port = Number(new URL(gw.url).port);
+    let release!: () => void;
+    t.upstream.faults.push({ kind: 'hold', until: new Promise<void>((r) => (release = r)) });
+    const before = t.upstream.received.length;
+    const json = JSON.stringify({ ...CHAT, model: 'fake/gpt' });
+    const a = connect(port, '127.0.0.1');
+    let aText = '';
+    let aClosed = false;
+    a.on('data', (d) => (aText += d));
+    a.on('error', () => {});
+    a.on('close', () => (aClosed = true));
+    const chat = httpRequest('/api/v1/chat/completions', { 'Content-Type': 'application/json', Authorization: `Bearer ${gw.key}` }, false, [Buffer.from(json)]);
+    a.write(Buffer.concat([Buffer.from('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n'), ...chat]));
+    await until(() => t.upstream.received.length === before + 1, 'the held request at the upstream');
+    expect(aText).toMatch(/^HTTP\/1\.1 200 /);
+    const c = connect(port, '127.0.0.1');
+    c.on('error', () => {});
+    const cClosed = new Promise((r) => c.once('close', r));
+    c.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
+    await cClosed; // the new connection is the one refused
+    expect(aClosed).toBe(false);
+    release();
+    await until(() => (aText.match(/HTTP\/1\.1 200 /g) ?? []).length === 2 && aText.includes('"chat.completion"'), 'the held answer on a');
+    a.destroy();
+  });
+
   it('max_connections: idle keep-alive connections give way to a new one, the longest idle first; busy ones never do', async () => {
     const gw = await t.start({ yaml: yaml('max_connections: 3') });
     const port = Number(new URL(gw.url).port);

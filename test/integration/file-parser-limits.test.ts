@@ -1,5 +1,6 @@
 import { describe, expect, it, vi } from 'vitest';
 import { registry } from '../../plugins';
+import { parseConfigText } from '../../src/config/load';
 import { fileParserDefinition } from '../../plugins/file-parser/stage';
 import { post, startTestGateway, testConfigYaml } from '../fixtures/gateway';
 import { bombPdf, minimalPdf, zeroBombPdf } from '../fixtures/minimal-pdf';
@@ -98,6 +99,20 @@ describe('file-parser: memory and parser-thread limits', () => {
     expect(threads.most).toBe(2);
     const texts = t.upstream.received.map((u) => u.body.messages[0].content[0].text).sort();
     expect(texts).toEqual([0, 1, 2, 3, 4, 5].map((i) => `doc.pdf (PDF, 1 page):\nRequest ${i}`));
+  });
+
+  it('a reload refused by a later stage leaves parse_workers as the serving config has it', async () => {
+    const config = (workers: number, capModel: string) =>
+      testConfigYaml(t.upstream.url, '[auth, validate, file-parser, max-tokens-cap, upstream]') +
+      `plugins:\n  file-parser: { parse_workers: ${workers} }\n  max-tokens-cap: { per_model: { '${capModel}': 100 } }\n`;
+    const g = await t.start({ yaml: config(1, 'fake/gpt') });
+    expect(() => g.gateway.reload(parseConfigText(config(4, 'no/such-model'), { registry }))).toThrow(/no\/such-model/);
+    resetThreads();
+    const answers = await Promise.all(
+      Array.from({ length: 3 }, (_, i) => post(`${g.url}/chat/completions`, g.key, chatBody(minimalPdf([`Request ${i}`])))),
+    );
+    expect(answers.map((a) => a.status)).toEqual([200, 200, 200]);
+    expect(threads.most).toBe(1);
   });
 
   it('a client that goes away stops its parse, and a PDF waiting for a parser leaves the queue without starting one', async () => {

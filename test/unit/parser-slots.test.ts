@@ -1,5 +1,7 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { ParserSlots, type ReleaseSlot } from '../../src/files/parser-slots';
+import { PdfBusy, pdfText, PdfUnreadable } from '../../src/files/pdf-text';
+import { bombPdf } from '../fixtures/minimal-pdf';
 
 /** Settles pending promise callbacks. */
 const tick = () => new Promise<void>((r) => setImmediate(r));
@@ -77,5 +79,25 @@ describe('ParserSlots', () => {
     third();
     (await fourth)!();
     expect(slots.running).toBe(0);
+  });
+});
+
+describe('pdfText at its deadline', () => {
+  it('a PDF that waited for a parser more than half of timeoutMs and then ran out of time is busy, not unreadable', async () => {
+    const slots = new ParserSlots(1);
+    const holder = (await slots.acquire(undefined, 1000))!;
+    // The one parser is busy for 700 of the PDF's 1000 ms (a timer only fires late, so the wait is at least that).
+    setTimeout(holder, 700);
+    // A page that inflates to 10 MB takes pdf.js seconds: the 300 ms left cannot parse it.
+    const err = await pdfText(bombPdf(10_000_000), { maxPages: 5, maxChars: 1000, timeoutMs: 1000, maxMemoryMb: 256, slots }).catch((e) => e);
+    expect(err).toBeInstanceOf(PdfBusy);
+    expect(err.message).toMatch(/^waiting for a PDF parser left \d+ of 1000 ms to parse$/);
+  });
+
+  it('a PDF that had the parser at once and ran out of time is unreadable', async () => {
+    const slots = new ParserSlots(1);
+    const err = await pdfText(bombPdf(10_000_000), { maxPages: 5, maxChars: 1000, timeoutMs: 300, maxMemoryMb: 256, slots }).catch((e) => e);
+    expect(err).toBeInstanceOf(PdfUnreadable);
+    expect(err.message).toBe('parsing took longer than 300 ms');
   });
 });
