@@ -51,6 +51,15 @@ export function refuseLargeBodiesBeforeContinue(server: Server, maxBodyBytes: ()
     if (!(Number(req.headers['content-length']) > maxBodyBytes())) continueWhenRead(req);
     server.emit('request', req, res);
   });
+  // Any other expectation is one the gateway cannot meet: 417, as Node answers it, but in the standard
+  // envelope and closing the connection. Node's own 417 kept the connection open and never told the
+  // handlers, so `max_connections` could not count it idle: a client could pin connections with it.
+  server.on('checkExpectation', (_req: IncomingMessage, res: ServerResponse) => {
+    const e = new GatewayError('invalid_request', 'Only the expectation 100-continue is supported', { status: 417 });
+    const body = JSON.stringify(standardEnvelope(e));
+    res.writeHead(417, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(body), connection: 'close' });
+    res.end(body);
+  });
 }
 
 /**

@@ -250,6 +250,16 @@ describe('Expect: 100-continue', () => {
     const small = await headOnly(port, head(100), 300);
     expect(small.text).toBe('HTTP/1.1 100 Continue\r\n\r\n');
   });
+
+  it('any other expectation is a 417 in the standard envelope, and the connection is closed', async () => {
+    const gw = await t.start({});
+    const port = Number(new URL(gw.url).port);
+    const other = await headOnly(port, `GET /api/v1/key HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${gw.key}\r\nExpect: something-else\r\n\r\n`, 500);
+    expect(other.text).toMatch(/^HTTP\/1\.1 417 /);
+    expect(other.text).toMatch(/\r\nconnection: close\r\n/i);
+    expect(bodyOf(other.text).error).toMatchObject({ code: 417, metadata: { error_type: 'invalid_request' } });
+    expect(other.closed).toBe(true);
+  });
 });
 
 describe('the key is checked before the body is read', () => {
