@@ -1,6 +1,6 @@
 import compose from 'koa-compose';
 import { SpanStatusCode, type Tracer } from '@opentelemetry/api';
-import type { GatewayContext, HeaderCheck, Pipeline, Stage, StageRegistry } from './types';
+import type { GatewayContext, Pipeline, Stage, StageCheck, StageRegistry } from './types';
 import { withSpan } from '../telemetry/linked-context';
 import { clientClosed } from './request-abort';
 import { ConfigError } from '../config/load';
@@ -21,7 +21,7 @@ export interface BuildPipelineInput<S> {
  * `gateway.stage <id>` span, then the list is composed with koa-compose.
  */
 export function buildPipeline<S>(input: BuildPipelineInput<S>): Pipeline {
-  const beforeBody: { stage: string; check: HeaderCheck }[] = [];
+  const beforeBody: StageCheck[] = [];
   const stages = input.stageIds.map((id) => {
     const def = input.registry.get(id);
     if (!def) throw new Error(`unknown stage "${id}"`);

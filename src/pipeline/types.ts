@@ -150,10 +150,16 @@ export type Stage = ((ctx: GatewayContext, next: Next) => Promise<void>) & { bef
 /** See `Stage.beforeBody`. `ctx.state.gateway` is not set yet when it runs. */
 export type HeaderCheck = (ctx: ParameterizedContext) => Promise<void>;
 
+/** A stage's header check, with the stage's id (for its span when it refuses). */
+export interface StageCheck {
+  stage: string;
+  check: HeaderCheck;
+}
+
 /** One endpoint's pipeline, built at load: run it with the request; `beforeBody` are its stages' header checks, in order. */
 export interface Pipeline {
   (ctx: GatewayContext): Promise<void>;
-  readonly beforeBody: readonly { stage: string; check: HeaderCheck }[];
+  readonly beforeBody: readonly StageCheck[];
 }
 
 /**

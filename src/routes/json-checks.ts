@@ -14,17 +14,8 @@ const CLOSE_OBJECT = 0x7d;
 const COMMA = 0x2c;
 
 /**
- * True when brackets outside strings nest deeper than `max` (`{}` is depth 1, `{"a":[1]}` depth 2).
- *
- * @example jsonDepthExceeds('[[[1]]]', 2) // true
- */
-export function jsonDepthExceeds(text: string, max: number): boolean {
-  return jsonShapeExceeds(text, max, 0) === 'depth';
-}
-
-/**
  * Which limit a JSON text's shape passes, before it is parsed: `depth` when brackets outside strings nest
- * deeper than `maxDepth`, `values` when it holds more than `maxValues` values (0 = no limit), counted as
+ * deeper than `maxDepth` (`{}` is depth 1, `{"a":[1]}` depth 2), `values` when it holds more than `maxValues` values (0 = no limit), counted as
  * the commas and the arrays and objects outside strings (each array element and object member after the
  * first has its comma, and each container counts one: `[0,0,0]` is 3, `[{},{}]` 4). JSON.parse of many
  * small values is what costs (about a microsecond each, most of it the garbage collector's): 10 MB of

@@ -1,6 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { hasLoneSurrogate, jsonDepthExceeds, jsonShapeExceeds } from '../../src/routes/json-checks';
+import { hasLoneSurrogate, jsonShapeExceeds } from '../../src/routes/json-checks';
 import { jsonDepthExceeds as parsedDepthExceeds } from '../fixtures/json-depth';
+
+/** The depth half of the raw text scan alone (no limit on values). */
+const jsonDepthExceeds = (text: string, max: number) => jsonShapeExceeds(text, max, 0) === 'depth';
 
 describe('jsonShapeExceeds: the values a body holds (raw text scan)', () => {
   it('counts commas and containers outside strings; 0 is no limit', () => {
