@@ -9,7 +9,7 @@ import { probe, type ProbeTarget } from './probe';
 import { cpuUs, pinTo, rssSampler, startNode, type Started } from './processes';
 
 /**
- * `npm run bench:ab -- --a '<yaml>' --b '<yaml>' [--a-node='<node flags>'] [--b-node='<node flags>'] [--probe 2000]
+ * `npm run bench:ab -- --a '<yaml>' --b '<yaml>' [--a-node='<node flags>'] [--b-node='<node flags>'] [--a-env='NAME=value …'] [--b-env=…] [--probe 2000]
  * [--rounds 3] [--load 0] [--stream] [--a-root=DIR] [--b-root=DIR]`
  *
  * Two gateway variants side by side (extra top-level YAML each, e.g. `ledger: { journal: false }`, and/or
@@ -33,6 +33,8 @@ const { values } = parseArgs({
     rounds: { type: 'string', default: '3' },
     'a-node': { type: 'string', default: '' },
     'b-node': { type: 'string', default: '' },
+    'a-env': { type: 'string', default: '' },
+    'b-env': { type: 'string', default: '' },
     load: { type: 'string', default: '0' },
     'a-root': { type: 'string', default: '' },
     'b-root': { type: 'string', default: '' },
@@ -51,8 +53,8 @@ async function main(): Promise<void> {
     const fakeOrigin = `http://127.0.0.1:${fake.match[1]}`;
     // Each variant: extra YAML, node flags, and the checkout whose build it runs ('' = this one).
     const variants = {
-      a: { extra: values.a!, node: values['a-node']!, root: values['a-root']! },
-      b: { extra: values.b!, node: values['b-node']!, root: values['b-root']! },
+      a: { extra: values.a!, node: values['a-node']!, env: values['a-env']!, root: values['a-root']! },
+      b: { extra: values.b!, node: values['b-node']!, env: values['b-env']!, root: values['b-root']! },
     };
     const body = (stream: boolean) => JSON.stringify({ model: 'bench/chat', max_tokens: 64, stream, messages: [{ role: 'user', content: BENCH_PROMPT }] });
     const targets: Record<string, { pid?: number; chat(stream: boolean): ProbeTarget }> = {};
@@ -65,7 +67,8 @@ async function main(): Promise<void> {
       const main = v.root ? path.join(path.resolve(v.root), 'dist', 'src', 'main.js') : MAIN;
       const key = createKey(main, config, 'ab');
       const flags = v.node.split(' ').filter(Boolean);
-      const gw = await startNode([...flags, main, 'serve', '--config', config], { pin, ready: /listening on http:\/\/[\d.]+:(\d+)/, logFile: path.join(dir, 'gw.log') });
+      const env = { ...process.env, ...envOf(v.env) };
+      const gw = await startNode([...flags, main, 'serve', '--config', config], { pin, ready: /listening on http:\/\/[\d.]+:(\d+)/, logFile: path.join(dir, 'gw.log'), env });
       procs.push(gw);
       const origin = `http://127.0.0.1:${gw.match[1]}`;
       targets[id] = {
@@ -99,7 +102,7 @@ async function main(): Promise<void> {
     const show = (label: string, xs: number[], unit: string) => `${label} ${med(xs)}${unit} [${xs.join(', ')}]`;
     for (const id of ['a', 'b'] as const) {
       const v = variants[id];
-      const what = [v.extra, v.node, v.root].filter(Boolean).join(' + ') || 'as shipped';
+      const what = [v.extra, v.node, v.env, v.root].filter(Boolean).join(' + ') || 'as shipped';
       const parts = [show('chat p50', results[id].chat, ' µs'), show('stream TTFB p50', results[id].ttfb, ' µs')];
       if (loadSeconds > 0) parts.push(show('loaded req/s', results[id].rps, ''), show('CPU/req', results[id].cpu, ' µs'), show('peak RSS', results[id].rss, ' MiB'));
       process.stdout.write(`${id} (${what}): ${parts.join(', ')}\n`);
@@ -108,6 +111,17 @@ async function main(): Promise<void> {
     for (const p of procs.reverse()) await p.stop();
     rmSync(tmp, { recursive: true, force: true });
   }
+}
+
+/** `NAME=value NAME2=value` → an environment object (for `--a-env`/`--b-env`). */
+function envOf(text: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const pair of text.split(' ').filter(Boolean)) {
+    const eq = pair.indexOf('=');
+    if (eq <= 0) throw new Error(`--a-env/--b-env take NAME=value pairs, got ${pair}`);
+    out[pair.slice(0, eq)] = pair.slice(eq + 1);
+  }
+  return out;
 }
 
 main().catch((err) => {
