@@ -383,6 +383,51 @@ describe('the key is checked before the body is read', () => {
     open[0].sock.destroy();
   });
 
+  it('plugins.auth.max_requests_per_key: one more request of a key being served is a 429, on every endpoint; other keys pass; every kind of ending frees its count', async () => {
+    const gw = await t.start({ yaml: yaml('max_in_flight: 10') + 'plugins:\n  auth: { max_requests_per_key: 2 }\n' });
+    const chatReq = (key: string, over: Record<string, unknown> = {}) => post(`${gw.url}/chat/completions`, key, { ...CHAT, model: 'fake/gpt', ...over });
+    // Two requests of the key held at the upstream (bodies read: not counted as body reads).
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const before = t.upstream.received.length;
+    t.upstream.faults.push({ kind: 'hold', until: gate }, { kind: 'hold', until: gate });
+    const held = [chatReq(gw.key), chatReq(gw.key, { stream: true })];
+    await until(() => t.upstream.received.length === before + 2, 'two held requests at the upstream');
+    // A third of that key is refused on both endpoints and GET /key, before reaching the upstream.
+    const third = await chatReq(gw.key);
+    expect(third.status).toBe(429);
+    expect(third.headers.get('retry-after')).toBe('1');
+    expect(third.json.error).toMatchObject({ code: 429, metadata: { error_type: 'rate_limit_exceeded', reason: 'key_requests', max_requests_per_key: 2 } });
+    const msgs = await post(`${gw.url}/messages`, gw.key, MESSAGES);
+    expect(msgs.status).toBe(429);
+    expect(msgs.json.error).toMatchObject({ type: 'rate_limit_error', error_type: 'rate_limit_exceeded' });
+    expect((await fetch(`${gw.url}/key`, { headers: { authorization: `Bearer ${gw.key}` } })).status).toBe(429);
+    expect(t.upstream.received.length).toBe(before + 2);
+    // Another key is not held back.
+    const other = (await gw.createKey()).secret;
+    expect((await chatReq(other)).status).toBe(200);
+    // Answered (JSON and a whole stream): both counts come back.
+    release();
+    expect((await Promise.all(held)).map((r) => r.status)).toEqual([200, 200]);
+    await until(() => gw.gateway.inFlight() === 0, 'both requests finished');
+    expect((await Promise.all([chatReq(gw.key), post(`${gw.url}/messages`, gw.key, MESSAGES)])).map((r) => r.status)).toEqual([200, 200]);
+    // A stream the client abandons and a refused request (400) give theirs back too.
+    const abort = new AbortController();
+    t.upstream.faults.push({ kind: 'stall' });
+    const stalled = fetch(`${gw.url}/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${gw.key}` },
+      body: JSON.stringify({ ...CHAT, model: 'fake/gpt', stream: true }),
+      signal: abort.signal,
+    }).catch(() => null);
+    await until(() => gw.gateway.inFlight() === 1, 'the stalled stream in flight');
+    expect((await chatReq(gw.key, { temperature: 'hot' })).status).toBe(400);
+    abort.abort();
+    await stalled;
+    await until(() => gw.gateway.inFlight() === 0, 'the abandoned stream gone');
+    expect((await Promise.all([chatReq(gw.key), chatReq(gw.key)])).map((r) => r.status)).toEqual([200, 200]);
+  });
+
   it('a client that leaves while its key is looked up frees its max_in_flight slot at once (not at body_timeout_ms)', async () => {
     const store = await openStore({ driver: 'sqlite', path: ':memory:' } as GatewayConfig['storage']);
     // A key lookup held until the client has gone (a PostgreSQL round trip, or a key's first use after the cache's 5 s).

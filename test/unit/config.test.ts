@@ -95,12 +95,12 @@ describe('parseConfigText: defaults', () => {
   it('gives every stage in use its plugin defaults', () => {
     const c = parse(MINIMAL);
     expect(c.plugins.upstream).toEqual({ forward_headers: ['anthropic-beta'] });
-    expect(c.plugins.auth).toEqual({ accept_x_api_key: true, max_body_reads_per_key: 64 });
+    expect(c.plugins.auth).toEqual({ accept_x_api_key: true, max_body_reads_per_key: 64, max_requests_per_key: 512 });
   });
 
   it('keeps operator plugin config and fills the missing fields of it', () => {
     const c = parse(config({ pipelines: '  default: [auth, validate, upstream]', extra: 'plugins:\n  auth: { accept_x_api_key: false }\n  upstream: {}' }));
-    expect(c.plugins.auth).toEqual({ accept_x_api_key: false, max_body_reads_per_key: 64 });
+    expect(c.plugins.auth).toEqual({ accept_x_api_key: false, max_body_reads_per_key: 64, max_requests_per_key: 512 });
     expect(c.plugins.upstream).toEqual({ forward_headers: ['anthropic-beta'] });
     expect(c.plugins.validate).toEqual({});
   });

@@ -64,7 +64,7 @@ describe('key lookup by hash', () => {
 
   it('the auth stage hands every presented key to the hash lookup, with no prefix check before it', async () => {
     const find = vi.fn<KeyLookup['find']>(async (presented) => (presented === real ? record : null));
-    const stage = auth.create({ accept_x_api_key: true, max_body_reads_per_key: 64 }, { keys: { find, forget: () => undefined } } as unknown as Services);
+    const stage = auth.create({ accept_x_api_key: true, max_body_reads_per_key: 64, max_requests_per_key: 512 }, { keys: { find, forget: () => undefined } } as unknown as Services);
     const run = async (headers: Record<string, string>) => {
       const span = { setAttribute: vi.fn() };
       const ctx = { get: (name: string) => headers[name.toLowerCase()] ?? '', state: { gateway: { span, key: null } } } as unknown as GatewayContext;
