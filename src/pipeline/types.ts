@@ -55,6 +55,8 @@ export interface UpstreamAttempt {
   outcome: 'success' | 'error';
   errorType?: string;
   status?: number;
+  /** Request parameters left out of this attempt's body: the endpoint's `supported_parameters` did not list them. */
+  droppedParameters?: string[];
 }
 
 /** Per-request data, `ctx.state.gateway`: one declared type every stage shares. */

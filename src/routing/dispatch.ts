@@ -22,6 +22,7 @@ import type { Candidate } from './candidates';
 import { generationId } from './generation-id';
 import type { EndpointHealth } from './health';
 import { routingMetadata } from './metadata';
+import { fittedBody } from './parameters';
 import { endpointKey, planFor, sessionKey } from './plan';
 import type { StickyRoutes } from './sticky';
 import type { GatewayMetrics } from '../telemetry/metrics';
@@ -86,8 +87,9 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
         const apiKey = own.get(candidate.provider.id);
         const attempt = startAttempt(deps.tracer, state, candidate, apiKey !== undefined);
         const started = performance.now();
+        let dropped: string[] | undefined;
         try {
-          const upstreamBody = untranslatable(() =>
+          let upstreamBody = untranslatable(() =>
             translateRequest(
               dialect,
               candidate.dialect,
@@ -95,13 +97,19 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
               { defaultMaxTokens: candidate.model.max_output_tokens ?? DEFAULT_MAX_TOKENS },
             ),
           );
+          // An endpoint that lists its parameters is sent only those; one that lists none, everything (README "Routing").
+          const listed = candidate.endpoint.supported_parameters;
+          if (listed !== undefined) {
+            ({ body: upstreamBody, dropped } = fittedBody(upstreamBody, candidate.dialect, listed));
+            if (dropped) attempt.setAttribute('gateway.dropped_parameters', dropped);
+          }
           if (stream && debugEcho(body)) state.debugEchoes.push({ provider: candidate.provider.id, model: candidate.model.id, body: redactedEcho(upstreamBody) });
           const sent = performance.now();
           const reply = await candidate.provider
             .send(new CallFor(state, candidate.dialect, upstreamBody, stream, forwardHeaders, apiKey))
             .finally(() => waited(state, sent));
           const throughput = (outputTokens: number, durationMs: number) => deps.health.recordSuccess(endpointKey(candidate), { outputTokens, durationMs });
-          const served: Served = { c: candidate, isByok: apiKey !== undefined };
+          const served: Served = { c: candidate, isByok: apiKey !== undefined, dropped };
           // A stream's attempt is counted when the stream ends (it may still fail after its first event).
           const counted = (outcome: string) => deps.metrics?.attempt(candidate.provider.id, outcome);
           const response = stream ? await streamResponse(state, served, reply, attempt, { throughput, counted }) : jsonResponse(state, served, reply, attempt);
@@ -118,7 +126,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           const gone = clientClosed(state.abort);
           endAttempt(attempt, e, gone);
           deps.metrics?.attempt(candidate.provider.id, gone ? 'cancelled' : e.errorType);
-          state.attempts.push({ provider: candidate.provider.id, model: candidate.model.id, upstreamModel: candidate.endpoint.upstream_model, outcome: 'error', errorType: e.errorType, status: e.status });
+          state.attempts.push({ provider: candidate.provider.id, model: candidate.model.id, upstreamModel: candidate.endpoint.upstream_model, outcome: 'error', errorType: e.errorType, status: e.status, droppedParameters: dropped });
           if (state.abort.aborted) throw cutShort(state, { c: candidate, isByok: apiKey !== undefined }, gone ? new GatewayError('timeout', 'The client closed the request') : e);
           last = e;
           if (stream && e.metadata?.accepted) accepted = { c: candidate, isByok: apiKey !== undefined };
@@ -275,17 +283,21 @@ function endAttempt(span: Span, err?: GatewayError, cancelled = false): void {
   span.end();
 }
 
-/** The endpoint an attempt went to, and whether it was called with the workspace's own provider key. */
+/**
+ * The endpoint an attempt went to, whether it was called with the workspace's own provider key, and the
+ * request parameters left out of its body (its `supported_parameters` did not list them).
+ */
 interface Served {
   c: Candidate;
   isByok: boolean;
+  dropped?: string[];
 }
 
 /** Commits the request to this endpoint: it answered (a stream: its first event arrived). */
 function choose(state: GatewayState, served: Served): void {
   const { c } = served;
   state.route = routeOf(served);
-  state.attempts.push({ provider: c.provider.id, model: c.model.id, upstreamModel: c.endpoint.upstream_model, outcome: 'success' });
+  state.attempts.push({ provider: c.provider.id, model: c.model.id, upstreamModel: c.endpoint.upstream_model, outcome: 'success', droppedParameters: served.dropped });
 }
 
 function routeOf({ c, isByok }: Served): NonNullable<GatewayState['route']> {

@@ -13,6 +13,7 @@ export function routingMetadata(state: GatewayState): Record<string, unknown> {
     model: a.model,
     outcome: a.outcome,
     ...(a.errorType ? { error_type: a.errorType, status: a.status } : {}),
+    ...(a.droppedParameters ? { dropped_parameters: a.droppedParameters } : {}),
   }));
   const attempt = route ? state.attempts.findIndex((a) => a.outcome === 'success') + 1 : state.attempts.length;
   const requested = typeof state.body?.model === 'string' ? state.body.model : Array.isArray(state.body?.models) ? state.body.models[0] : null;

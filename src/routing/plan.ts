@@ -3,6 +3,7 @@ import type { GatewayState } from '../pipeline/types';
 import type { Dialect, Provider } from '../providers/types';
 import { candidatesFor, type Candidate } from './candidates';
 import type { EndpointHealth } from './health';
+import { requestedParameters, supportedThrough } from './parameters';
 import { planRoute, type ProviderPreferences } from './preferences';
 
 /** What route planning reads: the loaded models and providers, and what traffic taught (health, sessions). */
@@ -20,8 +21,7 @@ export function sessionKey(state: GatewayState): string | null {
   return state.session ? `${state.key?.id ?? ''}:${state.session}` : null;
 }
 
-/** Body fields that are not "parameters" for `provider.require_parameters`. */
-const NOT_PARAMETERS = new Set(['model', 'models', 'messages', 'stream', 'stream_options', 'fallbacks', 'provider', 'plugins', 'route', 'session_id', 'trace', 'debug', 'user', 'metadata', 'system', 'preset', 'usage', 'transforms']);
+const NONE: readonly string[] = [];
 
 /**
  * The endpoints to try, in order: the request's models and their endpoints, filtered and ordered by the
@@ -36,7 +36,9 @@ export function planFor(state: GatewayState, deps: PlanDeps, stuck: string | und
   // One endpoint, no provider preferences, no region limit: no filter applies and there is nothing to order
   // (planRoute would give the same one-element plan, open breaker or not).
   if (candidates.length === 1 && preferences === undefined && allowedRegions.length === 0) return candidates;
-  const requested = Object.keys(body).filter((k) => !NOT_PARAMETERS.has(k));
+  // What the request sets and each endpoint takes matters to `require_parameters` alone.
+  const requireAll = preferences?.require_parameters === true;
+  const requested = requireAll ? requestedParameters(body) : NONE;
   const plan = planRoute({
     candidates,
     preferences,
@@ -48,7 +50,7 @@ export function planFor(state: GatewayState, deps: PlanDeps, stuck: string | und
       region: c.provider.region,
       pricing: { prompt: c.endpoint.pricing.prompt, completion: c.endpoint.pricing.completion, request: c.endpoint.pricing.request },
       dataCollection: c.provider.dataCollection,
-      supportedParameters: supportedThrough(c, state.endpoint as Dialect, requested),
+      supportedParameters: requireAll ? supportedThrough({ dialect: c.dialect, list: c.endpoint.supported_parameters }, state.endpoint as Dialect, requested) : undefined,
     }),
     requestedParameters: requested,
     allowedRegions,
@@ -57,22 +59,6 @@ export function planFor(state: GatewayState, deps: PlanDeps, stuck: string | und
   const index = plan.findIndex((c) => endpointKey(c) === stuck);
   if (index <= 0 || deps.health.state(stuck!) === 'open') return plan;
   return [plan[index], ...plan.slice(0, index), ...plan.slice(index + 1)];
-}
-
-/**
- * Request parameters a translated call cannot carry (the translator drops them). For
- * `provider.require_parameters`, an endpoint reached through translation does not support them.
- */
-const UNTRANSLATABLE: Record<Dialect, ReadonlySet<string>> = {
-  chat_completions: new Set(['seed', 'logprobs', 'top_logprobs', 'logit_bias', 'frequency_penalty', 'presence_penalty', 'repetition_penalty', 'min_p', 'top_a', 'prediction', 'modalities', 'n', 'audio', 'image_config', 'verbosity', 'web_search_options']),
-  messages: new Set(['context_management', 'container', 'mcp_servers', 'cache_control', 'deferred_tools']),
-};
-
-/** The parameters an endpoint honours as the client's request reaches it (undefined: all). */
-function supportedThrough(c: Candidate, client: Dialect, requested: string[]): string[] | undefined {
-  if (c.dialect === client) return c.endpoint.supported_parameters;
-  const base = c.endpoint.supported_parameters ?? requested;
-  return base.filter((p) => !UNTRANSLATABLE[client].has(p));
 }
 
 /** `provider` preferences, with the deprecated `route` mapped onto the sort partition (spec 4.2). */

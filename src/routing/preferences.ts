@@ -51,7 +51,7 @@ export interface PlanInput<C> {
   /** facts of an endpoint */
   facts(c: C): EndpointFacts;
   /** request parameters the caller set (for require_parameters) */
-  requestedParameters: string[];
+  requestedParameters: readonly string[];
   /** regions the key may use; empty = any */
   allowedRegions: string[];
 }
@@ -68,7 +68,7 @@ interface Item<C> {
 
 const lower = (s: string) => s.toLowerCase();
 const price = (f: EndpointFacts) => f.pricing.prompt + f.pricing.completion;
-const quote = (xs: string[]) => xs.map((x) => `\`${x}\``).join(', ');
+const quote = (xs: readonly string[]) => xs.map((x) => `\`${x}\``).join(', ');
 
 interface Filter {
   name: FilterName;

@@ -1,0 +1,216 @@
+import { InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { startFakeUpstream, TEXT, type FakeUpstream, type Received } from '../fixtures/fake-upstream';
+import { post, sseEvents, startTestGateway, type TestGateway } from '../fixtures/gateway';
+import { startTelemetry, type Telemetry } from '../../src/telemetry/otel';
+
+/**
+ * An endpoint's `supported_parameters` (README "Routing"): what it does not list is not sent to it, named in
+ * its own API style; `provider.require_parameters` compares a request of the other style through the names
+ * translation gives. One fake upstream serves an OpenAI-style provider (po) and an Anthropic-style one (pa).
+ */
+function yaml(url: string): string {
+  return `
+server: { port: 0, watch_config: false }
+storage: { driver: sqlite, path: ':memory:' }
+providers:
+  - { id: po, kind: openai, base_url: '${url}' }
+  - { id: pa, kind: anthropic, base_url: '${url}' }
+models:
+  - id: p/strict
+    endpoints:
+      - { provider: po, upstream_model: up-strict, pricing: { prompt: 1, completion: 1 }, supported_parameters: [temperature, top_p, stop, max_completion_tokens, tools, tool_choice, response_format] }
+  - id: p/open
+    endpoints: [{ provider: po, upstream_model: up-open, pricing: { prompt: 1, completion: 1 } }]
+  - id: p/legacy
+    endpoints: [{ provider: po, upstream_model: up-legacy, pricing: { prompt: 1, completion: 1 }, supported_parameters: [max_tokens, temperature] }]
+  - id: p/claude-strict
+    endpoints: [{ provider: pa, upstream_model: cl-strict, pricing: { prompt: 1, completion: 1 }, supported_parameters: [temperature, stop_sequences] }]
+  - id: p/fallback
+    endpoints:
+      - { provider: po, upstream_model: up-fb-strict, pricing: { prompt: 1, completion: 1 }, supported_parameters: [temperature] }
+      - { provider: po, upstream_model: up-fb-open, pricing: { prompt: 2, completion: 2 } }
+  - id: p/require
+    endpoints:
+      - { provider: po, upstream_model: up-req-none, pricing: { prompt: 1, completion: 1 }, supported_parameters: [temperature, max_completion_tokens] }
+      - { provider: po, upstream_model: up-req-stop, pricing: { prompt: 2, completion: 2 }, supported_parameters: [stop, max_completion_tokens] }
+  - id: p/require-none
+    endpoints: [{ provider: po, upstream_model: up-req-only, pricing: { prompt: 1, completion: 1 }, supported_parameters: [temperature, max_completion_tokens] }]
+pipelines:
+  default: [auth, validate, upstream]
+`;
+}
+
+const exporter = new InMemorySpanExporter();
+let telemetry: Telemetry;
+let upstream: FakeUpstream;
+let gw: TestGateway;
+beforeAll(async () => {
+  telemetry = startTelemetry({ exporter: 'none', service_name: 't', max_queue: 4096 }, [new SimpleSpanProcessor(exporter)]);
+  upstream = await startFakeUpstream();
+  gw = await startTestGateway({ yaml: yaml(upstream.url), tracer: telemetry.tracer });
+});
+afterAll(async () => {
+  await gw?.close();
+  await upstream?.close();
+  await telemetry?.shutdown();
+});
+afterEach(() => {
+  upstream.scripts.clear();
+});
+
+const chat = (body: object, headers: Record<string, string> = {}) => post(`${gw.url}/chat/completions`, gw.key, body, headers);
+const messages = (body: object, headers: Record<string, string> = {}) => post(`${gw.url}/messages`, gw.key, body, headers);
+/** What the fake received since `from`. */
+const since = (from: number): Received[] => upstream.received.slice(from);
+
+/** The attempt spans (`gateway.upstream <provider>`) that called `upstreamModel`, once exported. */
+async function attemptSpans(upstreamModel: string, count = 1): Promise<ReadableSpan[]> {
+  for (let i = 0; i < 250; i++) {
+    const found = exporter.getFinishedSpans().filter((s) => s.attributes['gateway.upstream_model'] === upstreamModel);
+    if (found.length >= count) return found;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  throw new Error(`no attempt span for ${upstreamModel}`);
+}
+
+/** A chat request with OpenRouter-style sampling parameters the official OpenAI API refuses. */
+const OPENROUTER_STYLE = {
+  messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'hi' }],
+  temperature: 0.4,
+  top_k: 40,
+  repetition_penalty: 1.1,
+  min_p: 0.05,
+  top_a: 0.2,
+  stop: ['END'],
+  max_completion_tokens: 64,
+};
+
+describe('an endpoint is sent only the parameters it lists', () => {
+  it('leaves a chat client\'s top_k (and min_p, top_a, repetition_penalty) out of a same-style call; everything else as sent', async () => {
+    const n = upstream.received.length;
+    const res = await chat({ model: 'p/strict', ...OPENROUTER_STYLE });
+    expect(res.status).toBe(200);
+    const [got] = since(n);
+    expect(got.body).not.toHaveProperty('top_k');
+    const { top_k: _k, repetition_penalty: _r, min_p: _m, top_a: _a, ...kept } = OPENROUTER_STYLE;
+    // The rest goes as the client sent it, in its order (`model` rewritten in place).
+    expect(got.raw).toBe(JSON.stringify({ model: 'up-strict', ...kept }));
+    // Seen by the operator on the attempt's span.
+    const [span] = await attemptSpans('up-strict');
+    expect(span.attributes['gateway.dropped_parameters']).toEqual(['top_k', 'repetition_penalty', 'min_p', 'top_a']);
+  });
+
+  it('sends everything, byte for byte, to an endpoint that lists nothing', async () => {
+    const n = upstream.received.length;
+    const res = await chat({ model: 'p/open', ...OPENROUTER_STYLE });
+    expect(res.status).toBe(200);
+    expect(since(n)[0].raw).toBe(JSON.stringify({ model: 'up-open', ...OPENROUTER_STYLE }));
+    const [span] = await attemptSpans('up-open');
+    expect(span.attributes).not.toHaveProperty('gateway.dropped_parameters');
+  });
+
+  it('leaves a messages client\'s top_k out of a translated call to a chat endpoint listing `stop`, and keeps its stop sequences there', async () => {
+    const n = upstream.received.length;
+    const res = await messages({ model: 'p/strict', max_tokens: 50, temperature: 0.3, top_k: 5, stop_sequences: ['END'], messages: [{ role: 'user', content: 'hi' }] });
+    expect(res.status).toBe(200);
+    expect(res.json.content[0].text).toBe(TEXT.join(''));
+    const [got] = since(n);
+    expect(got.path).toBe('/v1/chat/completions');
+    expect(got.body).not.toHaveProperty('top_k');
+    expect(got.body).toMatchObject({ model: 'up-strict', stop: ['END'], temperature: 0.3, max_completion_tokens: 50 });
+  });
+
+  it('leaves a chat client\'s top_k out of a translated call to a messages endpoint, which always gets max_tokens', async () => {
+    const n = upstream.received.length;
+    const res = await chat({ model: 'p/claude-strict', max_tokens: 30, temperature: 0.3, top_k: 5, stop: ['END'], messages: [{ role: 'user', content: 'hi' }] });
+    expect(res.status).toBe(200);
+    const [got] = since(n);
+    expect(got.path).toBe('/v1/messages');
+    expect(got.body).not.toHaveProperty('top_k');
+    expect(got.body).toMatchObject({ model: 'cl-strict', max_tokens: 30, temperature: 0.3, stop_sequences: ['END'] });
+  });
+
+  it('streams: the stream goes upstream (with its usage request) without top_k, and answers in full', async () => {
+    const n = upstream.received.length;
+    const res = await chat({ model: 'p/strict', stream: true, top_k: 3, temperature: 0.2, messages: [{ role: 'user', content: 'hi' }] });
+    expect(res.status).toBe(200);
+    const events = sseEvents(res.text);
+    expect(events.at(-1)!.data).toBe('[DONE]');
+    const text = events.slice(0, -1).map((e) => JSON.parse(e.data).choices?.[0]?.delta?.content ?? '').join('');
+    expect(text).toBe(TEXT.join(''));
+    const [got] = since(n);
+    expect(got.body).not.toHaveProperty('top_k');
+    expect(got.body).toMatchObject({ stream: true, stream_options: { include_usage: true }, temperature: 0.2 });
+  });
+
+  it('a messages stream translated for a chat endpoint goes without top_k too', async () => {
+    const n = upstream.received.length;
+    const res = await messages({ model: 'p/strict', stream: true, max_tokens: 20, top_k: 3, stop_sequences: ['END'], messages: [{ role: 'user', content: 'hi' }] });
+    expect(res.status).toBe(200);
+    expect(sseEvents(res.text).some((e) => e.event === 'message_stop')).toBe(true);
+    const [got] = since(n);
+    expect(got.body).not.toHaveProperty('top_k');
+    expect(got.body).toMatchObject({ stream: true, stop: ['END'], max_completion_tokens: 20 });
+  });
+
+  it('sends the output limit under the one spelling a chat endpoint lists', async () => {
+    let n = upstream.received.length;
+    expect((await chat({ model: 'p/legacy', max_completion_tokens: 77, messages: [{ role: 'user', content: 'hi' }] })).status).toBe(200);
+    let [got] = since(n);
+    expect(got.body.max_tokens).toBe(77);
+    expect(got.body).not.toHaveProperty('max_completion_tokens');
+    // A messages client's limit, which translation sends as max_completion_tokens, too.
+    n = upstream.received.length;
+    expect((await messages({ model: 'p/legacy', max_tokens: 55, messages: [{ role: 'user', content: 'hi' }] })).status).toBe(200);
+    [got] = since(n);
+    expect(got.body.max_tokens).toBe(55);
+    expect(got.body).not.toHaveProperty('max_completion_tokens');
+  });
+});
+
+describe('each attempt gets its own body', () => {
+  it('after the endpoint that lists no top_k fails (500, retried once), the next one, which lists nothing, gets top_k', async () => {
+    upstream.scripts.set('up-fb-strict', [{ kind: 'status', status: 500 }, { kind: 'status', status: 500 }]);
+    const n = upstream.received.length;
+    const res = await chat({ model: 'p/fallback', temperature: 0.1, top_k: 7, messages: [{ role: 'user', content: 'hi' }] }, { 'x-gateway-metadata': 'enabled' });
+    expect(res.status).toBe(200);
+    expect(res.json.provider).toBe('po');
+    const got = since(n);
+    expect(got.map((r) => r.body.model)).toEqual(['up-fb-strict', 'up-fb-strict', 'up-fb-open']);
+    expect(got.map((r) => r.body.top_k)).toEqual([undefined, undefined, 7]);
+    expect(got.every((r) => r.body.temperature === 0.1)).toBe(true);
+    // The routing metadata the caller opted into names what each attempt went without.
+    const attempts = res.json.gateway_metadata.attempts;
+    expect(attempts.map((a: any) => a.dropped_parameters)).toEqual([['top_k'], ['top_k'], undefined]);
+  });
+});
+
+describe('provider.require_parameters compares names across the API styles', () => {
+  it('keeps a chat endpoint listing `stop` for a messages request with stop_sequences, and drops one that lists neither', async () => {
+    const n = upstream.received.length;
+    const body = { max_tokens: 40, stop_sequences: ['END'], provider: { require_parameters: true }, messages: [{ role: 'user', content: 'hi' }] };
+    const res = await messages({ model: 'p/require', ...body });
+    expect(res.status).toBe(200);
+    // The cheaper endpoint lists no `stop`: only the dearer one was called.
+    expect(since(n).map((r) => r.body.model)).toEqual(['up-req-stop']);
+    expect(since(n)[0].body.stop).toEqual(['END']);
+    const none = await messages({ model: 'p/require-none', ...body });
+    expect(none.status).toBe(503);
+    expect(none.json.error).toMatchObject({ error_type: 'provider_unavailable' });
+    expect(JSON.stringify(none.json)).toMatch(/require_parameters/);
+    // Without require_parameters the same endpoint serves it, without the stop sequences it cannot take.
+    const m = upstream.received.length;
+    const { provider: _p, ...loose } = body;
+    expect((await messages({ model: 'p/require-none', ...loose })).status).toBe(200);
+    expect(since(m)[0].body).not.toHaveProperty('stop');
+  });
+
+  it('keeps a messages endpoint listing `stop_sequences` for a chat request with stop (its max_tokens always taken), and drops it for top_k', async () => {
+    const ok = await chat({ model: 'p/claude-strict', max_tokens: 20, stop: ['END'], provider: { require_parameters: true }, messages: [{ role: 'user', content: 'hi' }] });
+    expect(ok.status).toBe(200);
+    const refused = await chat({ model: 'p/claude-strict', top_k: 5, provider: { require_parameters: true }, messages: [{ role: 'user', content: 'hi' }] });
+    expect(refused.status).toBe(503);
+    expect(refused.json.error.metadata).toMatchObject({ error_type: 'provider_unavailable', reason: 'require_parameters' });
+  });
+});
