@@ -5,9 +5,9 @@ import type { GatewayContext, Stage } from '../pipeline/types';
 import type { VideoProvider } from '../providers/video-types';
 import { blamesCaller } from '../routing/attempt-policy';
 import type { Services } from '../services';
-import { creditsRejection } from '../spend/rejections';
 import type { KeyRecord, VideoJob } from '../store/types';
 import { expireIfDue } from '../videos/advance';
+import { releaseVideoHold, videoEstimate } from '../videos/billing';
 import { jobObject, transition, videoJobId } from '../videos/job';
 import { jobKey } from '../videos/own-key';
 import { parseVideoRequest, type VideoRequest } from '../videos/request';
@@ -27,11 +27,13 @@ async function workspaceJob(services: Services, id: string, key: KeyRecord): Pro
 
 /**
  * POST /videos (this gateway's addition; the spec shows no creation): any valid key. Validates the body,
- * counts it in the key's and the video model's rate-limit windows (429 when one is full), checks the account
- * balance (unless every endpoint would be called with the workspace's own key), submits to the model's first
- * video endpoint that accepts the job (the next one on an upstream failure that is not
- * the caller's fault), with the workspace's own key for that provider when it has one (BYOK), stores the job
- * and answers 200 with it (`status: pending`).
+ * counts it in the key's and the video model's rate-limit windows (429 when one is full), runs the spend
+ * checks and holds the job's estimate (`SpendControl.admitVideoJob`: budgets, the key's limit, a prepaid
+ * account's balance and its unfinished jobs; skipped when every endpoint would be called with the workspace's
+ * own key), submits to the model's first video endpoint that accepts the job (the next one on an upstream
+ * failure that is not the caller's fault), with the workspace's own key for that provider when it has one
+ * (BYOK), stores the job with its hold and answers 200 with it (`status: pending`). A submission or a store
+ * write that fails releases the hold at once; otherwise billing or the job's unbilled end releases it.
  */
 export function videoCreateStage(services: Services): Stage {
   return async (ctx) => {
@@ -57,9 +59,18 @@ export function videoCreateStage(services: Services): Stage {
     const previousKey = previous ? await jobKey(services, previous) : undefined;
     const own = previous ? null : await services.ownKeys(key.workspaceId);
     const keyFor = (provider: string) => (own ? own.get(provider) : previousKey);
-    // Served with the workspace's own keys whichever endpoint takes it, a job spends no credit (as chat).
-    if (!endpoints.every((e) => keyFor(e.provider) !== undefined)) await checkBalance(services, key);
-    const submitted = await submit(services, endpoints, req, previous, state.signal, keyFor);
+    // Served with the workspace's own keys whichever endpoint takes it, a job spends no credit: nothing is
+    // checked or held (the balance check was skipped for it before holds, too).
+    const byokOnly = endpoints.every((e) => keyFor(e.provider) !== undefined);
+    const hold = byokOnly ? null : await services.spend.admitVideoJob(services.config, state, videoEstimate(endpoints, Number(req.params.duration_seconds)));
+    const release = () => (hold ? services.spend.settleVideoJob(services.config, hold, null) : Promise.resolve());
+    let submitted: Submitted;
+    try {
+      submitted = await submit(services, endpoints, req, previous, state.signal, keyFor);
+    } catch (err) {
+      await release();
+      throw err;
+    }
     const now = services.spend.clock();
     let job: VideoJob;
     try {
@@ -75,13 +86,14 @@ export function videoCreateStage(services: Services): Stage {
         upstreamJobId: submitted.upstreamJobId,
         status: 'pending',
         previousJobId: previous?.id ?? null,
-        request: { prompt: req.prompt, params: req.params, pricing: submitted.endpoint.pricing },
+        request: { prompt: req.prompt, params: req.params, pricing: submitted.endpoint.pricing, ...(hold ? { hold } : {}) },
         createdAt: now,
         isByok: submitted.apiKey !== undefined,
       });
     } catch (err) {
       // Nobody could ever poll or bill it: stop the upstream work rather than leave it running unseen.
       submitted.provider.cancel(submitted.upstreamJobId, submitted.apiKey).catch(() => undefined);
+      await release();
       throw err;
     }
     state.span.setAttribute('gateway.video_job_id', job.id);
@@ -97,18 +109,6 @@ async function previousJob(services: Services, id: string, key: KeyRecord): Prom
     throw new GatewayError('invalid_request', `Only a completed job can be continued; video job ${id} is ${job.status}`, { metadata: { field: 'previous_job_id' } });
   }
   return job;
-}
-
-/**
- * The one spend check of a video request: a prepaid account needs a positive balance (402
- * `gateway_credits`), as paid chat requests do. A job's cost is known only when it completes, so nothing is
- * estimated or held, and budgets and key limits are not checked up front (the cost counts towards them once billed).
- */
-async function checkBalance(services: Services, key: KeyRecord): Promise<void> {
-  const account = await services.spend.account(key.accountId, services.config);
-  const billing = services.config.accounts.find((a) => a.name === account?.name)?.billing ?? 'prepaid';
-  const balance = account?.balanceUsd ?? 0;
-  if (billing === 'prepaid' && balance <= 0) throw creditsRejection('insufficient_credits', balance);
 }
 
 interface Submitted {
@@ -168,8 +168,9 @@ export function videoGetStage(services: Services): Stage {
 
 /**
  * POST /videos/{jobId}/cancel: same key and workspace rules as GET. A pending or in_progress job is cancelled
- * upstream, then marked cancelled (200 with the job); a job that already ended is 409 `conflict`. An upstream
- * that refuses the cancel leaves the job as it was and answers with that error (e.g. 502).
+ * upstream, then marked cancelled (200 with the job) and its spend hold released; a job that already ended is
+ * 409 `conflict`. An upstream that refuses the cancel leaves the job as it was and answers with that error
+ * (e.g. 502).
  */
 export function videoCancelStage(services: Services): Stage {
   return async (ctx) => {
@@ -184,7 +185,11 @@ export function videoCancelStage(services: Services): Stage {
     }
     // A poller may move the job (pending → in_progress) between the read and the write: read again and retry.
     for (let i = 0; i < 3 && !isFinished(job.status); i++) {
-      job = (await transition(services.store, job, 'cancelled', {}, services.spend.clock())) ?? (await workspaceJob(services, id, key));
+      const cancelled = await transition(services.store, job, 'cancelled', {}, services.spend.clock());
+      if (cancelled) {
+        job = cancelled;
+        await releaseVideoHold(services, job); // this request ended the job: its hold goes (a repeated cancel finds it finished)
+      } else job = await workspaceJob(services, id, key);
     }
     if (job.status !== 'cancelled') {
       throw new GatewayError('conflict', `Video job ${id} is ${job.status}; only a pending or in_progress job can be cancelled`, { metadata: { status: job.status } });

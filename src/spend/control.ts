@@ -6,12 +6,12 @@ import type { GatewayConfig, ModelConfig, WorkspaceConfig } from '../config/type
 import { GatewayError } from '../errors/gateway-error';
 import type { GatewayState } from '../pipeline/types';
 import { fromNano, toNano, type BudgetLine, type ReserveInput, type ReserveResult, type SettleInput, type SharedState } from '../state/types';
-import type { Account, KeyRecord, Store } from '../store/types';
+import type { Account, KeyRecord, Store, VideoJobHold } from '../store/types';
 import { applicableBudgets, budgetWindow, counterId, type ApplicableBudget } from './budgets';
 import { estimateCalls, estimateOf, priced, pricedCalls, requestFee, requestFees, unpriced, type Estimate, type PlannedCall, type Priced } from './estimate';
 import type { LedgerWriter } from './ledger';
-import { budgetRejection, creditsRejection, inFlightRejection } from './rejections';
-import { neverSent, SettleRetries } from './settle-retry';
+import { budgetRejection, creditsRejection, inFlightRejection, videoCreditsRejection } from './rejections';
+import { HOLD_MARGIN_MS, neverSent, SettleRetries } from './settle-retry';
 
 /** What an admitted request holds, to be settled when it ends. */
 export interface Admission {
@@ -47,12 +47,23 @@ interface Basis {
 const COUNTER_GRACE_MS = 86_400_000;
 
 /**
+ * A video job's hold lasts this long past `videos.job_timeout_s` after its admission: the submission itself
+ * (before the job's creation time is set) and the poller reaching a timed-out job take a while, and a hold
+ * that lapsed before its job ended would stop counting against the budgets it was taken in.
+ */
+const VIDEO_HOLD_MARGIN_MS = 10 * 60_000;
+
+/** How long a settlement whose shared-state call failed is retried when it has no live hold to test (see `retryCount`). */
+const COUNT_RETRY_MS = 10 * 60_000;
+
+/**
  * The spend checks of spec 8.2 and 8.4, run before any provider is contacted, and the settlement after.
  *
  * `admit` checks, in order: guardrail budgets, workspace budgets, the key's own limit, the account balance,
  * the in-flight budget; all in one atomic `reserve` of the shared state, which also holds the request's
  * estimate in each budget it counts against. `settle` releases the hold and adds the actual cost.
- * Outlives config reloads (it keeps the account cache); the config is passed in per call.
+ * `admitVideoJob` and `settleVideoJob` do the same for video jobs, whose holds are stored with the job and
+ * outlive the request (any process may end them). Outlives config reloads (it keeps the account cache); the config is passed in per call.
  *
  * @example const admission = await spend.admit(config, models, state); … spend.settle(admission, state);
  */
@@ -140,8 +151,7 @@ export class SpendControl {
       this.workspaceConfig(key, config),
       p.paid ? this.servedByOwnKeys(config, p.models, state) : false,
     ]);
-    const billing = config.accounts.find((a) => a.name === account?.name)?.billing ?? 'prepaid';
-    const prepaid = billing === 'prepaid';
+    const prepaid = isPrepaid(config, account);
     const balance = account?.balanceUsd ?? 0;
     // Spec 8.2.1: a negative balance blocks even free models; a request that spends credits needs a positive
     // balance (a BYOK-only one spends none, so it is treated like a free one).
@@ -161,20 +171,12 @@ export class SpendControl {
       inFlightApplies && estimateNano > 0
         ? { group: `account:${key.accountId}`, capNano: toNano(Math.min(f.fraction * Math.max(0, balance), f.ceiling_usd)), estimateNano }
         : null;
-    const lines: BudgetLine[] = budgets.map((b) => ({
-      counter: counterId(b.group, b.interval, date),
-      group: b.group,
-      limitNano: toNano(b.limitUsd),
-      includeByok: b.includeByok,
-    }));
+    const lines = budgetLines(budgets, date);
     if (lines.length === 0 && !inFlight && !balanceBlocked) return null;
     const holdId = randomUUID();
     const input = { holdId, now, lines, balanceBlocked, estimateNano: toNano(holdUsd), holdUntil: now + config.spend.hold_ttl_ms, inFlight };
-    let result: ReserveResult = await this.reserve(input, state);
-    for (let i = 0; i < 3 && !result.ok && result.reason === 'missing'; i++) {
-      await this.initCounters(result.counters, budgets, lines, date);
-      result = await this.reserve(input, state);
-    }
+    let result = await this.reserve(input, state);
+    if (!result.ok && result.reason === 'missing') result = await this.reserveBuilt(input, result.counters, budgets, date, state);
     if (result.ok) {
       state.span.setAttribute('gateway.spend.estimate_usd', holdUsd);
       this.open++;
@@ -187,16 +189,108 @@ export class SpendControl {
         holdUntil: input.holdUntil,
       };
     }
-    switch (result.reason) {
-      case 'budget':
-        throw budgetRejection(budgets[result.line], fromNano(result.spentNano), fromNano(result.heldNano), date);
-      case 'balance':
-        throw creditsRejection('insufficient_credits', balance);
-      case 'in_flight':
-        if (estimateNano > result.capNano) throw creditsRejection('weight_exceeds_budget', balance, est.usd, fromNano(result.capNano));
-        throw inFlightRejection(fromNano(result.heldNano), fromNano(result.capNano), est.usd, retryAfter(result.nextExpiry, now, f.retry_after_s));
-      default:
-        throw new GatewayError('server', 'spend counters could not be initialized');
+    if (result.reason === 'in_flight') {
+      if (estimateNano > result.capNano) throw creditsRejection('weight_exceeds_budget', balance, est.usd, fromNano(result.capNano));
+      throw inFlightRejection(fromNano(result.heldNano), fromNano(result.capNano), est.usd, retryAfter(result.nextExpiry, now, f.retry_after_s));
+    }
+    throw refusal(result, budgets, balance, date);
+  }
+
+  /**
+   * The spend checks of a video job (POST /videos), before it is submitted upstream: the same budget lines as a
+   * paid chat request (guardrail budgets, workspace budgets, the key's own limit, in spec 8.4's order; every
+   * video job is paid, an unpriced endpoint's cost being what its upstream reports), a prepaid account's
+   * balance above 0, and, for prepaid accounts, the account's video in-flight group: the estimates of its
+   * unfinished jobs together may not exceed its balance. All in one atomic `reserve`, which holds `estimateUsd`
+   * (the job's largest possible price) in each group until the job is billed or ends unbilled
+   * (`settleVideoJob`), at most until `videos.job_timeout_s` (plus a margin) from now, so a crashed process's
+   * holds lapse. Not called for a job served only with the workspace's own keys (BYOK).
+   *
+   * Throws the chat requests' rejections (403/402 `budgetRejection`, 402 `insufficient_credits`), a 402
+   * `insufficient_credits` when the in-flight group is full (no Retry-After: jobs take minutes), or the 503 of
+   * `checksUnavailable`. Returns what to store with the job, or null when nothing is held (no budget applies
+   * and the account is not prepaid, or the estimate is 0: an unpriced model).
+   *
+   * @example const hold = await spend.admitVideoJob(config, state, 1.55); … await spend.settleVideoJob(config, hold, jobId);
+   */
+  async admitVideoJob(config: GatewayConfig, state: GatewayState, estimateUsd: number): Promise<VideoJobHold | null> {
+    try {
+      return await this.tryAdmitVideoJob(config, state, estimateUsd);
+    } catch (err) {
+      throw checksUnavailable(err);
+    }
+  }
+
+  private async tryAdmitVideoJob(config: GatewayConfig, state: GatewayState, estimateUsd: number): Promise<VideoJobHold | null> {
+    const key = state.key!;
+    const now = this.clock();
+    const date = new Date(now);
+    const [account, workspace] = await Promise.all([this.account(key.accountId, config), this.workspaceConfig(key, config)]);
+    const prepaid = isPrepaid(config, account);
+    const balance = account?.balanceUsd ?? 0;
+    const budgets = applicableBudgets(config, key, workspace);
+    const lines = budgetLines(budgets, date);
+    const inFlight = prepaid ? { group: videoInFlightGroup(key.accountId), capNano: toNano(Math.max(0, balance)) } : null;
+    if (lines.length === 0 && !inFlight) return null;
+    const estimateNano = toNano(estimateUsd);
+    const input: ReserveInput = {
+      holdId: randomUUID(),
+      now,
+      lines,
+      balanceBlocked: prepaid && balance <= 0,
+      estimateNano,
+      holdUntil: now + config.videos.job_timeout_s * 1000 + VIDEO_HOLD_MARGIN_MS,
+      inFlight,
+    };
+    let result = await this.reserve(input, state);
+    if (!result.ok && result.reason === 'missing') result = await this.reserveBuilt(input, result.counters, budgets, date, state);
+    if (result.ok) {
+      state.span.setAttribute('gateway.spend.estimate_usd', estimateUsd);
+      if (estimateNano === 0) return null; // checked, but nothing was held
+      return { id: input.holdId, groups: [...new Set(lines.map((l) => l.group))], inFlightGroup: inFlight?.group ?? null, until: input.holdUntil };
+    }
+    if (result.reason === 'in_flight') throw videoCreditsRejection(fromNano(result.heldNano), estimateUsd, balance);
+    throw refusal(result, budgets, balance, date);
+  }
+
+  /**
+   * A video job's hold ends: it is released from its groups, and for a billed job (`billed`, only by the
+   * writer of its ledger row) the cost is added to the spend counters in the same call. The ledger row debited
+   * the balance already, so the cost stays in the account's video in-flight group only for
+   * `spend.balance_cache_ms`, while other processes' cached balances may not show the debit yet. Never throws:
+   * a call the state refused is retried (SettleRetries; a retry counts the cost only if the hold was still
+   * there, so never twice) until shortly before the hold lapses; past that, only when the state is known never
+   * to have run it (`retryCount`).
+   */
+  async settleVideoJob(
+    config: GatewayConfig,
+    hold: VideoJobHold,
+    jobId: string | null,
+    billed?: { counters: string[]; byok: boolean; costUsd: number },
+  ): Promise<void> {
+    const now = this.clock();
+    const costNano = billed ? toNano(billed.costUsd) : 0;
+    const linger = billed && !billed.byok && costNano > 0 ? config.spend.balance_cache_ms : 0;
+    const input: SettleInput = {
+      holdId: hold.id,
+      groups: hold.groups,
+      counters: billed?.counters ?? [],
+      byok: billed?.byok ?? false,
+      costNano,
+      inFlight: hold.inFlightGroup ? { group: hold.inFlightGroup, until: linger > 0 ? now + linger : 0 } : null,
+    };
+    try {
+      await this.deps.state.settle(input);
+    } catch (err) {
+      const what = billed ? 'settling a video job hold' : 'releasing a video job hold';
+      if (now < hold.until - HOLD_MARGIN_MS) {
+        this.retries.add(input, jobId, hold.until, neverSent(err));
+        this.deps.logger.warn({ err, video_job_id: jobId }, `${what} failed; retrying until the shared state takes it`);
+      } else if (this.retryCount(input, jobId, err)) {
+        this.deps.logger.warn({ err, video_job_id: jobId }, `${what} failed; retrying until the shared state takes it`);
+      } else {
+        this.deps.logger.error({ err, video_job_id: jobId }, `${what} failed`);
+      }
     }
   }
 
@@ -252,7 +346,7 @@ export class SpendControl {
    */
   retryCount(input: SettleInput, generationId: string | null, err: unknown): boolean {
     if (!neverSent(err)) return false;
-    this.retries.add(input, generationId, this.clock() + 10 * 60_000, true);
+    this.retries.add(input, generationId, this.clock() + COUNT_RETRY_MS, true);
     return true;
   }
 
@@ -308,6 +402,19 @@ export class SpendControl {
     return t.paid + (budget.includeByok ? t.byok : 0);
   }
 
+  /**
+   * `reserve` again after building the spend counters it found missing from the ledger; up to three rounds,
+   * as a window may begin (a new counter) between two of them.
+   */
+  private async reserveBuilt(input: ReserveInput, missing: string[], budgets: ApplicableBudget[], date: Date, state: GatewayState): Promise<ReserveResult> {
+    let result: ReserveResult = { ok: false, reason: 'missing', counters: missing };
+    for (let i = 0; i < 3 && !result.ok && result.reason === 'missing'; i++) {
+      await this.initCounters(result.counters, budgets, input.lines, date);
+      result = await this.reserve(input, state);
+    }
+    return result;
+  }
+
   /** Builds missing spend counters from the ledger (after writing out this process's queued rows). */
   private async initCounters(missing: string[], budgets: ApplicableBudget[], lines: BudgetLine[], date: Date): Promise<void> {
     await this.deps.ledger.flush();
@@ -319,6 +426,38 @@ export class SpendControl {
         await this.deps.state.initCounter(counter, toNano(t.paid), toNano(t.byok), window.end === null ? null : window.end + COUNTER_GRACE_MS);
       }),
     );
+  }
+}
+
+/** Whether the account pays from its balance (`prepaid`, the default), rather than being billed outside the gateway. */
+function isPrepaid(config: GatewayConfig, account: Account | null): boolean {
+  return (config.accounts.find((a) => a.name === account?.name)?.billing ?? 'prepaid') === 'prepaid';
+}
+
+/** The shared-state hold group of a prepaid account's unfinished video jobs, capped by its balance. */
+export function videoInFlightGroup(accountId: string): string {
+  return `videos:account:${accountId}`;
+}
+
+/** The budget lines of `budgets` at `date`, in their order (spec 8.4's). */
+function budgetLines(budgets: ApplicableBudget[], date: Date): BudgetLine[] {
+  return budgets.map((b) => ({
+    counter: counterId(b.group, b.interval, date),
+    group: b.group,
+    limitNano: toNano(b.limitUsd),
+    includeByok: b.includeByok,
+  }));
+}
+
+/** The rejection of a reserve refused by a budget line or the balance (the in-flight budget's differs per caller). */
+function refusal(result: Exclude<ReserveResult, { ok: true } | { reason: 'in_flight' }>, budgets: ApplicableBudget[], balance: number, date: Date): GatewayError {
+  switch (result.reason) {
+    case 'budget':
+      return budgetRejection(budgets[result.line], fromNano(result.spentNano), fromNano(result.heldNano), date);
+    case 'balance':
+      return creditsRejection('insufficient_credits', balance);
+    default:
+      return new GatewayError('server', 'spend counters could not be initialized');
   }
 }
 

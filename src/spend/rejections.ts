@@ -104,6 +104,19 @@ export function creditsRejection(reason: 'insufficient_credits' | 'weight_exceed
   }), reason);
 }
 
+/**
+ * A prepaid account's unfinished video jobs and this one together would hold more than its balance (spec 7.9
+ * `gateway_credits`, `insufficient_credits`): the balance cannot cover them. Not the transient in-flight 402:
+ * jobs take minutes to end, so no Retry-After.
+ */
+export function videoCreditsRejection(heldUsd: number, estimateUsd: number, balanceUsd: number): GatewayError {
+  return asRejection(new GatewayError(
+    'payment_required',
+    `Insufficient credits for this video job and the account's unfinished ones; add credits or wait for them to end: held ${formatUsd(heldUsd)} + estimate ${formatUsd(estimateUsd)} exceeds balance ${formatUsd(balanceUsd)}`,
+    { metadata: { limit_source: 'gateway_credits', reason: 'insufficient_credits', remedy_hint: "Add credits to the account, or wait for its unfinished video jobs to end." } },
+  ), 'insufficient_credits');
+}
+
 /** Too much already in flight for the balance (spec 7.9 `gateway_in_flight_budget`): transient, with Retry-After. */
 export function inFlightRejection(heldUsd: number, capUsd: number, estimateUsd: number, retryAfterS: number): GatewayError {
   return asRejection(new GatewayError(

@@ -10,7 +10,7 @@ interface Waiting {
 }
 
 /** Retries stop this long before the hold expires (clocks of processes sharing the state differ a little). */
-const HOLD_MARGIN_MS = 2_000;
+export const HOLD_MARGIN_MS = 2_000;
 
 export interface SettleRetryOptions {
   /** First wait before a retry; it doubles after each failed round, up to `maxDelayMs`. */

@@ -197,8 +197,12 @@ export interface VideoJob {
   upstreamJobId: string;
   status: VideoJobStatus;
   previousJobId: string | null;
-  /** The prompt and the other generation parameters as sent upstream, and the price (USD) agreed at creation. */
-  request: { prompt: string; params: Record<string, unknown>; pricing?: { per_second: number; per_job: number } };
+  /**
+   * The prompt and the other generation parameters as sent upstream, the price (USD) agreed at creation, and
+   * the spend hold taken for the job's estimate (none for jobs created before holds, BYOK-only jobs, and jobs
+   * whose estimate held nothing).
+   */
+  request: { prompt: string; params: Record<string, unknown>; pricing?: { per_second: number; per_job: number }; hold?: VideoJobHold };
   /** Set when the job enters in_progress (once it is being processed); the ledger row's id. */
   generationId: string | null;
   urls: string[];
@@ -213,6 +217,18 @@ export interface VideoJob {
   billed: boolean;
   createdAt: number;
   updatedAt: number;
+}
+
+/**
+ * What a video job holds in the shared state from its creation until it is billed or ends unbilled (spend
+ * control's `admitVideoJob`): the hold id, the budget hold groups its estimate is held in, the account's
+ * video in-flight group (prepaid accounts), and when the hold lapses (epoch ms).
+ */
+export interface VideoJobHold {
+  id: string;
+  groups: string[];
+  inFlightGroup: string | null;
+  until: number;
 }
 
 export type NewVideoJob = Omit<VideoJob, 'generationId' | 'urls' | 'costUsd' | 'error' | 'expiresAt' | 'completedAt' | 'billed' | 'updatedAt'>;

@@ -3,7 +3,7 @@ import { generationId } from '../routing/generation-id';
 import type { Services } from '../services';
 import type { VideoJob, VideoJobPatch, VideoJobStatus } from '../store/types';
 import type { VideoPollResult } from '../providers/video-types';
-import { billVideoJob } from './billing';
+import { billVideoJob, releaseVideoHold } from './billing';
 import { transition } from './job';
 import { jobKey } from './own-key';
 
@@ -17,14 +17,19 @@ export interface AdvanceDeps {
  * Takes one job one step further, as far as it can go now: polls the upstream of a pending or in_progress
  * job and applies what it reports, bills a completed job not yet billed, and expires a completed job whose
  * outputs expired. Every status change is a compare-and-set: when another poller or process changed the job
- * first, this returns null and leaves the job to the next round. Upstream errors are logged and retried at
- * the next poll.
+ * first, this returns null and leaves the job to the next round. A job this call moved to failed or cancelled
+ * (by its upstream, or timed out) has its spend hold released. Upstream errors are logged and retried at the
+ * next poll.
  *
  * @example await advanceJob({ services, clock: Date.now }, job);
  */
 export async function advanceJob(deps: AdvanceDeps, job: VideoJob): Promise<VideoJob | null> {
   let current: VideoJob | null = job;
-  if (current.status === 'pending' || current.status === 'in_progress') current = await followUpstream(deps, current);
+  if (current.status === 'pending' || current.status === 'in_progress') {
+    current = await followUpstream(deps, current);
+    // Only the process whose compare-and-set ended the job gets it back here in an end state.
+    if (current?.status === 'failed' || current?.status === 'cancelled') await releaseVideoHold(deps.services, current);
+  }
   if (!current) return null;
   if ((current.status === 'completed' || current.status === 'expired') && !current.billed) {
     await billVideoJob(deps.services, current);

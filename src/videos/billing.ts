@@ -1,8 +1,28 @@
 import { randomUUID } from 'node:crypto';
+import type { VideoModelConfig } from '../config/types';
 import type { Services } from '../services';
 import { applicableBudgets, counterId } from '../spend/budgets';
+import { roundUsd } from '../spend/pricing';
 import { toNano } from '../state/types';
 import type { LedgerRow, VideoJob } from '../store/types';
+
+/**
+ * What a video job is held at before it is submitted: the largest `per_job + per_second × duration` over the
+ * endpoints it may go to. An endpoint with no price contributes 0 (its cost is whatever its upstream reports,
+ * unknown up front).
+ *
+ * @example videoEstimate(model.endpoints, 8) // 0.85 for { per_second: 0.1, per_job: 0.05 }
+ */
+export function videoEstimate(endpoints: VideoModelConfig['endpoints'], durationSeconds: number): number {
+  let most = 0;
+  for (const { pricing } of endpoints) most = Math.max(most, pricing.per_job + pricing.per_second * durationSeconds);
+  return roundUsd(most);
+}
+
+/** A job that ended unbilled (failed, cancelled, timed out): its hold, if it has one, is released. Never throws. */
+export async function releaseVideoHold(services: Services, job: VideoJob): Promise<void> {
+  if (job.request.hold) await services.spend.settleVideoJob(services.config, job.request.hold, job.id);
+}
 
 /** The ledger row of a completed job: keyed by the job's generation id, so it can be written only once. */
 export function videoLedgerRow(job: VideoJob): LedgerRow {
@@ -33,7 +53,7 @@ export function videoLedgerRow(job: VideoJob): LedgerRow {
  * (not through the batching writer, so it is durable before the job is marked billed) and debits the
  * account; the store ignores a second row with the same generation id, so two pollers, or a restart between
  * completion and billing, cannot bill twice. Only the writer of the row adds the cost to the cached budget
- * counters of the shared state, for the same reason.
+ * counters of the shared state, for the same reason, and releases the job's hold in the same call.
  */
 export async function billVideoJob(services: Services, job: VideoJob): Promise<void> {
   if (!job.generationId) throw new Error(`video job ${job.id} is ${job.status} without a generation id`);
@@ -50,18 +70,38 @@ export async function billVideoJob(services: Services, job: VideoJob): Promise<v
   await services.store.markVideoJobBilled(job.id);
 }
 
-/** Adds the job's cost to the existing spend counters of every budget of its key (missing ones are rebuilt from the ledger). */
+/**
+ * Adds the job's cost to the existing spend counters of every budget of its key (missing ones are rebuilt from
+ * the ledger), and releases its hold in the same settlement. A job created before holds has none: its cost is
+ * counted alone, as it was then.
+ */
 async function countInBudgets(services: Services, job: VideoJob, row: LedgerRow): Promise<void> {
-  const key = await services.store.getKey(job.keyId);
-  if (!key || row.costUsd <= 0) return;
-  const workspace = await services.spend.workspaceConfig(key, services.config);
-  const at = new Date(row.createdAt);
-  const counters = applicableBudgets(services.config, key, workspace).map((b) => counterId(b.group, b.interval, at));
+  const hold = job.request.hold;
+  if (hold) {
+    let counters: string[] = [];
+    try {
+      if (row.costUsd > 0) counters = await budgetCounters(services, job.keyId, new Date(row.createdAt));
+    } catch (err) {
+      // The hold is released all the same: the balance was debited, so a prepaid account's video group would
+      // count the job twice until the hold lapsed (an hour or more).
+      services.logger.error({ err, video_job_id: job.id }, 'reading the budgets of a billed video job failed; its cost is missing from the spend counters until they are rebuilt');
+    }
+    return services.spend.settleVideoJob(services.config, hold, job.id, { counters, byok: row.isByok, costUsd: row.costUsd });
+  }
+  const counters = row.costUsd > 0 ? await budgetCounters(services, job.keyId, new Date(row.createdAt)) : [];
   if (counters.length === 0) return;
-  const input = { holdId: randomUUID(), groups: [], counters: [...new Set(counters)], byok: row.isByok, costNano: toNano(row.costUsd), inFlight: null };
+  const input = { holdId: randomUUID(), groups: [], counters, byok: row.isByok, costNano: toNano(row.costUsd), inFlight: null };
   await services.state.settle(input).catch((err) => {
     if (services.spend.retryCount(input, row.generationId, err)) {
       services.logger.warn({ err, video_job_id: job.id }, 'adding a video job cost to the spend counters failed; retrying until the shared state takes it');
     } else services.logger.error({ err, video_job_id: job.id }, 'adding a video job cost to the spend counters failed');
   });
+}
+
+/** The spend counters, at `at`, of every budget of the key (none when the key is gone). */
+async function budgetCounters(services: Services, keyId: string, at: Date): Promise<string[]> {
+  const key = await services.store.getKey(keyId);
+  if (!key) return [];
+  const workspace = await services.spend.workspaceConfig(key, services.config);
+  return [...new Set(applicableBudgets(services.config, key, workspace).map((b) => counterId(b.group, b.interval, at)))];
 }

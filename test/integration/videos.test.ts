@@ -248,13 +248,21 @@ describe('the job state machine with the simulated provider', () => {
     expect(((await refused.json()) as any).error.metadata).toMatchObject({ limit_source: 'gateway_key_limit', scope: 'key_limit' });
   });
 
-  it("a billed job's cost reaches the spend counters also when the shared state refused it unsent the first time", async () => {
+  it("a job created before spend holds: its billed cost reaches the spend counters also when the shared state refused it unsent the first time", async () => {
     const g = await startTestGateway({ yaml: videoConfigYaml().replace('[auth, validate, upstream]', '[auth, validate, budget-check, upstream]') });
     open.push(g);
     await fund(g);
     const limited = await g.createKey({ name: 'limited', limitUsd: 0.5, limitReset: 'monthly' });
     const chat = () => post(`${g.url}/chat/completions`, limited.secret, { model: 'sim/chat', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] });
     expect((await chat()).status).toBe(200); // builds the key's counter
+    // A completed job as one created before holds is stored: no `hold` in its request.
+    await g.gateway.videos.stop();
+    const now = Date.now();
+    const id = `gen-vid-${now}-${'o'.repeat(20)}`;
+    const base = { workspaceId: g.keyRecord.workspaceId, keyId: limited.record.id, accountId: g.keyRecord.accountId, userId: 'user_test', model: 'sim/video', provider: 'sim-video' };
+    await g.store.createVideoJob({ ...base, id, upstreamModel: 'sim-video-1', upstreamJobId: 'up-old', status: 'pending', previousJobId: null, request: { prompt: 'x', params: {} }, createdAt: now, isByok: false });
+    await g.store.updateVideoJob(id, 'pending', { status: 'in_progress', updatedAt: now, generationId: `gen-${now}-${'p'.repeat(20)}` });
+    await g.store.updateVideoJob(id, 'in_progress', { status: 'completed', updatedAt: now, costUsd: SIM_COST, completedAt: now, expiresAt: now + 3_600_000 });
     const state = g.gateway.state;
     const settle = state.settle.bind(state);
     const seen: { costNano: number; retry?: boolean }[] = [];
@@ -264,8 +272,8 @@ describe('the job state machine with the simulated provider', () => {
       if (input.groups.length === 0) seen.push({ costNano: input.costNano, retry: input.retry });
       return settle(input);
     };
-    const res = await createVideo(g, { model: 'sim/video', prompt: 'x' }, limited.secret);
-    await waitForStatus(g, res.json.id, 'completed');
+    await g.gateway.videos.poll();
+    expect((await g.store.getVideoJob(id, g.keyRecord.workspaceId))?.billed).toBe(true);
     await expect.poll(() => seen.length, { timeout: 5000 }).toBe(1);
     expect(seen[0]).toMatchObject({ retry: false });
     expect(seen[0].costNano).toBeGreaterThan(0);
