@@ -29,8 +29,8 @@ async function workspaceJob(services: Services, id: string, key: KeyRecord): Pro
  * POST /videos (this gateway's addition; the spec shows no creation): any valid key. Validates the body,
  * counts it in the key's and the video model's rate-limit windows (429 when one is full), runs the spend
  * checks and holds the job's estimate (`SpendControl.admitVideoJob`: budgets, the key's limit, a prepaid
- * account's balance and its unfinished jobs; skipped when every endpoint would be called with the workspace's
- * own key), submits to the model's first video endpoint that accepts the job (the next one on an upstream
+ * account's balance and its unfinished jobs; for a job every endpoint would run with the workspace's own key,
+ * only budgets that count BYOK spend and a negative balance), submits to the model's first video endpoint that accepts the job (the next one on an upstream
  * failure that is not the caller's fault), with the workspace's own key for that provider when it has one
  * (BYOK), stores the job with its hold and answers 200 with it (`status: pending`). A submission or a store
  * write that fails releases the hold at once; otherwise billing or the job's unbilled end releases it.
@@ -59,10 +59,10 @@ export function videoCreateStage(services: Services): Stage {
     const previousKey = previous ? await jobKey(services, previous) : undefined;
     const own = previous ? null : await services.ownKeys(key.workspaceId);
     const keyFor = (provider: string) => (own ? own.get(provider) : previousKey);
-    // Served with the workspace's own keys whichever endpoint takes it, a job spends no credit: nothing is
-    // checked or held (the balance check was skipped for it before holds, too).
+    // Served with the workspace's own keys whichever endpoint takes it, a job spends no credit: it is checked
+    // as such a chat request is (budgets that count BYOK spend, a negative balance), not against the balance.
     const byokOnly = endpoints.every((e) => keyFor(e.provider) !== undefined);
-    const hold = byokOnly ? null : await services.spend.admitVideoJob(services.config, state, videoEstimate(endpoints, Number(req.params.duration_seconds)));
+    const hold = await services.spend.admitVideoJob(services.config, state, videoEstimate(endpoints, Number(req.params.duration_seconds)), byokOnly);
     const release = () => (hold ? services.spend.settleVideoJob(services.config, hold, null) : Promise.resolve());
     let submitted: Submitted;
     try {

@@ -204,7 +204,8 @@ export class SpendControl {
    * unfinished jobs together may not exceed its balance. All in one atomic `reserve`, which holds `estimateUsd`
    * (the job's largest possible price) in each group until the job is billed or ends unbilled
    * (`settleVideoJob`), at most until `videos.job_timeout_s` (plus a margin) from now, so a crashed process's
-   * holds lapse. Not called for a job served only with the workspace's own keys (BYOK).
+   * holds lapse. For a job served only with the workspace's own keys (`byokOnly`), as for such a chat request:
+   * only budgets that count BYOK spend, and a negative balance, are checked; no balance group.
    *
    * Throws the chat requests' rejections (403/402 `budgetRejection`, 402 `insufficient_credits`), a 402
    * `insufficient_credits` when the in-flight group is full (no Retry-After: jobs take minutes), or the 503 of
@@ -213,31 +214,34 @@ export class SpendControl {
    *
    * @example const hold = await spend.admitVideoJob(config, state, 1.55); … await spend.settleVideoJob(config, hold, jobId);
    */
-  async admitVideoJob(config: GatewayConfig, state: GatewayState, estimateUsd: number): Promise<VideoJobHold | null> {
+  async admitVideoJob(config: GatewayConfig, state: GatewayState, estimateUsd: number, byokOnly = false): Promise<VideoJobHold | null> {
     try {
-      return await this.tryAdmitVideoJob(config, state, estimateUsd);
+      return await this.tryAdmitVideoJob(config, state, estimateUsd, byokOnly);
     } catch (err) {
       throw checksUnavailable(err);
     }
   }
 
-  private async tryAdmitVideoJob(config: GatewayConfig, state: GatewayState, estimateUsd: number): Promise<VideoJobHold | null> {
+  private async tryAdmitVideoJob(config: GatewayConfig, state: GatewayState, estimateUsd: number, byokOnly: boolean): Promise<VideoJobHold | null> {
     const key = state.key!;
     const now = this.clock();
     const date = new Date(now);
     const [account, workspace] = await Promise.all([this.account(key.accountId, config), this.workspaceConfig(key, config)]);
     const prepaid = isPrepaid(config, account);
     const balance = account?.balanceUsd ?? 0;
-    const budgets = applicableBudgets(config, key, workspace);
+    // As for chat (spec 8.2.4): served only with the workspace's own keys, a job spends no credit, so only a
+    // negative balance blocks it, nothing is held against the balance, and only budgets that count BYOK spend apply.
+    const budgets = applicableBudgets(config, key, workspace).filter((b) => !byokOnly || b.includeByok);
     const lines = budgetLines(budgets, date);
-    const inFlight = prepaid ? { group: videoInFlightGroup(key.accountId), capNano: toNano(Math.max(0, balance)) } : null;
-    if (lines.length === 0 && !inFlight) return null;
+    const balanceBlocked = prepaid && (byokOnly ? balance < 0 : balance <= 0);
+    const inFlight = prepaid && !byokOnly ? { group: videoInFlightGroup(key.accountId), capNano: toNano(Math.max(0, balance)) } : null;
+    if (lines.length === 0 && !inFlight && !balanceBlocked) return null;
     const estimateNano = toNano(estimateUsd);
     const input: ReserveInput = {
       holdId: randomUUID(),
       now,
       lines,
-      balanceBlocked: prepaid && balance <= 0,
+      balanceBlocked,
       estimateNano,
       holdUntil: now + config.videos.job_timeout_s * 1000 + VIDEO_HOLD_MARGIN_MS,
       inFlight,

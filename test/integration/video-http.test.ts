@@ -219,8 +219,8 @@ describe('video jobs with the workspace\'s own provider key (BYOK)', () => {
   });
 
   /** A gateway with an encryption key, no credit, and the workspace's own key for the http-video provider. */
-  async function start(): Promise<TestGateway> {
-    g = await startTestGateway({ yaml: `${videoConfigYaml({ upstreamUrl: upstream.url })}byok: { encryption_key: ${ENCRYPTION_KEY.toString('base64')} }\n` });
+  async function start(extra = ''): Promise<TestGateway> {
+    g = await startTestGateway({ yaml: `${videoConfigYaml({ upstreamUrl: upstream.url, extra })}byok: { encryption_key: ${ENCRYPTION_KEY.toString('base64')} }\n` });
     const ws = g.keyRecord.workspaceId;
     await g.store.putByokKey({ workspaceId: ws, provider: 'job-upstream', secret: sealProviderKey(OWN, ENCRYPTION_KEY, byokContext(ws, 'job-upstream')), label: maskProviderKey(OWN) });
     return g;
@@ -242,6 +242,49 @@ describe('video jobs with the workspace\'s own provider key (BYOK)', () => {
     await expect.poll(async () => (await gw.store.getLedger(done.generation_id))?.isByok).toBe(true);
     expect((await gw.store.findAccount(gw.keyRecord.accountId))!.balanceUsd).toBe(before);
     expect(gw.logs.join('')).not.toContain(OWN);
+  });
+
+  it("is checked as a BYOK chat request is: budgets that count BYOK spend apply, others do not; a negative balance refuses it", async () => {
+    const budget = (includeByok: boolean) => `workspaces:\n  - { name: default, budgets: [{ id: ws-daily, limit_usd: 1, reset_interval: daily, include_byok: ${includeByok} }] }\n`;
+    const byokSpend = (gw: TestGateway) =>
+      gw.store.insertLedger({
+        generationId: `gen-seed-${randomBytes(6).toString('hex')}`,
+        keyId: gw.keyRecord.id,
+        userId: 'user_test',
+        workspaceId: gw.keyRecord.workspaceId,
+        accountId: gw.keyRecord.accountId,
+        endpoint: 'videos',
+        model: 'http/video',
+        provider: 'job-upstream',
+        upstreamModel: 'upstream-video-1',
+        promptTokens: 0,
+        completionTokens: 0,
+        cachedTokens: 0,
+        cacheWriteTokens: 0,
+        reasoningTokens: 0,
+        costUsd: 1.5,
+        isByok: true,
+        status: 'completed',
+        createdAt: new Date().toISOString(),
+      });
+    // A budget that counts BYOK spend, spent by BYOK spend: the job is refused before it is submitted.
+    let gw = await start(budget(true));
+    await byokSpend(gw);
+    const refused = await createVideo(gw, { model: 'http/video', prompt: 'x' });
+    expect(refused.status).toBe(403);
+    expect(refused.json.error.metadata).toMatchObject({ limit_source: 'gateway_workspace_budget', spend_usd: 1.5, limit_usd: 1 });
+    expect(upstream.received).toEqual([]);
+    await gw.close();
+    // One that does not count it does not apply; with no credit at all (balance 0) the job still starts.
+    gw = await start(budget(false));
+    await byokSpend(gw);
+    expect((await createVideo(gw, { model: 'http/video', prompt: 'x' })).status).toBe(200);
+    // A negative balance refuses even a job on the workspace's own key (spec 8.2.1, as for chat).
+    await gw.store.addCredits(gw.keyRecord.accountId, -0.5);
+    gw.gateway.spend.forgetAccount(gw.keyRecord.accountId);
+    const negative = await createVideo(gw, { model: 'http/video', prompt: 'y' });
+    expect(negative.status).toBe(402);
+    expect(negative.json.error.metadata).toMatchObject({ limit_source: 'gateway_credits', reason: 'insufficient_credits' });
   });
 
   it('is cancelled with it; a job whose key was deleted since waits, and its cancel is a 502 provider_unavailable, never the operator key', async () => {
