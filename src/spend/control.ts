@@ -78,7 +78,7 @@ export class SpendControl {
 
   constructor(private readonly deps: SpendDeps) {
     this.clock = deps.clock ?? Date.now;
-    this.retries = new SettleRetries((input) => deps.state.settle(input), deps.logger, this.clock);
+    this.retries = new SettleRetries((input) => deps.state.settle(input), deps.logger, this.clock, {}, (counters) => deps.state.dropCounters(counters));
   }
 
   async admit(config: GatewayConfig, models: ReadonlyMap<string, ModelConfig>, state: GatewayState): Promise<Admission | null> {

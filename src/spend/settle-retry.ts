@@ -32,8 +32,9 @@ const DEFAULTS: SettleRetryOptions = { firstDelayMs: 250, maxDelayMs: 5_000, max
  * Retries are marked `retry`, so the state counts a cost only if the hold was still there: a first attempt
  * that did run (its reply lost to a timeout) is not counted twice. That test holds only while the hold
  * cannot have expired, so a settlement is retried until shortly before its hold's expiry (`hold_ttl_ms` after
- * admission), then given up: its cost is then missing from the spend counters (the ledger has it) until they
- * are rebuilt. Rounds run one settlement at a time and
+ * admission), then given up: its cost would be missing from the spend counters (the ledger has it), so those
+ * counters are deleted instead (retried until the state takes it) and the next reserve rebuilds them from the
+ * ledger. Rounds run one settlement at a time and
  * stop at the first failure (the state is still down); the wait doubles between failed rounds.
  *
  * @example const retries = new SettleRetries((input) => state.settle(input), logger, Date.now);
@@ -50,6 +51,12 @@ export function neverSent(err: unknown): boolean {
 
 export class SettleRetries {
   private waiting: Waiting[] = [];
+  /**
+   * Spend counters a settlement given up for good could not add its cost to: deleted (retried like the
+   * settlements, but for as long as it takes: a delete is idempotent), so the next reserve rebuilds them from
+   * the ledger, which has the cost.
+   */
+  private readonly stale = new Set<string>();
   private timer: NodeJS.Timeout | undefined;
   private delay: number;
   private running: Promise<void> | null = null;
@@ -60,6 +67,8 @@ export class SettleRetries {
     private readonly logger: Logger,
     private readonly clock: () => number,
     options: Partial<SettleRetryOptions> = {},
+    /** Deletes spend counters (SharedState.dropCounters); without it a given-up cost stays missing. */
+    private readonly dropCounters?: (counters: string[]) => Promise<void>,
   ) {
     this.options = { ...DEFAULTS, ...options };
     this.delay = this.options.firstDelayMs;
@@ -68,6 +77,11 @@ export class SettleRetries {
   /** Settlements waiting for the state to come back. */
   get pending(): number {
     return this.waiting.length;
+  }
+
+  /** Spend counters waiting to be deleted (then rebuilt from the ledger). */
+  get staleCounters(): number {
+    return this.stale.size;
   }
 
   /**
@@ -86,7 +100,7 @@ export class SettleRetries {
     this.timer = undefined;
     this.running ??= this.round().finally(() => {
       this.running = null;
-      if (this.waiting.length > 0) this.schedule();
+      this.schedule();
     });
     await this.running;
   }
@@ -97,15 +111,29 @@ export class SettleRetries {
     clearTimeout(this.timer);
     this.timer = undefined;
     for (const w of this.waiting.splice(0)) this.giveUp(w, 'shutting down');
+    // The last chance for counters that miss a given-up cost (the ones given up just now included).
+    if (this.stale.size > 0) await this.dropStale().catch(() => undefined);
+    if (this.stale.size > 0) {
+      this.logger.error({ counters: [...this.stale] }, 'spend counters missing a cost could not be deleted at shutdown; they stay short until their window ends');
+      this.stale.clear();
+    }
   }
 
   private schedule(): void {
-    if (this.timer || this.running) return;
+    if (this.timer || (this.waiting.length === 0 && this.stale.size === 0) || this.running) return;
     this.timer = setTimeout(() => void this.retryNow(), this.delay);
     this.timer.unref();
   }
 
   private async round(): Promise<void> {
+    if (this.stale.size > 0) {
+      try {
+        await this.dropStale();
+      } catch {
+        this.delay = Math.min(this.options.maxDelayMs, this.delay * 2);
+        return;
+      }
+    }
     while (this.waiting.length > 0) {
       const next = this.waiting[0];
       const now = this.clock();
@@ -128,6 +156,22 @@ export class SettleRetries {
   }
 
   private giveUp(w: Waiting, why: string): void {
-    this.logger.error({ generation_id: w.generationId, hold_id: w.input.holdId }, `settling a spend hold failed for good (${why}); it expires by TTL`);
+    const { costNano, counters } = w.input;
+    const rebuild = costNano > 0 && counters.length > 0 && this.dropCounters !== undefined;
+    this.logger.error(
+      { generation_id: w.generationId, hold_id: w.input.holdId },
+      `settling a spend hold failed for good (${why}); it expires by TTL${rebuild ? '; its spend counters are deleted, to be rebuilt from the ledger' : ''}`,
+    );
+    if (!rebuild) return;
+    for (const c of counters) this.stale.add(c);
+    this.schedule();
+  }
+
+  /** Deletes the counters that miss a given-up cost; throws (they stay) when the state refuses. */
+  private async dropStale(): Promise<void> {
+    const counters = [...this.stale];
+    await this.dropCounters!(counters);
+    for (const c of counters) this.stale.delete(c);
+    this.logger.warn({ counters }, 'spend counters that missed a given-up settlement were deleted; the next request rebuilds them from the ledger');
   }
 }

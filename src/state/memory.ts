@@ -77,6 +77,10 @@ export class MemoryState implements SharedState {
     this.counters.set(counter, { paid: paidNano, byok: byokNano, expiresAt });
   }
 
+  async dropCounters(counters: string[]): Promise<void> {
+    for (const c of counters) this.counters.delete(c);
+  }
+
   async held(group: string, now: number): Promise<number> {
     return this.heldNow(group, now);
   }

@@ -131,6 +131,10 @@ export class RedisState implements SharedState {
     await this.run('counterInit', [this.key('counter', counter)], args);
   }
 
+  async dropCounters(counters: string[]): Promise<void> {
+    if (counters.length > 0) await (await this.client()).del(...counters.map((c) => this.key('counter', c)));
+  }
+
   async held(group: string, now: number): Promise<number> {
     return (await this.run('holdsSum', [this.key('holds', group)], [now])) as number;
   }

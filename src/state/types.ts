@@ -89,6 +89,11 @@ export interface SharedState {
   settle(input: SettleInput): Promise<void>;
   /** Sets a spend counter unless it exists (first writer wins); `expiresAt` null for lifetime counters. */
   initCounter(counter: string, paidNano: number, byokNano: number, expiresAt: number | null): Promise<void>;
+  /**
+   * Deletes spend counters, so the next reserve that needs one finds it missing and builds it from the ledger
+   * (what a settlement given up for good could not add). Idempotent.
+   */
+  dropCounters(counters: string[]): Promise<void>;
   /** Held nano-USD of a group at `now` (for GET /key and tests). */
   held(group: string, now: number): Promise<number>;
   /** Checks every line; when none is full, counts the request in all of them. All or nothing. */

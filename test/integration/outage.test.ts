@@ -134,6 +134,43 @@ describe('a backing service goes away mid-run', () => {
     }
   });
 
+  it('Redis: a settlement given up (its hold expired while Redis was down) deletes the spend counter once Redis is back, and the next request rebuilds it from the ledger with that cost', async () => {
+    let offset = 0;
+    const g2 = await startTestGateway({ yaml: yaml(), clock: () => Date.now() + offset });
+    const redis = new Redis(REDIS_URL);
+    try {
+      const { secret, record } = await g2.createKey({ limitUsd: 100 });
+      const first = await post(`${g2.url}/chat/completions`, secret, CHAT); // builds the key's counter
+      expect(first.status).toBe(200);
+      const counter = `${prefix}counter:key:${record.id}:lifetime`;
+      expect(await redis.exists(counter)).toBe(1);
+      let release!: () => void;
+      upstream.faults.push({ kind: 'hold', until: new Promise<void>((r) => (release = r)) });
+      const pending = post(`${g2.url}/chat/completions`, secret, CHAT);
+      await eventually(async () => upstream.received.length === 2);
+      redisProxy.cut();
+      release();
+      const second = await pending;
+      expect(second.status).toBe(200);
+      await eventually(async () => g2.gateway.spend.pendingSettlements() === 1);
+      offset = 31 * 60_000; // past the 30-minute hold TTL: a retry could no longer tell a settled hold from an expired one
+      await eventually(async () => g2.gateway.spend.pendingSettlements() === 0); // given up
+      expect(await redis.exists(counter)).toBe(1); // Redis is still unreachable for the gateway
+      redisProxy.restore();
+      await eventually(async () => (await redis.exists(counter)) === 0);
+      const third = await post(`${g2.url}/chat/completions`, secret, CHAT);
+      expect(third.status).toBe(200);
+      await eventually(async () => (await g2.ledgerRow(third.json.id)) !== null);
+      let ledgerNano = 0;
+      for (const r of [first, second, third]) ledgerNano += toNano((await g2.ledgerRow(r.json.id))!.costUsd);
+      // Rebuilt from the ledger (the first two requests) and the third's settlement added: nothing missing.
+      await eventually(async () => Number(await redis.hget(counter, 'paid')) === ledgerNano);
+    } finally {
+      await redis.quit();
+      await g2.close();
+    }
+  }, 40_000);
+
   it('GET /key answers while Redis is down (the free-model count from the ledger), instead of a 500', async () => {
     redisProxy.cut();
     const r = await fetch(`${g.url}/key`, { headers: { authorization: `Bearer ${g.key}` } });

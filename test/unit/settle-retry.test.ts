@@ -104,4 +104,57 @@ describe('SettleRetries', () => {
       expect(text).toContain(why);
     }
   });
+
+  it('a settlement given up deletes its spend counters once the state takes it, so they are rebuilt from the ledger; a release (no cost) deletes none', async () => {
+    let now = 0;
+    const { lines, logger } = logs();
+    let down = true;
+    const dropped: string[][] = [];
+    const retries = new SettleRetries(
+      async () => {
+        if (down) throw new Error('Command timed out');
+      },
+      logger,
+      () => now,
+      { firstDelayMs: 1_000_000 },
+      async (counters) => {
+        if (down) throw new Error('Command timed out');
+        dropped.push(counters);
+      },
+    );
+    retries.add(input('h1'), 'gen-1', 10_000);
+    retries.add({ ...input('h2'), counters: ['key:k:lifetime', 'ws:w:2026-11'] }, 'gen-2', 10_000);
+    retries.add({ ...input('release'), costNano: 0, counters: [] }, null, 10_000);
+    now = 9_000; // all three hold expiries are within 2 s: given up while the state is still down
+    await retries.retryNow();
+    expect(retries.pending).toBe(0);
+    expect(retries.staleCounters).toBe(2);
+    await retries.retryNow(); // still down: the deletes wait
+    expect(dropped).toEqual([]);
+    down = false;
+    await retries.retryNow();
+    expect(dropped).toEqual([['key:k:lifetime', 'ws:w:2026-11']]);
+    expect(retries.staleCounters).toBe(0);
+    expect(lines.join('')).toContain('rebuilt from the ledger');
+  });
+
+  it('at close, counters of settlements given up then are deleted in the last try', async () => {
+    let down = true;
+    const dropped: string[][] = [];
+    const retries = new SettleRetries(
+      async () => {
+        if (down) throw new Error('Command timed out');
+      },
+      logs().logger,
+      Date.now,
+      { firstDelayMs: 1_000_000 },
+      async (counters) => {
+        dropped.push(counters);
+      },
+    );
+    retries.add(input('h1'), 'gen-1', FAR);
+    await retries.close();
+    expect(dropped).toEqual([['key:k:lifetime']]);
+    down = false;
+  });
 });
