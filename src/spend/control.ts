@@ -293,7 +293,7 @@ export class SpendControl {
       } else if (this.retryCount(input, jobId, err)) {
         this.deps.logger.warn({ err, video_job_id: jobId }, `${what} failed; retrying until the shared state takes it`);
       } else {
-        this.deps.logger.error({ err, video_job_id: jobId }, `${what} failed`);
+        this.deps.logger.error({ err, video_job_id: jobId }, `${what} failed${costNano > 0 ? '; its spend counters are rebuilt from the ledger' : ''}`);
       }
     }
   }
@@ -345,11 +345,15 @@ export class SpendControl {
 
   /**
    * A cost to add to spend counters with no hold behind it (a video job's), whose first attempt failed: sent
-   * again only when the failure proves the state never ran it (`neverSent`), since without a hold a retry could
-   * not tell a lost reply from a refusal and would count the cost twice. Returns whether it will be retried.
+   * again when the failure proves the state never ran it (`neverSent`); otherwise (a timeout: it may have run)
+   * a retry could not tell a lost reply from a refusal and might count the cost twice, so the counters are
+   * deleted instead and rebuilt from the ledger, which has the cost. Returns whether it is sent again.
    */
   retryCount(input: SettleInput, generationId: string | null, err: unknown): boolean {
-    if (!neverSent(err)) return false;
+    if (!neverSent(err)) {
+      this.retries.markStale(input.counters);
+      return false;
+    }
     this.retries.add(input, generationId, this.clock() + COUNT_RETRY_MS, true);
     return true;
   }

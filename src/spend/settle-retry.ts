@@ -79,6 +79,16 @@ export class SettleRetries {
     return this.waiting.length;
   }
 
+  /**
+   * Spend counters a cost may or may not have reached (a call with no hold to test whose reply was lost): they
+   * are deleted, retried until the state takes it, and rebuilt from the ledger by the next reserve.
+   */
+  markStale(counters: string[]): void {
+    if (counters.length === 0 || !this.dropCounters) return;
+    for (const c of counters) this.stale.add(c);
+    this.schedule();
+  }
+
   /** Spend counters waiting to be deleted (then rebuilt from the ledger). */
   get staleCounters(): number {
     return this.stale.size;
@@ -145,8 +155,16 @@ export class SettleRetries {
       try {
         await this.settle(next.input);
       } catch (err) {
-        // A retry that counts whatever is held, and may have run this time (a timeout), must not count twice.
-        if (!next.input.retry && !neverSent(err)) next.input = { ...next.input, retry: true };
+        const mayHaveRun = !neverSent(err);
+        if (mayHaveRun && next.input.groups.length === 0 && next.input.inFlight === null && next.input.costNano > 0) {
+          // A cost with no hold to test (a video job's): a retry could not tell whether this attempt counted it.
+          // The counters are rebuilt from the ledger instead, which has it.
+          this.waiting.shift();
+          this.markStale(next.input.counters);
+        } else if (!next.input.retry && mayHaveRun) {
+          // A retry that counts whatever is held, and may have run this time (a timeout), must not count twice.
+          next.input = { ...next.input, retry: true };
+        }
         this.delay = Math.min(this.options.maxDelayMs, this.delay * 2);
         return;
       }
@@ -162,9 +180,7 @@ export class SettleRetries {
       { generation_id: w.generationId, hold_id: w.input.holdId },
       `settling a spend hold failed for good (${why}); it expires by TTL${rebuild ? '; its spend counters are deleted, to be rebuilt from the ledger' : ''}`,
     );
-    if (!rebuild) return;
-    for (const c of counters) this.stale.add(c);
-    this.schedule();
+    if (rebuild) this.markStale(counters);
   }
 
   /** Deletes the counters that miss a given-up cost; throws (they stay) when the state refuses. */

@@ -94,7 +94,7 @@ async function countInBudgets(services: Services, job: VideoJob, row: LedgerRow)
   await services.state.settle(input).catch((err) => {
     if (services.spend.retryCount(input, row.generationId, err)) {
       services.logger.warn({ err, video_job_id: job.id }, 'adding a video job cost to the spend counters failed; retrying until the shared state takes it');
-    } else services.logger.error({ err, video_job_id: job.id }, 'adding a video job cost to the spend counters failed');
+    } else services.logger.warn({ err, video_job_id: job.id }, 'adding a video job cost to the spend counters may have failed; they are rebuilt from the ledger');
   });
 }
 

@@ -280,6 +280,35 @@ describe('the job state machine with the simulated provider', () => {
     expect((await chat()).status).toBe(403); // the video's cost now counts against the key's limit
   });
 
+  it('a job created before spend holds whose cost count timed out (it may have run): the counters are rebuilt from the ledger, so the cost counts once', async () => {
+    const g = await startTestGateway({ yaml: videoConfigYaml().replace('[auth, validate, upstream]', '[auth, validate, budget-check, upstream]') });
+    open.push(g);
+    await fund(g);
+    const limited = await g.createKey({ name: 'limited', limitUsd: 0.5, limitReset: 'monthly' });
+    const chat = () => post(`${g.url}/chat/completions`, limited.secret, { model: 'sim/chat', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] });
+    expect((await chat()).status).toBe(200); // builds the key's counter
+    await g.gateway.videos.stop();
+    const now = Date.now();
+    const id = `gen-vid-${now}-${'t'.repeat(20)}`;
+    const base = { workspaceId: g.keyRecord.workspaceId, keyId: limited.record.id, accountId: g.keyRecord.accountId, userId: 'user_test', model: 'sim/video', provider: 'sim-video' };
+    await g.store.createVideoJob({ ...base, id, upstreamModel: 'sim-video-1', upstreamJobId: 'up-old', status: 'pending', previousJobId: null, request: { prompt: 'x', params: {} }, createdAt: now, isByok: false });
+    await g.store.updateVideoJob(id, 'pending', { status: 'in_progress', updatedAt: now, generationId: `gen-${now}-${'q'.repeat(20)}` });
+    await g.store.updateVideoJob(id, 'in_progress', { status: 'completed', updatedAt: now, costUsd: SIM_COST, completedAt: now, expiresAt: now + 3_600_000 });
+    const state = g.gateway.state;
+    const settle = state.settle.bind(state);
+    // The count is lost to a timeout without reaching the counter (the worse of the two cases: had it run, a
+    // retry would count it twice).
+    let refuse = 1;
+    state.settle = async (input) => {
+      if (input.groups.length === 0 && input.costNano > 0 && refuse-- > 0) throw new Error('Command timed out');
+      return settle(input);
+    };
+    await g.gateway.videos.poll();
+    expect((await g.store.getVideoJob(id, g.keyRecord.workspaceId))?.billed).toBe(true);
+    // The counter is deleted (retried off the request path) and the next request rebuilds it with the job's cost.
+    await expect.poll(async () => (await chat()).status, { timeout: 5000 }).toBe(403);
+  });
+
   it('one poll round reaches every job with work left, beyond one page', async () => {
     const g = await start();
     await g.gateway.videos.stop();
