@@ -29,6 +29,7 @@ export const validate: StageDefinition<Record<string, never>, Services> = {
         if (state.body !== sent) dropNullFields(state.body, validator.nullable);
         const problem = validator(state.body) ?? checkSessionHeader(ctx.get('x-session-id'));
         if (problem) throw new GatewayError('invalid_request', problem.message, { metadata: { field: problem.field } });
+        if (state.endpoint === 'messages') checkThread(state.body);
         checkRequestPlugins(state, services.config);
         checkServerTools(state, services.config);
       }
@@ -36,3 +37,20 @@ export const validate: StageDefinition<Record<string, never>, Services> = {
     };
   },
 };
+
+/**
+ * Message threads (the Anthropic SDK's `thread: {type: create | continue}`, beta `message-threads-2026-08-12`):
+ * the server keeps the conversation between turns. This gateway keeps none (a continued turn's history could
+ * not be sent to a provider, nor follow a fallback), so it answers what the Messages API answers a request it
+ * cannot thread: 400 with `details.error_code: thread_unsupported_request`, on which the SDK's tool runner (and a
+ * thread with `unsupportedRequestBehavior: 'continue_unthreaded'`) sends the turn again with the whole history
+ * and no thread. Before, the field was dropped going to a chat provider (a continued turn then reached it with
+ * its new messages alone) and passed to an Anthropic one under ids it never issued.
+ */
+function checkThread(body: Record<string, unknown> | null | undefined): void {
+  if (body?.thread === undefined) return;
+  throw new GatewayError('invalid_request', 'Message threads are not supported by this gateway; send the whole conversation in `messages` without `thread`', {
+    metadata: { field: 'thread' },
+    details: { error_code: 'thread_unsupported_request', unsupported: ['thread'] },
+  });
+}

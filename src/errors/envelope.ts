@@ -54,13 +54,18 @@ export function standardEnvelope(err: GatewayError, extra: Record<string, unknow
   return { error: { code: err.status, message, metadata }, ...extra };
 }
 
-/** Messages envelope (7.3): `{type: error, error: {type, message, error_type}, request_id, metadata?}`. */
+/**
+ * Messages envelope (7.3): `{type: error, error: {type, message, error_type, details?}, request_id, metadata?}`.
+ * `details` is the Messages API's own (its `error_code` picks the Anthropic SDK's typed error class).
+ */
 export function messagesEnvelope(err: GatewayError, requestId: string | null): Record<string, unknown> {
   const { message, metadata } = publicParts(err);
   const { error_type, ...rest } = metadata;
+  const error: Record<string, unknown> = { type: messagesErrorType(err.errorType), message, error_type };
+  if (err.details && !masked(err)) error.details = err.details;
   const body: Record<string, unknown> = {
     type: 'error',
-    error: { type: messagesErrorType(err.errorType), message, error_type },
+    error,
     request_id: requestId,
   };
   if (Object.keys(rest).length > 0) body.metadata = rest;

@@ -46,6 +46,11 @@ export interface GatewayErrorOptions {
   status?: number;
   /** Extra response headers, e.g. Retry-After. */
   headers?: Record<string, string>;
+  /**
+   * The Messages API's `error.details` (e.g. `{error_code: "thread_unsupported_request"}`), which the Anthropic
+   * SDK maps to its typed error classes; written in the messages envelope only.
+   */
+  details?: Record<string, unknown>;
   cause?: unknown;
 }
 
@@ -54,6 +59,7 @@ export class GatewayError extends Error {
   readonly status: number;
   readonly metadata: Record<string, unknown> | undefined;
   readonly headers: Record<string, string> | undefined;
+  readonly details: Record<string, unknown> | undefined;
 
   constructor(errorType: ErrorType, message: string, options: GatewayErrorOptions = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
@@ -62,6 +68,7 @@ export class GatewayError extends Error {
     this.status = options.status ?? ERROR_STATUS[errorType];
     this.metadata = options.metadata;
     this.headers = options.headers;
+    this.details = options.details;
   }
 }
 

@@ -10,21 +10,29 @@ interface UpstreamErrorBody {
   code: string;
   /** The provider's error object, small enough to hand back in `metadata.raw`. */
   raw: unknown;
+  /** An Anthropic-style error's `error.details` object (`{error_code, …}`), when small. */
+  details?: Record<string, unknown>;
 }
 
 /** Reads the usual error shapes: OpenAI `{error: {message, code, type}}`, Anthropic `{type: error, error: {type, message}}`, `{message}`, `{error: "…"}`. */
 function readBody(text: string, credentials: readonly string[]): UpstreamErrorBody {
   try {
     // The text was scrubbed as it arrived; a key written with JSON escapes (`\u0073k-…`) is only seen once parsed.
-    const body = scrubbed(JSON.parse(text), credentials) as { error?: { message?: unknown; code?: unknown; type?: unknown } | string; message?: unknown };
+    const body = scrubbed(JSON.parse(text), credentials) as { error?: { message?: unknown; code?: unknown; type?: unknown; details?: unknown } | string; message?: unknown };
     const err = body.error;
     const message = typeof err === 'string' ? err : typeof err?.message === 'string' ? err.message : typeof body.message === 'string' ? body.message : '';
     const code = typeof err === 'object' && err ? String(err.code ?? err.type ?? '') : '';
-    const raw = JSON.stringify(body).length <= 2000 ? body : undefined;
-    return { message: message.slice(0, 500), code, raw };
+    const small = JSON.stringify(body).length <= 2000;
+    const raw = small ? body : undefined;
+    const details = small && typeof err === 'object' && err && isPlainObject(err.details) ? err.details : undefined;
+    return { message: message.slice(0, 500), code, raw, details };
   } catch {
     return { message: '', code: '', raw: text ? text.slice(0, 500) : undefined };
   }
+}
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
 /** `value` with every credential taken out of its strings (keys too), at any depth. */
@@ -72,7 +80,8 @@ export function callerFacing(type: ErrorType): boolean {
  * Maps an upstream HTTP error to the gateway's error_type (spec 7.4), once, for every provider: by status,
  * then by the body's code and message (context length, content policy, refusal). The upstream message is
  * kept where it tells the caller what to fix; `metadata` carries `provider_name`, `provider_code` (the
- * upstream status) and `raw` (the provider's error object, when small).
+ * upstream status) and `raw` (the provider's error object, when small); a caller-facing error keeps an
+ * Anthropic-style `error.details` for the messages envelope.
  */
 export function classifyUpstreamError(status: number, bodyText: string, providerId: string, retryAfter?: string | string[], credentials: readonly string[] = []): GatewayError {
   const body = readBody(bodyText, credentials);
@@ -81,5 +90,9 @@ export function classifyUpstreamError(status: number, bodyText: string, provider
   const headers = typeof retryAfter === 'string' && (type === 'rate_limit_exceeded' || type === 'provider_overloaded') ? { 'retry-after': retryAfter } : undefined;
   const metadata: Record<string, unknown> = { provider_name: providerId, provider_code: status };
   if (body.raw !== undefined) metadata.raw = body.raw;
-  return new GatewayError(type, message, { metadata, headers });
+  // The details of an error that is the caller's to fix go to a messages client as the provider sent them
+  // (the Anthropic SDK's typed errors read `error.details.error_code`); not for errors this gateway maps to
+  // another status (a provider's 401/404 is the operator's, answered 502).
+  const details = callerFacing(type) ? body.details : undefined;
+  return new GatewayError(type, message, { metadata, headers, details });
 }

@@ -158,6 +158,61 @@ describe('official anthropic SDK', () => {
     expect(err.error).toMatchObject({ type: 'error', error: { type: 'invalid_request_error', error_type: 'invalid_request' }, request_id: null });
   });
 
+  it("a message thread (the tool runner's default) is refused as the Messages API refuses a request it cannot thread, and the SDK goes on without one", async () => {
+    const sent: Record<string, unknown>[] = [];
+    const recording: typeof fetch = (input, init) => {
+      sent.push(JSON.parse(String(init?.body ?? '{}')));
+      return fetch(input, init);
+    };
+    const client = new Anthropic({ baseURL: gw.url.replace(/\/v1$/, ''), apiKey: gw.key, maxRetries: 0, fetch: recording });
+    for (const model of ['fake/claude', 'fake/gpt', 'sim/chat']) {
+      sent.length = 0;
+      const seen = upstream.received.length;
+      const runner = client.beta.messages.toolRunner({
+        model,
+        max_tokens: 32,
+        system: 'Be brief.',
+        messages: [{ role: 'user', content: 'hi' }],
+        tools: [{ name: 'noop', description: 'does nothing', input_schema: { type: 'object', properties: {} }, run: () => 'ok' } as any],
+      });
+      const final = await runner.runUntilDone();
+      expect(final.role).toBe('assistant');
+      // The first try carried `thread` (refused before any provider saw it); every later one the whole
+      // conversation without it: the fake providers call the tool, so the next turn has the call and its result.
+      const threads = sent.map((b) => (b.thread as { type?: string } | undefined)?.type ?? null);
+      expect(threads[0]).toBe('create');
+      expect(threads.slice(1).every((t) => t === null)).toBe(true);
+      expect(sent[1]).toMatchObject({ system: 'Be brief.', messages: [{ role: 'user', content: 'hi' }] });
+      if (model !== 'sim/chat') {
+        expect(sent).toHaveLength(3);
+        expect(sent[2]).toMatchObject({ system: 'Be brief.', tools: [{ name: 'noop' }] });
+        expect((sent[2].messages as { role: string }[]).map((m) => m.role)).toEqual(['user', 'assistant', 'user']);
+        expect(upstream.received.length - seen).toBe(2);
+        // Translated or not, the provider got the whole conversation of the second turn.
+        expect(JSON.stringify(upstream.received.at(-1)!.body)).toContain('Be brief.');
+      }
+    }
+    // A thread created directly (its default: 'error') gets the SDK's typed error.
+    const err = await client.messages.create({ model: 'fake/claude', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }], thread: { type: 'create' } } as any).catch((e) => e);
+    expect(err).toBeInstanceOf(Anthropic.BadRequestError);
+    expect(err.constructor.name).toBe('ThreadUnsupportedRequestError');
+    expect(err.error.error).toMatchObject({ type: 'invalid_request_error', details: { error_code: 'thread_unsupported_request' } });
+  });
+
+  it("keeps an Anthropic-style provider's error details (the SDK's typed errors read their error_code) on an error that is the caller's", async () => {
+    const details = { error_code: 'image_dimensions_too_large', max_side_length_pixels: 8000, paths: ['messages.0.content.1'] };
+    upstream.faults.push({ kind: 'status', status: 400, body: { type: 'error', error: { type: 'invalid_request_error', message: 'image dimensions exceed max allowed size', details } } });
+    const err = await anthropic.messages.create({ model: 'fake/claude', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] }).catch((e) => e);
+    expect(err.status).toBe(400);
+    expect(err.constructor.name).toBe('ImageDimensionsTooLargeError');
+    expect(err.error.error.details).toEqual(details);
+    // A provider's 404 is the operator's (a 502 here): its details are not passed on as if they were the caller's.
+    upstream.faults.push({ kind: 'status', status: 404, body: { type: 'error', error: { type: 'not_found_error', message: 'Thread not found', details: { error_code: 'thread_not_found' } } } });
+    const lost = await anthropic.messages.create({ model: 'fake/claude', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] }).catch((e) => e);
+    expect(lost.status).toBe(502);
+    expect(lost.error.error.details).toBeUndefined();
+  });
+
   it('reports a mid-stream provider failure as an error event', async () => {
     upstream.faults.push({ kind: 'midstream' });
     const stream = anthropic.messages.stream({ model: 'fake/claude', max_tokens: 64, messages: [{ role: 'user', content: 'hi' }] });
