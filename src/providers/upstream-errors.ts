@@ -87,7 +87,12 @@ export function classifyUpstreamError(status: number, bodyText: string, provider
   const body = readBody(bodyText, credentials);
   const type = upstreamErrorType(status, body.code, body.message);
   const message = callerFacing(type) && body.message ? body.message : `Provider ${providerId} returned HTTP ${status}`;
-  const headers = typeof retryAfter === 'string' && (type === 'rate_limit_exceeded' || type === 'provider_overloaded') ? { 'retry-after': retryAfter } : undefined;
+  let headers: Record<string, string> | undefined =
+    typeof retryAfter === 'string' && (type === 'rate_limit_exceeded' || type === 'provider_overloaded') ? { 'retry-after': retryAfter } : undefined;
+  // The provider refused our credentials or does not know the model (answered 502): the same request fails the
+  // same way until the operator changes the config, so the official SDKs are told not to retry it (they read
+  // `x-should-retry` before the status).
+  if (type === 'provider_unavailable' && (status === 401 || status === 403 || status === 404)) headers = { 'x-should-retry': 'false' };
   const metadata: Record<string, unknown> = { provider_name: providerId, provider_code: status };
   if (body.raw !== undefined) metadata.raw = body.raw;
   // The details of an error that is the caller's to fix go to a messages client as the provider sent them

@@ -146,6 +146,29 @@ describe('official anthropic SDK', () => {
     expect(calls).toBe(2);
   });
 
+  it("does not retry a provider's refusal of the gateway's own credentials or model name (a 502 that fails the same way until the config changes)", async () => {
+    let calls = 0;
+    const counting: typeof fetch = (input, init) => {
+      calls++;
+      return fetch(input, init);
+    };
+    const client = new Anthropic({ baseURL: gw.url.replace(/\/v1$/, ''), apiKey: gw.key, maxRetries: 2, fetch: counting });
+    const chat = new OpenAI({ baseURL: gw.url, apiKey: gw.key, maxRetries: 2, fetch: counting });
+    for (const status of [401, 403, 404]) {
+      calls = 0;
+      // Two faults each: the gateway's own retry of the endpoint sees the same refusal.
+      upstream.faults.push({ kind: 'status', status, body: { error: { message: 'no', type: 'authentication_error' } } }, { kind: 'status', status, body: { error: { message: 'no', type: 'authentication_error' } } });
+      const err = await client.messages.create({ model: 'fake/claude', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] }).catch((e) => e);
+      expect(err.status).toBe(502);
+      upstream.faults.length = 0;
+      upstream.faults.push({ kind: 'status', status, body: { error: { message: 'no', type: 'invalid_request_error' } } }, { kind: 'status', status, body: { error: { message: 'no', type: 'invalid_request_error' } } });
+      const chatErr = await chat.chat.completions.create({ model: 'fake/gpt', messages: [{ role: 'user', content: 'hi' }] }).catch((e) => e);
+      expect(chatErr.status).toBe(502);
+      upstream.faults.length = 0;
+      expect(calls).toBe(2);
+    }
+  });
+
   it('authenticates with Authorization: Bearer too (authToken)', async () => {
     const client = new Anthropic({ baseURL: gw.url.replace(/\/v1$/, ''), authToken: gw.key, apiKey: null, maxRetries: 0 });
     const msg = await client.messages.create({ model: 'sim/chat', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] });
