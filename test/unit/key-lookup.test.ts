@@ -67,7 +67,7 @@ describe('key lookup by hash', () => {
     const stage = auth.create({ accept_x_api_key: true, max_body_reads_per_key: 64, max_requests_per_key: 512 }, { keys: { find, forget: () => undefined } } as unknown as Services);
     const run = async (headers: Record<string, string>) => {
       const span = { setAttribute: vi.fn() };
-      const ctx = { get: (name: string) => headers[name.toLowerCase()] ?? '', state: { gateway: { span, key: null } } } as unknown as GatewayContext;
+      const ctx = { get: (name: string) => headers[name.toLowerCase()] ?? '', res: { once: () => undefined }, state: { gateway: { span, key: null } } } as unknown as GatewayContext;
       const next = vi.fn(async () => undefined);
       try {
         await stage(ctx, next);
