@@ -35,6 +35,41 @@ export function messagesUsageBody(u: NormalizedUsage): Record<string, unknown> {
   return out;
 }
 
+/**
+ * Thinking blocks without a signature are left out of the assistant turns that go upstream: they were never a
+ * messages provider's (another style's reasoning, as this gateway's translated answers give it with
+ * `signature: ""`), and the Messages API refuses any it did not sign (400 "Invalid `signature` in `thinking`
+ * block"), so a conversation that moved between providers of the two styles failed on its next turn. A turn
+ * left with nothing else keeps them (its content may not be empty). When the last assistant turn is in a tool
+ * loop and lost its thinking, thinking is switched off for the call, as the translator does (with thinking on,
+ * the Messages API requires that turn to start with a signed thinking block). `out` is the request's own copy.
+ */
+function withoutUnsignedThinking(out: Record<string, unknown>): void {
+  const list = out.messages as unknown[];
+  let copied: unknown[] | null = null;
+  let lastStripped = -1;
+  for (let i = 0; i < list.length; i++) {
+    const m = list[i] as { role?: unknown; content?: unknown } | null;
+    if (!m || m.role !== 'assistant' || !Array.isArray(m.content)) continue;
+    const kept = m.content.filter((b) => !unsigned(b));
+    if (kept.length === m.content.length || kept.length === 0) continue;
+    copied ??= list.slice();
+    copied[i] = { ...m, content: kept };
+    lastStripped = i;
+  }
+  if (!copied) return;
+  out.messages = copied;
+  const thinking = out.thinking as { type?: unknown } | undefined;
+  const next = copied[lastStripped + 1] as { role?: unknown; content?: unknown } | undefined;
+  const toolLoop = lastStripped === copied.length - 2 && next?.role === 'user' && Array.isArray(next.content) && next.content.some((b) => (b as { type?: unknown })?.type === 'tool_result');
+  if (toolLoop && thinking && (thinking.type === 'enabled' || thinking.type === 'adaptive')) out.thinking = { type: 'disabled' };
+}
+
+function unsigned(block: unknown): boolean {
+  const b = block as { type?: unknown; signature?: unknown } | null;
+  return b?.type === 'thinking' && (typeof b.signature !== 'string' || b.signature === '');
+}
+
 /** Events that come before any output: held back until the answer begins (`opensOutput`). */
 const PREAMBLE = new Set(['message_start', 'ping', 'content_block_start']);
 
@@ -45,6 +80,7 @@ export const messages: DialectAdapter = {
     delete out.user;
     const meta = out.metadata as Record<string, unknown> | undefined;
     if (meta && typeof meta.user_id === 'string') out.metadata = { ...meta, user_id: hashUser(meta.user_id) };
+    if (Array.isArray(out.messages)) withoutUnsignedThinking(out);
     return out;
   },
 

@@ -82,6 +82,39 @@ describe('same-dialect pass-through: chat completions → OpenAI-compatible', ()
 });
 
 describe('same-dialect pass-through: messages → Anthropic', () => {
+  it("leaves out thinking blocks without a signature (another style's reasoning, as translated answers give it), which the Messages API refuses; a tool loop that lost its thinking is sent with thinking off", async () => {
+    const signed = { type: 'thinking', thinking: 'signed thoughts', signature: 'EuYBCkQYAiJA' };
+    const history = [
+      { role: 'user', content: 'first' },
+      // A turn a chat-style provider answered (translated: its reasoning with an empty signature).
+      { role: 'assistant', content: [{ type: 'thinking', thinking: 'from gpt', signature: '' }, { type: 'text', text: 'answer one' }] },
+      { role: 'user', content: 'second' },
+      { role: 'assistant', content: [signed, { type: 'redacted_thinking', data: 'abc' }, { type: 'text', text: 'answer two' }] },
+      // A turn of thinking alone keeps it (its content may not be empty).
+      { role: 'user', content: 'third' },
+      { role: 'assistant', content: [{ type: 'thinking', thinking: 'only this' }] },
+      { role: 'user', content: 'fourth' },
+    ];
+    const body = { model: 'fake/claude', max_tokens: 2048, thinking: { type: 'enabled', budget_tokens: 1024 }, messages: history };
+    expect((await post(`${gw.url}/messages`, gw.key, body)).status).toBe(200);
+    const sent = upstream.received.at(-1)!.body;
+    expect(sent.messages[1].content).toEqual([{ type: 'text', text: 'answer one' }]);
+    expect(sent.messages[3].content).toEqual(history[3].content);
+    expect(sent.messages[5].content).toEqual(history[5].content);
+    expect(sent.messages.filter((_: unknown, i: number) => ![1].includes(i))).toEqual(history.filter((_, i) => i !== 1));
+    expect(sent.thinking).toEqual({ type: 'enabled', budget_tokens: 1024 }); // not a tool loop
+    // The last assistant turn calls a tool and its thinking was another style's: thinking goes off for the call.
+    const loop = [
+      { role: 'user', content: 'weather?' },
+      { role: 'assistant', content: [{ type: 'thinking', thinking: 'call it', signature: '' }, { type: 'tool_use', id: 'toolu_1', name: 'w', input: {} }] },
+      { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_1', content: 'sunny' }] },
+    ];
+    expect((await post(`${gw.url}/messages`, gw.key, { ...body, messages: loop, tools: [{ name: 'w', input_schema: { type: 'object' } }] })).status).toBe(200);
+    const looped = upstream.received.at(-1)!.body;
+    expect(looped.messages[1].content).toEqual([{ type: 'tool_use', id: 'toolu_1', name: 'w', input: {} }]);
+    expect(looped.thinking).toEqual({ type: 'disabled' });
+  });
+
   it('sends x-api-key and anthropic-version, forwards anthropic-beta, hashes metadata.user_id, drops user', async () => {
     const body = {
       model: 'fake/claude',

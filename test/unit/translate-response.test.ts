@@ -238,7 +238,7 @@ describe('chatToMessagesResponse', () => {
         },
       }),
     );
-    expect(out.usage).toEqual({ input_tokens: 10, output_tokens: 30, cache_creation_input_tokens: 20, cache_read_input_tokens: 100, service_tier: 'flex' });
+    expect(out.usage).toEqual({ input_tokens: 10, output_tokens: 30, cache_creation_input_tokens: 20, cache_read_input_tokens: 100, service_tier: 'standard' }); // chat's flex is the Messages API's standard
   });
 
   it('takes text from content given as an array of parts', () => {
@@ -275,6 +275,16 @@ describe('round trips', () => {
       },
     });
     expect(chatToMessagesResponse(messagesToChatResponse(original))).toEqual(original);
+  });
+
+  it("names the service tier in the client's own values (each SDK types its own)", () => {
+    for (const [chat, messages] of [['priority', 'priority'], ['default', 'standard'], ['auto', 'standard'], ['flex', 'standard'], ['scale', 'standard']]) {
+      const translated = chatToMessagesResponse({ id: 'c', object: 'chat.completion', model: 'm', service_tier: chat, choices: [{ index: 0, message: { role: 'assistant', content: 'x' }, finish_reason: 'stop' }], usage: { prompt_tokens: 1, completion_tokens: 1 } });
+      expect(translated.usage.service_tier).toBe(messages);
+    }
+    for (const [messages, chat] of [['priority', 'priority'], ['standard', 'default'], ['batch', 'default']]) {
+      expect(messagesToChatResponse(message({ usage: { input_tokens: 1, output_tokens: 1, service_tier: messages } })).service_tier).toBe(chat);
+    }
   });
 
   it.each(['end_turn', 'max_tokens', 'tool_use', 'refusal'])('messages → chat → messages keeps stop_reason %s', (stop) => {

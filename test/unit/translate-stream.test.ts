@@ -499,7 +499,7 @@ describe('chatToMessagesStream', () => {
     const out = run(chatToMessagesStream(), chatChunks(completion({ content: 'x' }, 'stop', { service_tier: 'flex' })));
     const delta = JSON.parse(out.find((e) => e.event === 'message_delta')!.data);
     const details = { reasoning_tokens: 25, thinking_tokens: 25 };
-    const expected = { input_tokens: 160, output_tokens: 90, cache_read_input_tokens: 300, cache_creation_input_tokens: 40, output_tokens_details: details, service_tier: 'flex' };
+    const expected = { input_tokens: 160, output_tokens: 90, cache_read_input_tokens: 300, cache_creation_input_tokens: 40, output_tokens_details: details, service_tier: 'standard' }; // chat's flex is the Messages API's standard
     expect(delta.usage).toEqual(expected);
   });
 

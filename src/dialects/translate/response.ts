@@ -52,6 +52,19 @@ export function stopReasonOf(finishReason: unknown, calledTools = false): string
 const NO_USAGE: NormalizedUsage = { inputTokens: 0, outputTokens: 0, cachedTokens: 0, cacheWriteTokens: 0, reasoningTokens: 0 };
 
 /** Messages usage → chat usage, through the one normalized form each dialect reads and writes. */
+/**
+ * Service tiers across the styles (each SDK types its own values): a chat provider's `priority` is the
+ * Messages API's `priority`, every other (`default`, `auto`, `flex`, `scale`) its `standard`; a messages
+ * provider's `standard` (or `batch`) is chat's `default`, `priority` is `priority`.
+ */
+export function tierToMessages(tier: string): string {
+  return tier === 'priority' ? 'priority' : 'standard';
+}
+
+export function tierToChat(tier: string): string {
+  return tier === 'priority' ? 'priority' : 'default';
+}
+
 export function messagesUsageToChat(u: unknown): Obj {
   return chatUsageBody(messagesUsage(u) ?? NO_USAGE);
 }
@@ -146,7 +159,7 @@ export function messagesToChatResponse(body: Record<string, any>): Record<string
     usage: messagesUsageToChat(body.usage),
   };
   const tier = body.usage?.service_tier ?? body.service_tier;
-  if (typeof tier === 'string') out.service_tier = tier;
+  if (typeof tier === 'string') out.service_tier = tierToChat(tier);
   return out;
 }
 
@@ -192,7 +205,7 @@ export function chatToMessagesResponse(body: Record<string, any>): Record<string
   const refusal = typeof message.refusal === 'string' && message.refusal ? message.refusal : null;
   const stopReason = refusal ? 'refusal' : stopReasonOf(choice.finish_reason, calls.length > 0);
   const usage = chatUsageToMessages(body.usage);
-  if (typeof body.service_tier === 'string') usage.service_tier = body.service_tier;
+  if (typeof body.service_tier === 'string') usage.service_tier = tierToMessages(body.service_tier);
   return {
     id: body.id,
     type: 'message',

@@ -14,6 +14,8 @@ import {
   refusalDetails,
   refusalText,
   stopReasonOf,
+  tierToChat,
+  tierToMessages,
   toolUseId,
 } from './response';
 
@@ -116,7 +118,7 @@ export function messagesToChatStream(): StreamTranslator {
           if (typeof m.id === 'string') id = m.id;
           if (typeof m.model === 'string') model = m.model;
           mergeUsage(usage, m.usage);
-          if (typeof m.usage?.service_tier === 'string') tier = m.usage.service_tier;
+          if (typeof m.usage?.service_tier === 'string') tier = tierToChat(m.usage.service_tier);
           start(out);
           break;
         }
@@ -391,7 +393,7 @@ export function chatToMessagesStream(): StreamTranslator {
       }
       start(out, chunk);
       if (isObj(chunk.usage)) usage = chunk.usage;
-      if (typeof chunk.service_tier === 'string') tier = chunk.service_tier;
+      if (typeof chunk.service_tier === 'string') tier = tierToMessages(chunk.service_tier);
       const choices: unknown[] = Array.isArray(chunk.choices) ? chunk.choices : [];
       const choice = choices.find((c) => isObj(c) && (c.index ?? 0) === 0);
       if (!isObj(choice) || finish !== null) return out;
