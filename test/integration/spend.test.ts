@@ -3,10 +3,10 @@ import { registry } from '../../plugins';
 import { parseConfigText } from '../../src/config/load';
 import { estimate } from '../../src/spend/estimate';
 import { toNano } from '../../src/state/types';
-import type { LedgerRow } from '../../src/store/types';
 import { post, testConfigYaml, type TestGateway } from '../fixtures/gateway';
 import { type FakeUpstream } from '../fixtures/fake-upstream';
 import { perTestGateways } from '../fixtures/per-test';
+import { spent } from '../fixtures/ledger';
 
 const PIPELINE = '[auth, validate, rate-limit, budget-check, upstream]';
 const FREE_MODEL = `
@@ -46,30 +46,6 @@ function holdUpstream(model = 'gpt-upstream') {
   return release;
 }
 
-/** A ledger row of `usd` for a key, as if an earlier request had cost that much. */
-function spent(g: TestGateway, keyId: string, usd: number, over: Partial<LedgerRow> = {}): Promise<boolean> {
-  return g.store.insertLedger({
-    generationId: `gen-seed-${Math.random().toString(36).slice(2)}`,
-    keyId,
-    userId: 'user_test',
-    workspaceId: g.keyRecord.workspaceId,
-    accountId: g.keyRecord.accountId,
-    endpoint: 'chat_completions',
-    model: 'fake/gpt',
-    provider: 'fake-openai',
-    upstreamModel: 'gpt-upstream',
-    promptTokens: 0,
-    completionTokens: 0,
-    cachedTokens: 0,
-    cacheWriteTokens: 0,
-    reasoningTokens: 0,
-    costUsd: usd,
-    isByok: false,
-    status: 'completed',
-    createdAt: new Date(g.gateway.spend.clock()).toISOString(),
-    ...over,
-  });
-}
 
 describe('key limit under concurrency', () => {
   it('a model priced per request holds its fee: 20 concurrent requests against a limit of 5 fees admit 5 (all 20 were admitted, nothing held)', async () => {

@@ -6,6 +6,7 @@ import { GatewayError } from '../../src/errors/gateway-error';
 import { createHttpVideoProvider } from '../../src/providers/http-video';
 import { startFakeVideoUpstream, type FakeVideoUpstream } from '../fixtures/fake-video-upstream';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway';
+import { spent } from '../fixtures/ledger';
 import { cancelVideo, createVideo, fund, getVideo, startJob, videoConfigYaml, waitForStatus } from '../fixtures/videos';
 
 let upstream: FakeVideoUpstream;
@@ -246,27 +247,7 @@ describe('video jobs with the workspace\'s own provider key (BYOK)', () => {
 
   it("is checked as a BYOK chat request is: budgets that count BYOK spend apply, others do not; a negative balance refuses it", async () => {
     const budget = (includeByok: boolean) => `workspaces:\n  - { name: default, budgets: [{ id: ws-daily, limit_usd: 1, reset_interval: daily, include_byok: ${includeByok} }] }\n`;
-    const byokSpend = (gw: TestGateway) =>
-      gw.store.insertLedger({
-        generationId: `gen-seed-${randomBytes(6).toString('hex')}`,
-        keyId: gw.keyRecord.id,
-        userId: 'user_test',
-        workspaceId: gw.keyRecord.workspaceId,
-        accountId: gw.keyRecord.accountId,
-        endpoint: 'videos',
-        model: 'http/video',
-        provider: 'job-upstream',
-        upstreamModel: 'upstream-video-1',
-        promptTokens: 0,
-        completionTokens: 0,
-        cachedTokens: 0,
-        cacheWriteTokens: 0,
-        reasoningTokens: 0,
-        costUsd: 1.5,
-        isByok: true,
-        status: 'completed',
-        createdAt: new Date().toISOString(),
-      });
+    const byokSpend = (gw: TestGateway) => spent(gw, gw.keyRecord.id, 1.5, { isByok: true, endpoint: 'videos', model: 'http/video' });
     // A budget that counts BYOK spend, spent by BYOK spend: the job is refused before it is submitted.
     let gw = await start(budget(true));
     await byokSpend(gw);

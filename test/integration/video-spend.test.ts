@@ -1,10 +1,10 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { toNano, type SettleInput } from '../../src/state/types';
-import type { LedgerRow } from '../../src/store/types';
 import { deleteRedisKeys, REDIS_URL, uniquePrefix } from '../fixtures/backing';
 import { startFakeVideoUpstream, type FakeVideoJob, type FakeVideoUpstream } from '../fixtures/fake-video-upstream';
 import { post, startTestGateway, type TestGateway } from '../fixtures/gateway';
 import { cancelVideo, createVideo, fund, videoConfigYaml } from '../fixtures/videos';
+import { spent } from '../fixtures/ledger';
 
 /**
  * A video job is a paid request: before it is submitted, its estimate is checked against the budgets, the
@@ -38,30 +38,6 @@ afterAll(async () => {
   for (const prefix of prefixes) await deleteRedisKeys(prefix);
 });
 
-/** A ledger row of `usd` for a key, as if an earlier request had cost that much. */
-function spent(g: TestGateway, keyId: string, usd: number): Promise<boolean> {
-  const row: LedgerRow = {
-    generationId: `gen-seed-${Math.random().toString(36).slice(2)}`,
-    keyId,
-    userId: 'user_test',
-    workspaceId: g.keyRecord.workspaceId,
-    accountId: g.keyRecord.accountId,
-    endpoint: 'chat_completions',
-    model: 'sim/chat',
-    provider: 'local',
-    upstreamModel: 'sim-1',
-    promptTokens: 0,
-    completionTokens: 0,
-    cachedTokens: 0,
-    cacheWriteTokens: 0,
-    reasoningTokens: 0,
-    costUsd: usd,
-    isByok: false,
-    status: 'completed',
-    createdAt: new Date(g.gateway.spend.clock()).toISOString(),
-  };
-  return g.store.insertLedger(row);
-}
 
 /** The fake upstream's copy of a gateway job (a test moves it on through it). */
 async function upstreamJob(g: TestGateway, id: string): Promise<FakeVideoJob> {

@@ -30,6 +30,18 @@ async function otherWorkspace(g: TestGateway) {
 
 const envelope = (code: number, errorType: string) => ({ error: { code, message: expect.any(String), metadata: expect.objectContaining({ error_type: errorType }) } });
 
+
+/** A completed, unbilled job of `keyId` stored as jobs created before spend holds were (no `hold`); its id. */
+async function completedWithoutHold(g: TestGateway, keyId: string, letter: string): Promise<string> {
+  const now = Date.now();
+  const id = `gen-vid-${now}-${letter.repeat(20)}`;
+  const base = { workspaceId: g.keyRecord.workspaceId, keyId, accountId: g.keyRecord.accountId, userId: 'user_test', model: 'sim/video', provider: 'sim-video' };
+  await g.store.createVideoJob({ ...base, id, upstreamModel: 'sim-video-1', upstreamJobId: `up-old-${letter}`, status: 'pending', previousJobId: null, request: { prompt: 'x', params: {} }, createdAt: now, isByok: false });
+  await g.store.updateVideoJob(id, 'pending', { status: 'in_progress', updatedAt: now, generationId: `gen-${now}-${letter.toUpperCase().repeat(20)}` });
+  await g.store.updateVideoJob(id, 'in_progress', { status: 'completed', updatedAt: now, costUsd: SIM_COST, completedAt: now, expiresAt: now + 3_600_000 });
+  return id;
+}
+
 describe('POST /videos', () => {
   it('creates a pending job: the id format, the polling URL with the base path, nothing of a processed job yet', async () => {
     const g = await start({ queuedMs: 60_000 });
@@ -257,12 +269,7 @@ describe('the job state machine with the simulated provider', () => {
     expect((await chat()).status).toBe(200); // builds the key's counter
     // A completed job as one created before holds is stored: no `hold` in its request.
     await g.gateway.videos.stop();
-    const now = Date.now();
-    const id = `gen-vid-${now}-${'o'.repeat(20)}`;
-    const base = { workspaceId: g.keyRecord.workspaceId, keyId: limited.record.id, accountId: g.keyRecord.accountId, userId: 'user_test', model: 'sim/video', provider: 'sim-video' };
-    await g.store.createVideoJob({ ...base, id, upstreamModel: 'sim-video-1', upstreamJobId: 'up-old', status: 'pending', previousJobId: null, request: { prompt: 'x', params: {} }, createdAt: now, isByok: false });
-    await g.store.updateVideoJob(id, 'pending', { status: 'in_progress', updatedAt: now, generationId: `gen-${now}-${'p'.repeat(20)}` });
-    await g.store.updateVideoJob(id, 'in_progress', { status: 'completed', updatedAt: now, costUsd: SIM_COST, completedAt: now, expiresAt: now + 3_600_000 });
+    const id = await completedWithoutHold(g, limited.record.id, 'o');
     const state = g.gateway.state;
     const settle = state.settle.bind(state);
     const seen: { costNano: number; retry?: boolean }[] = [];
@@ -288,12 +295,7 @@ describe('the job state machine with the simulated provider', () => {
     const chat = () => post(`${g.url}/chat/completions`, limited.secret, { model: 'sim/chat', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] });
     expect((await chat()).status).toBe(200); // builds the key's counter
     await g.gateway.videos.stop();
-    const now = Date.now();
-    const id = `gen-vid-${now}-${'t'.repeat(20)}`;
-    const base = { workspaceId: g.keyRecord.workspaceId, keyId: limited.record.id, accountId: g.keyRecord.accountId, userId: 'user_test', model: 'sim/video', provider: 'sim-video' };
-    await g.store.createVideoJob({ ...base, id, upstreamModel: 'sim-video-1', upstreamJobId: 'up-old', status: 'pending', previousJobId: null, request: { prompt: 'x', params: {} }, createdAt: now, isByok: false });
-    await g.store.updateVideoJob(id, 'pending', { status: 'in_progress', updatedAt: now, generationId: `gen-${now}-${'q'.repeat(20)}` });
-    await g.store.updateVideoJob(id, 'in_progress', { status: 'completed', updatedAt: now, costUsd: SIM_COST, completedAt: now, expiresAt: now + 3_600_000 });
+    const id = await completedWithoutHold(g, limited.record.id, 't');
     const state = g.gateway.state;
     const settle = state.settle.bind(state);
     // The count is lost to a timeout without reaching the counter (the worse of the two cases: had it run, a
