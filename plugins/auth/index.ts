@@ -23,10 +23,8 @@ const RECHECK_AFTER_MS = 1000;
  * Requests whose body is being received, and requests being served at all, by key id, across every pipeline
  * and reload of this process (a `create` runs per pipeline: a count in its closure would be per endpoint).
  */
-const reading = new Map<string, number>();
-const serving = new Map<string, number>();
-/** Requests already counted in `serving` (the header check counts a request, its stage then does not). */
-const counted = new WeakSet<object>();
+const readingCounts = new Map<string, number>();
+const servingCounts = new Map<string, number>();
 
 /**
  * `auth`: `Authorization: Bearer <key>` (or `x-api-key`), looked up by hash; sets `state.key`. On the
@@ -71,6 +69,7 @@ export const auth: StageDefinition<AuthConfig, Services> = {
         if (performance.now() - found.at > RECHECK_AFTER_MS) key = await keyOf(ctx);
         else if (keyUnusableReason(key) !== null) throw new GatewayError('authentication', INVALID);
       } else {
+        // No header check ran (an endpoint without a body): the request is counted here.
         key = await keyOf(ctx);
         startServing(ctx, key.id, config.max_requests_per_key);
       }
@@ -83,42 +82,53 @@ export const auth: StageDefinition<AuthConfig, Services> = {
     return Object.assign(stage, {
       beforeBody: async (ctx: ParameterizedContext) => {
         const key = await keyOf(ctx);
-        startServing(ctx, key.id, config.max_requests_per_key);
-        checked.set(ctx, { key, at: performance.now(), release: startReading(ctx, key.id, config.max_body_reads_per_key) });
+        checked.set(ctx, { key, at: performance.now(), release: startRequest(ctx, key.id, config) });
       },
     });
   },
 };
 
 /**
- * Counts a request of `keyId` as one whose body is arriving, or throws the 429 when the key has `max` such
- * requests already (0: no limit). Returns the release, which the stage calls once the body was read; the
- * request's end (its answer written, or its connection closed: a body that failed or never came) calls it
- * too. It counts once.
+ * Counts a request of `keyId` as one being served until its response closes (answered, or the connection
+ * gone), and as one whose body is arriving until the returned release is called (the stage calls it once the
+ * body was read; the response's close calls it too, for a body that failed or never came). Throws the 429
+ * when the key already has `max_requests_per_key` requests being served or `max_body_reads_per_key` bodies
+ * arriving (0: no limit); then nothing stays counted. One `close` listener for both counts.
  */
-function startReading(ctx: ParameterizedContext, keyId: string, max: number): () => void {
-  if (max <= 0) return noop;
-  take(reading, keyId, max, 'key_body_reads', 'max_body_reads_per_key', 'are sending their body');
-  let held = true;
-  const release = () => {
-    if (!held) return;
-    held = false;
-    give(reading, keyId);
+function startRequest(ctx: ParameterizedContext, keyId: string, config: AuthConfig): () => void {
+  const serving = config.max_requests_per_key > 0;
+  const reading = config.max_body_reads_per_key > 0;
+  if (serving) take(servingCounts, keyId, config.max_requests_per_key, 'key_requests', 'max_requests_per_key', 'are being served');
+  if (reading) {
+    try {
+      take(readingCounts, keyId, config.max_body_reads_per_key, 'key_body_reads', 'max_body_reads_per_key', 'are sending their body');
+    } catch (err) {
+      if (serving) give(servingCounts, keyId);
+      throw err;
+    }
+  }
+  if (!serving && !reading) return noop;
+  let stillReading = reading;
+  const doneReading = () => {
+    if (!stillReading) return;
+    stillReading = false;
+    give(readingCounts, keyId);
   };
-  ctx.res.once('close', release);
-  return release;
+  ctx.res.once('close', () => {
+    doneReading();
+    if (serving) give(servingCounts, keyId);
+  });
+  return doneReading;
 }
 
 /**
- * Counts a request of `keyId` as one being served until its response closes (answered, or the connection
- * gone), or throws the 429 when the key has `max` such requests already (0: no limit). A request is counted
- * once, by the header check or else by the stage.
+ * Counts a request of `keyId` as one being served until its response closes, or throws the 429 when the key
+ * has `max` such requests already (0: no limit). For requests no header check counted (no body to read).
  */
 function startServing(ctx: ParameterizedContext, keyId: string, max: number): void {
-  if (max <= 0 || counted.has(ctx)) return;
-  take(serving, keyId, max, 'key_requests', 'max_requests_per_key', 'are being served');
-  counted.add(ctx);
-  ctx.res.once('close', () => give(serving, keyId));
+  if (max <= 0) return;
+  take(servingCounts, keyId, max, 'key_requests', 'max_requests_per_key', 'are being served');
+  ctx.res.once('close', () => give(servingCounts, keyId));
 }
 
 /** One more in `counts` for `keyId`, or the 429 (Retry-After: 1) naming the limit when it has `max`. */
