@@ -114,7 +114,7 @@ function startRequest(ctx: ParameterizedContext, keyId: string, config: AuthConf
     stillReading = false;
     give(readingCounts, keyId);
   };
-  ctx.res.once('close', () => {
+  whenClosed(ctx, () => {
     doneReading();
     if (serving) give(servingCounts, keyId);
   });
@@ -128,7 +128,17 @@ function startRequest(ctx: ParameterizedContext, keyId: string, config: AuthConf
 function startServing(ctx: ParameterizedContext, keyId: string, max: number): void {
   if (max <= 0) return;
   take(servingCounts, keyId, max, 'key_requests', 'max_requests_per_key', 'are being served');
-  ctx.res.once('close', () => give(servingCounts, keyId));
+  whenClosed(ctx, () => give(servingCounts, keyId));
+}
+
+/**
+ * Runs `release` when the response closes, or now if it already has: a client that left while its key was
+ * looked up closed it before the counts were taken, and a listener added then would never run (the key would
+ * keep that count until the process restarts).
+ */
+function whenClosed(ctx: ParameterizedContext, release: () => void): void {
+  if (ctx.res.closed || ctx.res.destroyed) release();
+  else ctx.res.once('close', release);
 }
 
 /** One more in `counts` for `keyId`, or the 429 (Retry-After: 1) naming the limit when it has `max`. */

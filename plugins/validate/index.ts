@@ -48,7 +48,11 @@ export const validate: StageDefinition<Record<string, never>, Services> = {
  * its new messages alone) and passed to an Anthropic one under ids it never issued.
  */
 function checkThread(body: Record<string, unknown> | null | undefined): void {
-  if (body?.thread === undefined) return;
+  if (!body || body.thread === undefined) return;
+  if (body.thread === null) {
+    delete body.thread; // not given
+    return;
+  }
   throw new GatewayError('invalid_request', 'Message threads are not supported by this gateway; send the whole conversation in `messages` without `thread`', {
     metadata: { field: 'thread' },
     details: { error_code: 'thread_unsupported_request', unsupported: ['thread'] },

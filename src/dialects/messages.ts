@@ -45,29 +45,37 @@ export function messagesUsageBody(u: NormalizedUsage): Record<string, unknown> {
  * the Messages API requires that turn to start with a signed thinking block). `out` is the request's own copy.
  */
 function withoutUnsignedThinking(out: Record<string, unknown>): void {
-  const list = out.messages as unknown[];
-  let copied: unknown[] | null = null;
-  let lastStripped = -1;
+  const list = out.messages as Turn[];
+  let copied: Turn[] | null = null;
   for (let i = 0; i < list.length; i++) {
-    const m = list[i] as { role?: unknown; content?: unknown } | null;
-    if (!m || m.role !== 'assistant' || !Array.isArray(m.content)) continue;
+    const m = list[i];
+    if (m?.role !== 'assistant' || !Array.isArray(m.content) || !m.content.some(unsigned)) continue;
     const kept = m.content.filter((b) => !unsigned(b));
-    if (kept.length === m.content.length || kept.length === 0) continue;
+    if (kept.length === 0) continue;
     copied ??= list.slice();
     copied[i] = { ...m, content: kept };
-    lastStripped = i;
   }
   if (!copied) return;
   out.messages = copied;
   const thinking = out.thinking as { type?: unknown } | undefined;
-  const next = copied[lastStripped + 1] as { role?: unknown; content?: unknown } | undefined;
-  const toolLoop = lastStripped === copied.length - 2 && next?.role === 'user' && Array.isArray(next.content) && next.content.some((b) => (b as { type?: unknown })?.type === 'tool_result');
-  if (toolLoop && thinking && (thinking.type === 'enabled' || thinking.type === 'adaptive')) out.thinking = { type: 'disabled' };
+  if ((thinking?.type === 'enabled' || thinking?.type === 'adaptive') && inToolLoopWithoutThinking(copied)) out.thinking = { type: 'disabled' };
 }
+
+type Turn = { role?: unknown; content?: unknown } | null;
 
 function unsigned(block: unknown): boolean {
   const b = block as { type?: unknown; signature?: unknown } | null;
   return b?.type === 'thinking' && (typeof b.signature !== 'string' || b.signature === '');
+}
+
+/** The last turn answers tool calls of an assistant turn that has no thinking block (the translator's rule too). */
+function inToolLoopWithoutThinking(list: Turn[]): boolean {
+  const last = list[list.length - 1];
+  const prev = list[list.length - 2];
+  const types = (m: Turn) => (Array.isArray(m?.content) ? (m.content as { type?: unknown }[]).map((b) => b?.type) : []);
+  if (last?.role !== 'user' || !types(last).includes('tool_result') || prev?.role !== 'assistant') return false;
+  const prevTypes = types(prev);
+  return !prevTypes.includes('thinking') && !prevTypes.includes('redacted_thinking');
 }
 
 /** Events that come before any output: held back until the answer begins (`opensOutput`). */

@@ -428,7 +428,7 @@ describe('the key is checked before the body is read', () => {
     expect((await Promise.all([chatReq(gw.key), chatReq(gw.key)])).map((r) => r.status)).toEqual([200, 200]);
   });
 
-  it('a client that leaves while its key is looked up frees its max_in_flight slot at once (not at body_timeout_ms)', async () => {
+  it('a client that leaves while its key is looked up frees its max_in_flight slot at once (not at body_timeout_ms), and holds none of its key\'s counts (POST with a body, GET /key)', async () => {
     const store = await openStore({ driver: 'sqlite', path: ':memory:' } as GatewayConfig['storage']);
     // A key lookup held until the client has gone (a PostgreSQL round trip, or a key's first use after the cache's 5 s).
     let gate: Promise<void> | null = null;
@@ -439,23 +439,34 @@ describe('the key is checked before the body is read', () => {
       if (gate) await gate;
       return find(hash);
     };
-    const gw = await t.start({ yaml: yaml('max_in_flight: 1, body_timeout_ms: 30000'), store });
+    // One of each per key: a count the leaving client kept would refuse the key's every later request.
+    const gw = await t.start({ yaml: yaml('max_in_flight: 1, body_timeout_ms: 30000') + 'plugins:\n  auth: { max_requests_per_key: 1, max_body_reads_per_key: 1 }\n', store });
     try {
       const port = Number(new URL(gw.url).port);
-      let open!: () => void;
-      gate = new Promise<void>((r) => (open = r));
-      const sock = connect(port, '127.0.0.1');
-      sock.on('error', () => {});
-      const closed = new Promise((r) => sock.once('close', r));
-      sock.write(head('/chat/completions', `Authorization: Bearer ${gw.key}\r\n`, 1000) + '{"model":');
-      await until(() => asked, 'the key lookup');
-      sock.destroy();
-      await closed;
-      await new Promise((r) => setTimeout(r, 200)); // the server sees the close before the lookup ends
-      gate = null;
-      open();
-      await until(() => gw.gateway.inFlight() === 0, 'the slot freed');
-      expect((await post(`${gw.url}/chat/completions`, gw.key, CHAT)).status).toBe(200);
+      // A fresh key each time: a key the cache holds is not looked up.
+      const requests = [
+        (key: string) => head('/chat/completions', `Authorization: Bearer ${key}\r\n`, 1000) + '{"model":',
+        (key: string) => `GET /api/v1/key HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\n\r\n`,
+      ];
+      for (const request of requests) {
+        const key = (await gw.createKey()).secret;
+        let open!: () => void;
+        gate = new Promise<void>((r) => (open = r));
+        asked = false;
+        const sock = connect(port, '127.0.0.1');
+        sock.on('error', () => {});
+        const closed = new Promise((r) => sock.once('close', r));
+        sock.write(request(key));
+        await until(() => asked, 'the key lookup');
+        sock.destroy();
+        await closed;
+        await new Promise((r) => setTimeout(r, 200)); // the server sees the close before the lookup ends
+        gate = null;
+        open();
+        await until(() => gw.gateway.inFlight() === 0, 'the slot freed');
+        expect((await post(`${gw.url}/chat/completions`, key, CHAT)).status).toBe(200);
+        expect((await fetch(`${gw.url}/key`, { headers: { authorization: `Bearer ${key}` } })).status).toBe(200);
+      }
     } finally {
       await store.close();
     }

@@ -113,6 +113,14 @@ describe('same-dialect pass-through: messages → Anthropic', () => {
     const looped = upstream.received.at(-1)!.body;
     expect(looped.messages[1].content).toEqual([{ type: 'tool_use', id: 'toolu_1', name: 'w', input: {} }]);
     expect(looped.thinking).toEqual({ type: 'disabled' });
+    // The loop's next round: the turn the provider answered with thinking off has none, so thinking stays off.
+    const round2 = [
+      ...loop,
+      { role: 'assistant', content: [{ type: 'tool_use', id: 'toolu_2', name: 'w', input: { again: true } }] },
+      { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_2', content: 'still sunny' }] },
+    ];
+    expect((await post(`${gw.url}/messages`, gw.key, { ...body, messages: round2, tools: [{ name: 'w', input_schema: { type: 'object' } }] })).status).toBe(200);
+    expect(upstream.received.at(-1)!.body.thinking).toEqual({ type: 'disabled' });
   });
 
   it('sends x-api-key and anthropic-version, forwards anthropic-beta, hashes metadata.user_id, drops user', async () => {
