@@ -136,14 +136,18 @@ export class SettleRetries {
   }
 
   private async round(): Promise<void> {
-    if (this.stale.size > 0) {
-      try {
-        await this.dropStale();
-      } catch {
-        this.delay = Math.min(this.options.maxDelayMs, this.delay * 2);
-        return;
-      }
+    await this.settleWaiting();
+    // Counters are deleted only once no settlement waits (the state took them all): a settlement sent after
+    // a counter was rebuilt from the ledger would add a cost the rebuild already counted.
+    if (this.waiting.length > 0 || this.stale.size === 0) return;
+    try {
+      await this.dropStale();
+    } catch {
+      this.delay = Math.min(this.options.maxDelayMs, this.delay * 2);
     }
+  }
+
+  private async settleWaiting(): Promise<void> {
     while (this.waiting.length > 0) {
       const next = this.waiting[0];
       const now = this.clock();
@@ -183,11 +187,16 @@ export class SettleRetries {
     if (rebuild) this.markStale(counters);
   }
 
-  /** Deletes the counters that miss a given-up cost; throws (they stay) when the state refuses. */
+  /**
+   * Deletes the counters that miss a given-up cost; throws (they stay) when the state refuses. Settlements
+   * that came to wait meanwhile no longer add their cost to a deleted counter: its rebuild reads it from the
+   * ledger.
+   */
   private async dropStale(): Promise<void> {
     const counters = [...this.stale];
     await this.dropCounters!(counters);
     for (const c of counters) this.stale.delete(c);
+    for (const w of this.waiting) w.input = { ...w.input, counters: w.input.counters.filter((c) => !counters.includes(c)) };
     this.logger.warn({ counters }, 'spend counters that missed a given-up settlement were deleted; the next request rebuilds them from the ledger');
   }
 }

@@ -157,4 +157,31 @@ describe('SettleRetries', () => {
     expect(dropped).toEqual([['key:k:lifetime']]);
     down = false;
   });
+
+  it('deletes counters only once no settlement waits, and a settlement still waiting then no longer adds to a deleted counter', async () => {
+    let now = 0;
+    let down = true;
+    const order: string[] = [];
+    const retries = new SettleRetries(
+      async (i) => {
+        if (down) throw new Error('Command timed out');
+        order.push(`settle ${i.holdId} [${i.counters.join(',')}]`);
+      },
+      logs().logger,
+      () => now,
+      { firstDelayMs: 1_000_000 },
+      async (counters) => {
+        order.push(`drop [${counters.join(',')}]`);
+      },
+    );
+    retries.add(input('expiring'), 'gen-1', 10_000);
+    retries.add({ ...input('live'), counters: ['key:k:lifetime', 'ws:w:2026-11'] }, 'gen-2', Number.MAX_SAFE_INTEGER);
+    now = 9_000; // the first is given up (its counter goes stale); the second still waits
+    await retries.retryNow();
+    expect(order).toEqual([]); // the state is down: nothing settled, nothing deleted
+    down = false;
+    await retries.retryNow();
+    // The waiting settlement went first (its cost counted), then the stale counter was deleted.
+    expect(order).toEqual(['settle live [key:k:lifetime,ws:w:2026-11]', 'drop [key:k:lifetime]']);
+  });
 });
