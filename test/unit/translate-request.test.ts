@@ -37,7 +37,11 @@ describe('chat → messages: top-level fields', () => {
     ['stream kept, stream_options dropped', { stream: true, stream_options: { include_usage: true } }, { stream: true }, ['stream_options']],
     ['user → metadata.user_id', { user: 'hashed-u' }, { metadata: { user_id: 'hashed-u' } }, ['user']],
     ['chat metadata dropped', { metadata: { a: 'b' } }, {}, ['metadata']],
-    ['service_tier passes', { service_tier: 'priority' }, { service_tier: 'priority' }, []],
+    ['service_tier priority → auto (the provider may use its priority capacity)', { service_tier: 'priority' }, { service_tier: 'auto' }, []],
+    ['service_tier auto → auto', { service_tier: 'auto' }, { service_tier: 'auto' }, []],
+    ['service_tier default → standard_only', { service_tier: 'default' }, { service_tier: 'standard_only' }, []],
+    ['service_tier flex → standard_only', { service_tier: 'flex' }, { service_tier: 'standard_only' }, []],
+    ['service_tier of no messages meaning dropped', { service_tier: 'bogus' }, {}, ['service_tier']],
     ['top-level cache_control kept', { cache_control: { type: 'ephemeral' } }, { cache_control: { type: 'ephemeral' } }, []],
     [
       'dropped fields',
@@ -347,6 +351,8 @@ describe('messages → chat: top-level fields', () => {
     ['metadata.user_id → user', { metadata: { user_id: 'u1' } }, { user: 'u1' }, ['metadata']],
     ['messages user → user', { user: 'u2' }, { user: 'u2' }, []],
     ['service_tier', { service_tier: 'auto' }, { service_tier: 'auto' }, []],
+    ['service_tier standard_only → default', { service_tier: 'standard_only' }, { service_tier: 'default' }, []],
+    ['service_tier of no chat meaning dropped', { service_tier: 'bogus' }, {}, ['service_tier']],
     [
       'dropped fields',
       { cache_control: { type: 'ephemeral' }, context_management: { edits: [] }, container: 'c', mcp_servers: [] },

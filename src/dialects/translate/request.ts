@@ -48,7 +48,8 @@
  * Dropped messages → chat: `cache_control` (top level, blocks, tools), `context_management`, `container`,
  * `mcp_servers`, `clear_at`, `citations`, `thinking` blocks, server tools and their blocks
  * (server_tool_use, *_tool_result), `tool_result.is_error`, `metadata` other than user_id.
- * `model`, `stream` and `service_tier` pass unchanged in both directions.
+ * `model` and `stream` pass unchanged in both directions; `service_tier` is named in the provider's values
+ * (chat `auto`, `default`, `flex`, `scale`, `priority` ⇄ messages `auto`, `standard_only`: see tierForMessages).
  */
 import { GatewayError } from '../../errors/gateway-error';
 import { isObj, type Obj } from '../common';
@@ -95,7 +96,8 @@ export function chatToMessagesRequest(body: Record<string, unknown>, options: { 
   if (stop.length) out.stop_sequences = stop;
   if (b.stream !== undefined) out.stream = b.stream;
   if (typeof b.user === 'string') out.metadata = { user_id: b.user };
-  if (b.service_tier !== undefined) out.service_tier = b.service_tier;
+  const tier = tierForMessages(b.service_tier);
+  if (tier !== undefined) out.service_tier = tier;
   if (isObj(b.cache_control)) out.cache_control = b.cache_control;
 
   Object.assign(out, chatToolsToMessages(b.tools, b.tool_choice, b.parallel_tool_calls));
@@ -270,6 +272,24 @@ function inUnsignedToolLoop(messages: Obj[]): boolean {
   return !prev.content.some((c: Obj) => c.type === 'thinking' || c.type === 'redacted_thinking');
 }
 
+/**
+ * A chat request's service tier as the Messages API names it (`auto` | `standard_only`): chat `default`, `flex`
+ * and `scale` ask for the standard tier only; `auto` and `priority` (the aliases `fast`/`ultrafast` are already
+ * `priority`) let the provider use its priority capacity when the account has it. Anything else is dropped.
+ */
+function tierForMessages(tier: unknown): string | undefined {
+  if (tier === 'auto' || tier === 'priority') return 'auto';
+  if (tier === 'default' || tier === 'flex' || tier === 'scale') return 'standard_only';
+  return undefined;
+}
+
+/** A messages request's service tier as chat names it: `auto` stays, `standard_only` is `default`; anything else is dropped. */
+function tierForChat(tier: unknown): string | undefined {
+  if (tier === 'auto') return 'auto';
+  if (tier === 'standard_only') return 'default';
+  return undefined;
+}
+
 // ───────────────────────────── messages → chat ─────────────────────────────
 
 /** A messages request body → a chat-completions request body. */
@@ -287,7 +307,8 @@ export function messagesToChatRequest(body: Record<string, unknown>): Record<str
   if (b.stream === true) out.stream_options = { include_usage: true };
   const user = isObj(b.metadata) && typeof b.metadata.user_id === 'string' ? b.metadata.user_id : b.user;
   if (typeof user === 'string') out.user = user;
-  if (b.service_tier !== undefined) out.service_tier = b.service_tier;
+  const tier = tierForChat(b.service_tier);
+  if (tier !== undefined) out.service_tier = tier;
 
   Object.assign(out, messagesToolsToChat(b.tools, b.tool_choice));
 
