@@ -31,6 +31,18 @@ async function otherWorkspace(g: TestGateway) {
 const envelope = (code: number, errorType: string) => ({ error: { code, message: expect.any(String), metadata: expect.objectContaining({ error_type: errorType }) } });
 
 
+
+/** A gateway with spend checks, a funded account and a key limited to $0.50 whose counter a chat request built. */
+async function limitedKeyGateway() {
+  const g = await startTestGateway({ yaml: videoConfigYaml().replace('[auth, validate, upstream]', '[auth, validate, budget-check, upstream]') });
+  open.push(g);
+  await fund(g);
+  const limited = await g.createKey({ name: 'limited', limitUsd: 0.5, limitReset: 'monthly' });
+  const chat = () => post(`${g.url}/chat/completions`, limited.secret, { model: 'sim/chat', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] });
+  expect((await chat()).status).toBe(200); // builds the key's counter
+  return { g, limited, chat };
+}
+
 /** A completed, unbilled job of `keyId` stored as jobs created before spend holds were (no `hold`); its id. */
 async function completedWithoutHold(g: TestGateway, keyId: string, letter: string): Promise<string> {
   const now = Date.now();
@@ -261,12 +273,7 @@ describe('the job state machine with the simulated provider', () => {
   });
 
   it("a job created before spend holds: its billed cost reaches the spend counters also when the shared state refused it unsent the first time", async () => {
-    const g = await startTestGateway({ yaml: videoConfigYaml().replace('[auth, validate, upstream]', '[auth, validate, budget-check, upstream]') });
-    open.push(g);
-    await fund(g);
-    const limited = await g.createKey({ name: 'limited', limitUsd: 0.5, limitReset: 'monthly' });
-    const chat = () => post(`${g.url}/chat/completions`, limited.secret, { model: 'sim/chat', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] });
-    expect((await chat()).status).toBe(200); // builds the key's counter
+    const { g, limited, chat } = await limitedKeyGateway();
     // A completed job as one created before holds is stored: no `hold` in its request.
     await g.gateway.videos.stop();
     const id = await completedWithoutHold(g, limited.record.id, 'o');
@@ -288,12 +295,7 @@ describe('the job state machine with the simulated provider', () => {
   });
 
   it('a job created before spend holds whose cost count timed out (it may have run): the counters are rebuilt from the ledger, so the cost counts once', async () => {
-    const g = await startTestGateway({ yaml: videoConfigYaml().replace('[auth, validate, upstream]', '[auth, validate, budget-check, upstream]') });
-    open.push(g);
-    await fund(g);
-    const limited = await g.createKey({ name: 'limited', limitUsd: 0.5, limitReset: 'monthly' });
-    const chat = () => post(`${g.url}/chat/completions`, limited.secret, { model: 'sim/chat', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] });
-    expect((await chat()).status).toBe(200); // builds the key's counter
+    const { g, limited, chat } = await limitedKeyGateway();
     await g.gateway.videos.stop();
     const id = await completedWithoutHold(g, limited.record.id, 't');
     const state = g.gateway.state;
