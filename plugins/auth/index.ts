@@ -69,9 +69,9 @@ export const auth: StageDefinition<AuthConfig, Services> = {
         if (performance.now() - found.at > RECHECK_AFTER_MS) key = await keyOf(ctx);
         else if (keyUnusableReason(key) !== null) throw new GatewayError('authentication', INVALID);
       } else {
-        // No header check ran (an endpoint without a body): the request is counted here.
+        // No header check ran (an endpoint without a body): the request is counted here, with no body to wait for.
         key = await keyOf(ctx);
-        startServing(ctx, key.id, config.max_requests_per_key);
+        startRequest(ctx, key.id, config.max_requests_per_key, 0);
       }
       const state = ctx.state.gateway;
       state.key = key;
@@ -82,7 +82,7 @@ export const auth: StageDefinition<AuthConfig, Services> = {
     return Object.assign(stage, {
       beforeBody: async (ctx: ParameterizedContext) => {
         const key = await keyOf(ctx);
-        checked.set(ctx, { key, at: performance.now(), release: startRequest(ctx, key.id, config) });
+        checked.set(ctx, { key, at: performance.now(), release: startRequest(ctx, key.id, config.max_requests_per_key, config.max_body_reads_per_key) });
       },
     });
   },
@@ -92,16 +92,16 @@ export const auth: StageDefinition<AuthConfig, Services> = {
  * Counts a request of `keyId` as one being served until its response closes (answered, or the connection
  * gone), and as one whose body is arriving until the returned release is called (the stage calls it once the
  * body was read; the response's close calls it too, for a body that failed or never came). Throws the 429
- * when the key already has `max_requests_per_key` requests being served or `max_body_reads_per_key` bodies
- * arriving (0: no limit); then nothing stays counted. One `close` listener for both counts.
+ * when the key already has `maxServing` requests being served or `maxReading` bodies arriving (0: no limit;
+ * a request without a body passes 0 for the latter); then nothing stays counted. One `close` listener for both.
  */
-function startRequest(ctx: ParameterizedContext, keyId: string, config: AuthConfig): () => void {
-  const serving = config.max_requests_per_key > 0;
-  const reading = config.max_body_reads_per_key > 0;
-  if (serving) take(servingCounts, keyId, config.max_requests_per_key, 'key_requests', 'max_requests_per_key', 'are being served');
+function startRequest(ctx: ParameterizedContext, keyId: string, maxServing: number, maxReading: number): () => void {
+  const serving = maxServing > 0;
+  const reading = maxReading > 0;
+  if (serving) take(servingCounts, keyId, maxServing, 'key_requests', 'max_requests_per_key', 'are being served');
   if (reading) {
     try {
-      take(readingCounts, keyId, config.max_body_reads_per_key, 'key_body_reads', 'max_body_reads_per_key', 'are sending their body');
+      take(readingCounts, keyId, maxReading, 'key_body_reads', 'max_body_reads_per_key', 'are sending their body');
     } catch (err) {
       if (serving) give(servingCounts, keyId);
       throw err;
@@ -119,16 +119,6 @@ function startRequest(ctx: ParameterizedContext, keyId: string, config: AuthConf
     if (serving) give(servingCounts, keyId);
   });
   return doneReading;
-}
-
-/**
- * Counts a request of `keyId` as one being served until its response closes, or throws the 429 when the key
- * has `max` such requests already (0: no limit). For requests no header check counted (no body to read).
- */
-function startServing(ctx: ParameterizedContext, keyId: string, max: number): void {
-  if (max <= 0) return;
-  take(servingCounts, keyId, max, 'key_requests', 'max_requests_per_key', 'are being served');
-  whenClosed(ctx, () => give(servingCounts, keyId));
 }
 
 /**
