@@ -10,6 +10,24 @@ export function createKey(main: string, config: string, name: string): string {
   return execFileSync(process.execPath, [main, 'keys', 'create', '--name', name, '--config', config], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
 }
 
+/** The pipeline with the spend stages, and the sections that make every spend check do its work (`bench:spend`). */
+export const SPEND_STAGES = '[auth, validate, rate-limit, budget-check, upstream]';
+export const SPEND_SECTIONS = `
+guardrails: [{ id: team, budget: { limit_usd: 100000, reset_interval: monthly } }]
+workspaces:
+  - { name: default, default_guardrail: team, budgets: [{ id: ws, limit_usd: 100000, reset_interval: monthly }] }
+rate_limits: { key: { requests: 100000000, window_s: 60 } }
+spend: { in_flight: { applies_below_balance_usd: 1000000, ceiling_usd: 100000 } }
+`;
+
+/** A key with a monthly limit on a prepaid account with credit: the spend variants' key (checked against four budget lines). */
+export function createSpendKey(main: string, config: string, name: string): string {
+  const cli = (...args: string[]) => execFileSync(process.execPath, [main, ...args, '--config', config], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+  const key = cli('keys', 'create', '--name', name, '--limit', '100000', '--limit-reset', 'monthly');
+  cli('credits', 'add', '--account', 'default', '--usd', '500000');
+  return key;
+}
+
 /**
  * The request of a scenario (`chat`, `chat-stream`, `messages`, `messages-stream`) to the gateway at `origin`
  * with `key`, on the bench models.

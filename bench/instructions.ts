@@ -3,7 +3,7 @@ import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writ
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { BENCH_PROMPT, createKey, gatewayYaml, scenarioRequest } from './config';
+import { BENCH_PROMPT, createKey, createSpendKey, gatewayYaml, scenarioRequest, SPEND_SECTIONS, SPEND_STAGES } from './config';
 import { load } from './load';
 import { portkeyHeaders, startPortkey } from './peer-portkey';
 import type { ProbeTarget } from './probe';
@@ -11,7 +11,7 @@ import { pinTo, startNode, type Started } from './processes';
 
 /**
  * `npm run bench:instructions [-- --scenario chat|chat-stream|messages|messages-stream] [--warm 2000]
- * [--requests 1000] [--rounds 2] [--a-root=DIR] [--b-root=DIR] [--peer portkey] [--keep DIR]`
+ * [--requests 1000] [--rounds 2] [--a-root=DIR] [--b-root=DIR] [--peer portkey] [--keep DIR] [--spend]`
  *
  * Counts the instructions a request costs with valgrind's callgrind: the gateway runs under callgrind, is
  * warmed up with `--warm` requests, its counters are zeroed, `--requests` requests are sent (50
@@ -25,7 +25,8 @@ import { pinTo, startNode, type Started } from './processes';
  * adds the Portkey gateway (installed as `npm run bench -- --peer portkey` installs it) on chat completions,
  * counted the same way. `--keep DIR` copies each round's callgrind dumps there (`<target>-<round>/cg.out.1-01` is
  * the main thread), for `callgrind_annotate` by function: V8's runtime, builtins and Node's C++ have names;
- * JIT-compiled JavaScript shows as addresses.
+ * JIT-compiled JavaScript shows as addresses. `--spend`: the gateways run `bench:spend`'s spend variant (the
+ * `rate-limit` and `budget-check` stages, every check doing its work, memory state).
  *
  * Caveats: under valgrind the gateway serves only tens of requests a second, so work done per batch or per
  * time slice (ledger transactions every `ledger.flush_ms`, OTLP exports, journal segments) is spread over
@@ -43,6 +44,7 @@ const { values } = parseArgs({
     'b-root': { type: 'string', default: '' },
     peer: { type: 'string', default: '' },
     keep: { type: 'string', default: '' },
+    spend: { type: 'boolean', default: false },
   },
 });
 
@@ -71,9 +73,9 @@ interface Target {
 /** Starts this gateway's build in `root` under callgrind, with a key, and the request of the scenario. */
 async function startGateway(root: string, fakeOrigin: string, dir: string): Promise<Target> {
   const config = path.join(dir, 'gateway.yaml');
-  writeFileSync(config, gatewayYaml(fakeOrigin, dir));
+  writeFileSync(config, gatewayYaml(fakeOrigin, dir, values.spend ? { pipeline: SPEND_STAGES, extra: SPEND_SECTIONS } : {}));
   const main = path.join(root, 'dist', 'src', 'main.js');
-  const key = createKey(main, config, 'ir');
+  const key = values.spend ? createSpendKey(main, config, 'ir') : createKey(main, config, 'ir');
   const server = await startNode([main, 'serve', '--config', config], {
     pin: pinTo(1),
     wrapper: [...CALLGRIND, `--callgrind-out-file=${path.join(dir, 'cg.out')}`],

@@ -2,7 +2,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'n
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { createKey, gatewayYaml, scenarioRequest } from './config';
+import { createKey, createSpendKey, gatewayYaml, scenarioRequest, SPEND_SECTIONS, SPEND_STAGES } from './config';
 import { load } from './load';
 import { Shares, type CallFrame } from './places';
 import { pinTo, startNode, type Started } from './processes';
@@ -14,7 +14,8 @@ import { writeResults } from './report';
  * Runs the gateway under `node --cpu-prof` with load on one scenario, then prints the functions with the
  * most self time (and writes the .cpuprofile, loadable in Chrome DevTools, under bench/results/).
  * `--connections 1` sends one request at a time: where an unloaded request's time goes. `--extra` adds
- * top-level YAML (e.g. `telemetry: { exporter: none }`, which replaces the default section).
+ * top-level YAML (e.g. `telemetry: { exporter: none }`, which replaces the default section). `--spend`: the
+ * pipeline and sections of `bench:spend`'s spend variant (the `rate-limit` and `budget-check` stages at work).
  */
 const ROOT = path.resolve(__dirname, '..', '..');
 const { values } = parseArgs({
@@ -24,6 +25,7 @@ const { values } = parseArgs({
     top: { type: 'string', default: '35' },
     connections: { type: 'string', default: '50' },
     extra: { type: 'string', default: '' },
+    spend: { type: 'boolean', default: false },
   },
 });
 
@@ -41,9 +43,10 @@ async function main(): Promise<void> {
     procs.push(fake);
     const origin = `http://127.0.0.1:${fake.match[1]}`;
     const config = path.join(tmp, 'gateway.yaml');
-    writeFileSync(config, gatewayYaml(origin, tmp, { extra: values.extra }));
+    const spend = values.spend ? { pipeline: SPEND_STAGES, extra: `${SPEND_SECTIONS}${values.extra}` } : { extra: values.extra };
+    writeFileSync(config, gatewayYaml(origin, tmp, spend));
     const main = path.join(ROOT, 'dist/src/main.js');
-    const key = createKey(main, config, 'p');
+    const key = values.spend ? createSpendKey(main, config, 'p') : createKey(main, config, 'p');
     const gw = await startNode(['--cpu-prof', '--cpu-prof-interval=100', `--cpu-prof-dir=${tmp}`, main, 'serve', '--config', config], {
       pin: pinTo(1),
       ready: /listening on http:\/\/[\d.]+:(\d+)/,

@@ -5,7 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import Redis from 'ioredis';
-import { BENCH_PROMPT, gatewayYaml } from './config';
+import { BENCH_PROMPT, createSpendKey, gatewayYaml, SPEND_SECTIONS, SPEND_STAGES } from './config';
 import { load, median, round, type LoadResult } from './load';
 import { probeAlternating, type ProbeResult, type ProbeTarget } from './probe';
 import { pinTo, startNode, type Started } from './processes';
@@ -35,15 +35,7 @@ const { values } = parseArgs({
   },
 });
 
-const SPEND_STAGES = '[auth, validate, rate-limit, budget-check, upstream]';
 const prefix = `gwbench:${randomBytes(4).toString('hex')}:`;
-const SPEND_SECTIONS = `
-guardrails: [{ id: team, budget: { limit_usd: 100000, reset_interval: monthly } }]
-workspaces:
-  - { name: default, default_guardrail: team, budgets: [{ id: ws, limit_usd: 100000, reset_interval: monthly }] }
-rate_limits: { key: { requests: 100000000, window_s: 60 } }
-spend: { in_flight: { applies_below_balance_usd: 1000000, ceiling_usd: 100000 } }
-`;
 
 const VARIANTS = [
   { id: 'baseline', pipeline: '[auth, validate, upstream]', extra: '' },
@@ -69,9 +61,7 @@ async function main(): Promise<void> {
       mkdirSync(dir);
       const config = path.join(dir, 'gateway.yaml');
       writeFileSync(config, gatewayYaml(fakeOrigin, dir, v));
-      const cli = (...args: string[]) => execFileSync(process.execPath, [MAIN, ...args, '--config', config], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
-      const key = cli('keys', 'create', '--name', 'bench', '--limit', '100000', '--limit-reset', 'monthly');
-      cli('credits', 'add', '--account', 'default', '--usd', '500000');
+      const key = createSpendKey(MAIN, config, 'bench');
       const gw = await startNode([MAIN, 'serve', '--config', config], { pin: serverPin, ready: /listening on http:\/\/[\d.]+:(\d+)/, logFile: path.join(dir, 'gateway.log') });
       procs.push(gw);
       targets.set(v.id, {

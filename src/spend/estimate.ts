@@ -1,3 +1,5 @@
+import { hash } from 'node:crypto';
+import { LRUCache } from 'lru-cache';
 import type { ModelConfig, ModelEndpointConfig, Pricing } from '../config/types';
 import { requestedModels } from '../routing/candidates';
 
@@ -36,15 +38,39 @@ const PIECE_CHARS = 256;
  */
 const TOKENIZE_MAX_CHARS = 100_000;
 
+/** Texts at least this long have their counts remembered (shorter ones cost a few microseconds to count). */
+const CACHED_MIN_CHARS = 256;
+/**
+ * Counts of texts seen lately, by SHA-256 of the text. Requests resend the same long texts again and again (a
+ * client's system prompt and tools, a conversation's earlier turns), and tokenizing costs ~100–200 ns a
+ * character (a 20 KB system prompt ~2 ms of the event loop on every request); hashing it costs ~1 ns a
+ * character. Only the digest and the count are kept, never the text. (The digest is of the UTF-8 bytes, so two
+ * texts that differ only in unpaired surrogates share a count: an estimate, off by a token or two.)
+ */
+const counted = new LRUCache<string, number>({ max: 4096 });
+
 /**
  * Counts BPE tokens of a text (loads the tables on first use), in pieces of at most PIECE_CHARS cut at a
  * space where one is near (prose counts the same: the tokenizer splits before spaces anyway), so that a long
  * run of letters or spaces costs linear time, not quadratic (a 100 KB run of one letter held the event loop
- * 7 s); a text over TOKENIZE_MAX_CHARS is estimated from its length.
+ * 7 s); a text over TOKENIZE_MAX_CHARS is estimated from its length. A long text's count is remembered
+ * (`counted`): the same text again costs its hash, and counts the same.
  */
 export function countTokens(text: string): number {
   if (!text) return 0;
   if (text.length > TOKENIZE_MAX_CHARS) return Math.ceil(text.length / 3);
+  if (text.length < CACHED_MIN_CHARS) return tokenize(text);
+  const digest = hash('sha256', text, 'base64');
+  let tokens = counted.get(digest);
+  if (tokens === undefined) {
+    tokens = tokenize(text);
+    counted.set(digest, tokens);
+  }
+  return tokens;
+}
+
+/** The BPE count of a text of at most TOKENIZE_MAX_CHARS, piece by piece (see countTokens). */
+function tokenize(text: string): number {
   if (!encoder) {
     // eslint-disable-next-line @typescript-eslint/no-require-imports
     const mod = require('gpt-tokenizer/cjs/encoding/cl100k_base') as { countTokens(text: string): number };

@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import type { ModelConfig } from '../../src/config/types';
 import { countTokens, estimate, estimateCalls, inputTokens } from '../../src/spend/estimate';
 
@@ -29,6 +29,59 @@ describe('token counting', () => {
     expect(n).toBeLessThan(1100);
     const messages = { system: 'Be brief.', messages: [{ role: 'user', content: 'hi' }], tools: [{ name: 'get_weather', input_schema: { type: 'object' } }] };
     expect(inputTokens(messages)).toBeGreaterThan(inputTokens({ system: 'Be brief.', messages: [{ role: 'user', content: 'hi' }] }));
+  });
+});
+
+describe('remembered counts of long texts', () => {
+  // The tokenizer module estimate.ts loads on first use (the same instance: Node's module cache).
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const bpe = require('gpt-tokenizer/cjs/encoding/cl100k_base') as { countTokens(text: string): number };
+  const words = ['fox', 'river', 'quietly', 'über', 'jumps', '東京', 'over', 'the', 'lazy', 'dog,', 'and', 'then'];
+  const prose = (seed: number, chars: number) => {
+    let out = '';
+    for (let i = seed; out.length < chars; i++) out += `${words[(i * 7) % words.length]} `;
+    return out.slice(0, chars);
+  };
+
+  it('a long text seen again is not tokenized again, and counts the same', () => {
+    const text = prose(1, 20_000);
+    const spy = vi.spyOn(bpe, 'countTokens');
+    try {
+      const first = countTokens(text);
+      const calls = spy.mock.calls.length;
+      expect(calls).toBeGreaterThan(1); // in pieces of at most 256 characters
+      // The same content in another string (as the next request's parsed body has it).
+      const again = countTokens(`${text.slice(0, 10_000)}${text.slice(10_000)}`);
+      expect(again).toBe(first);
+      expect(spy.mock.calls.length).toBe(calls);
+    } finally {
+      spy.mockRestore();
+    }
+  });
+
+  it('by content: a text one character apart is counted anew; short texts are always tokenized', () => {
+    const text = prose(2, 5_000);
+    const base = countTokens(text);
+    const spy = vi.spyOn(bpe, 'countTokens');
+    try {
+      const other = countTokens(`${text.slice(0, -1)}東`);
+      expect(spy).toHaveBeenCalled();
+      expect(other).toBeGreaterThanOrEqual(base);
+      spy.mockClear();
+      expect(countTokens('hello world')).toBe(2);
+      expect(countTokens('hello world')).toBe(2);
+      expect(spy).toHaveBeenCalledTimes(2);
+    } finally {
+      spy.mockRestore();
+    }
+  });
+
+  it('counts a request the same whether its texts were seen before or not', () => {
+    const system = prose(3, 12_000);
+    const tools = [{ type: 'function', function: { name: 'search', description: prose(4, 3_000), parameters: { type: 'object' } } }];
+    const body = { messages: [{ role: 'system', content: system }, { role: 'user', content: 'hi' }], tools };
+    const cold = inputTokens(body);
+    expect(inputTokens(JSON.parse(JSON.stringify(body)))).toBe(cold);
   });
 });
 
