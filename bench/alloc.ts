@@ -1,9 +1,9 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { request } from 'undici';
-import { BENCH_PROMPT, createKey, gatewayYaml } from './config';
+import { BENCH_PROMPT, createKey, createSpendKey, gatewayYaml, SPEND_SECTIONS, SPEND_STAGES } from './config';
 import { connectInspector } from './inspector';
 import { load } from './load';
 import { Shares, type CallFrame } from './places';
@@ -11,7 +11,7 @@ import { pinTo, startNode, type Started } from './processes';
 import { writeResults } from './report';
 
 /**
- * `npm run bench:alloc [-- --scenario chat|chat-stream] [--seconds 6] [--no-export] [--survivors] [--extra '<yaml>']
+ * `npm run bench:alloc [-- --scenario chat|chat-stream] [--seconds 6] [--no-export] [--survivors] [--extra '<yaml>'] [--body FILE] [--spend]
  * [--node='<node flags>'] [--top 30]`
  *
  * Bytes the gateway allocates per request under load, and where: V8's sampling heap profiler (through the
@@ -34,6 +34,8 @@ const { values } = parseArgs({
     survivors: { type: 'boolean', default: false },
     node: { type: 'string', default: '' },
     top: { type: 'string', default: '30' },
+    body: { type: 'string', default: '' },
+    spend: { type: 'boolean', default: false },
   },
 });
 
@@ -58,8 +60,9 @@ async function main(): Promise<void> {
     procs.push(fake);
     const config = path.join(tmp, 'gateway.yaml');
     const telemetry = values['no-export'] ? '{ exporter: none }' : undefined;
-    writeFileSync(config, gatewayYaml(`http://127.0.0.1:${fake.match[1]}`, tmp, { extra: values.extra, telemetry }));
-    const key = createKey(MAIN, config, 'alloc');
+    const pipeline = values.spend ? { pipeline: SPEND_STAGES, extra: `${SPEND_SECTIONS}${values.extra}` } : { extra: values.extra };
+    writeFileSync(config, gatewayYaml(`http://127.0.0.1:${fake.match[1]}`, tmp, { ...pipeline, telemetry }));
+    const key = values.spend ? createSpendKey(MAIN, config, 'alloc') : createKey(MAIN, config, 'alloc');
     const gw = await startNode(['--inspect=127.0.0.1:0', ...values.node!.split(' ').filter(Boolean), MAIN, 'serve', '--config', config], {
       pin: pinTo(1),
       ready: /listening on http:\/\/[\d.]+:(\d+)/,
@@ -73,7 +76,8 @@ async function main(): Promise<void> {
       origin,
       path: '/api/v1/chat/completions',
       headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
-      body: JSON.stringify({ model: 'bench/chat', max_tokens: 64, stream, messages: [{ role: 'user', content: BENCH_PROMPT }] }),
+      // `--body FILE`: a request body of one's own (its model one of the bench's), e.g. an agent-sized conversation.
+      body: values.body ? readFileSync(values.body, 'utf8') : JSON.stringify({ model: 'bench/chat', max_tokens: 64, stream, messages: [{ role: 'user', content: BENCH_PROMPT }] }),
     };
     const seconds = Number(values.seconds);
     await load(target, { connections: 50, seconds: 3, pin: pinTo(0) }); // warm-up: JIT, pools
