@@ -3,14 +3,14 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { BENCH_PROMPT, createKey, gatewayYaml } from './config';
+import { agentChatBody, BENCH_PROMPT, createKey, gatewayYaml } from './config';
 import { load } from './load';
 import { probe, type ProbeTarget } from './probe';
 import { cpuUs, pinTo, rssSampler, startNode, type Started } from './processes';
 
 /**
  * `npm run bench:ab -- --a '<yaml>' --b '<yaml>' [--a-node='<node flags>'] [--b-node='<node flags>'] [--a-env='NAME=value …'] [--b-env=…] [--probe 2000]
- * [--rounds 3] [--load 0] [--stream] [--a-root=DIR] [--b-root=DIR]`
+ * [--rounds 3] [--load 0] [--stream] [--agent] [--a-root=DIR] [--b-root=DIR]`
  *
  * Two gateway variants side by side (extra top-level YAML each, e.g. `ledger: { journal: false }`, and/or
  * node flags each, e.g. `--max-semi-space-size=4`), same fake upstream, alternating rounds. Each round
@@ -39,6 +39,7 @@ const { values } = parseArgs({
     'a-root': { type: 'string', default: '' },
     'b-root': { type: 'string', default: '' },
     stream: { type: 'boolean', default: false },
+    agent: { type: 'boolean', default: false },
   },
 });
 
@@ -56,7 +57,9 @@ async function main(): Promise<void> {
       a: { extra: values.a!, node: values['a-node']!, env: values['a-env']!, root: values['a-root']! },
       b: { extra: values.b!, node: values['b-node']!, env: values['b-env']!, root: values['b-root']! },
     };
-    const body = (stream: boolean) => JSON.stringify({ model: 'bench/chat', max_tokens: 64, stream, messages: [{ role: 'user', content: BENCH_PROMPT }] });
+    // `--agent`: an agent-sized conversation (~61 KB, bench/config.ts) instead of the one-sentence prompt.
+    const body = (stream: boolean) =>
+      JSON.stringify(values.agent ? { ...agentChatBody(10, 0), stream } : { model: 'bench/chat', max_tokens: 64, stream, messages: [{ role: 'user', content: BENCH_PROMPT }] });
     const targets: Record<string, { pid?: number; chat(stream: boolean): ProbeTarget }> = {};
     for (const id of ['a', 'b'] as const) {
       const v = variants[id];

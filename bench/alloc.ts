@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { request } from 'undici';
-import { BENCH_PROMPT, createKey, createSpendKey, gatewayYaml, SPEND_SECTIONS, SPEND_STAGES } from './config';
+import { agentChatBody, BENCH_PROMPT, createKey, createSpendKey, gatewayYaml, SPEND_SECTIONS, SPEND_STAGES } from './config';
 import { connectInspector } from './inspector';
 import { load } from './load';
 import { Shares, type CallFrame } from './places';
@@ -11,7 +11,7 @@ import { pinTo, startNode, type Started } from './processes';
 import { writeResults } from './report';
 
 /**
- * `npm run bench:alloc [-- --scenario chat|chat-stream] [--seconds 6] [--no-export] [--survivors] [--extra '<yaml>'] [--body FILE] [--spend]
+ * `npm run bench:alloc [-- --scenario chat|chat-stream] [--seconds 6] [--no-export] [--survivors] [--extra '<yaml>'] [--body FILE] [--agent] [--spend]
  * [--node='<node flags>'] [--top 30]`
  *
  * Bytes the gateway allocates per request under load, and where: V8's sampling heap profiler (through the
@@ -35,6 +35,7 @@ const { values } = parseArgs({
     node: { type: 'string', default: '' },
     top: { type: 'string', default: '30' },
     body: { type: 'string', default: '' },
+    agent: { type: 'boolean', default: false },
     spend: { type: 'boolean', default: false },
   },
 });
@@ -77,7 +78,7 @@ async function main(): Promise<void> {
       path: '/api/v1/chat/completions',
       headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
       // `--body FILE`: a request body of one's own (its model one of the bench's), e.g. an agent-sized conversation.
-      body: values.body ? readFileSync(values.body, 'utf8') : JSON.stringify({ model: 'bench/chat', max_tokens: 64, stream, messages: [{ role: 'user', content: BENCH_PROMPT }] }),
+      body: values.body ? readFileSync(values.body, 'utf8') : values.agent ? JSON.stringify(agentChatBody(10, 0)) : JSON.stringify({ model: 'bench/chat', max_tokens: 64, stream, messages: [{ role: 'user', content: BENCH_PROMPT }] }),
     };
     const seconds = Number(values.seconds);
     await load(target, { connections: 50, seconds: 3, pin: pinTo(0) }); // warm-up: JIT, pools

@@ -1,4 +1,5 @@
 import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { ProbeTarget } from './probe';
 
@@ -26,6 +27,33 @@ export function createSpendKey(main: string, config: string, name: string): stri
   const key = cli('keys', 'create', '--name', name, '--limit', '100000', '--limit-reset', 'monthly');
   cli('credits', 'add', '--account', 'default', '--usd', '500000');
   return key;
+}
+
+const README = (() => {
+  let text: string | undefined;
+  return () => (text ??= readFileSync(path.resolve(__dirname, '..', '..', 'README.md'), 'utf8'));
+})();
+
+/**
+ * An agent-sized chat request (`--agent` of bench:ab and bench:alloc, and bench:estimate): a 20 KB system prompt,
+ * `turns` earlier turns (800 + 2000 characters), a new question and 12 tools of ~800 characters, all cut from
+ * this README (prose and code with non-ASCII text, as real conversations have). Every text starts with
+ * `variant`, so different variants share no text. `turns` 10: ~61 KB.
+ */
+export function agentChatBody(turns: number, variant: number): { model: string; max_tokens: number; messages: { role: string; content: string }[]; tools: unknown[] } {
+  const text = README();
+  const at = (from: number, chars: number) => text.slice(from % (text.length - chars), (from % (text.length - chars)) + chars);
+  const messages: { role: string; content: string }[] = [{ role: 'system', content: `${variant} ${at(0, 20_000)}` }];
+  for (let i = 0; i < turns; i++) {
+    messages.push({ role: 'user', content: `${variant} ${at(20_000 + i * 3_000, 800)}` });
+    messages.push({ role: 'assistant', content: `${variant} ${at(21_000 + i * 3_000, 2_000)}` });
+  }
+  messages.push({ role: 'user', content: `${variant} ${at(50_000 + turns * 997, 400)}` });
+  const tools = Array.from({ length: 12 }, (_, i) => ({
+    type: 'function',
+    function: { name: `tool_${i}`, description: `${variant} ${at(60_000 + i * 900, 800)}`, parameters: { type: 'object', properties: { q: { type: 'string' } } } },
+  }));
+  return { model: 'bench/chat', max_tokens: 64, messages, tools };
 }
 
 /**

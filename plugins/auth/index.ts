@@ -38,6 +38,7 @@ const servingCounts = new Map<string, number>();
 export const auth: StageDefinition<AuthConfig, Services> = {
   id: 'auth',
   configSchema: schema,
+  keepsBody: true,
   create(config, services) {
     /** Keys the header check found, by request, for the stage to take (dropped with the request). */
     const checked = new WeakMap<object, { key: KeyRecord; at: number; release: () => void }>();

@@ -11,6 +11,7 @@ import schema from './schema.json';
 export const budgetCheck: StageDefinition<Record<string, never>, Services> = {
   id: 'budget-check',
   configSchema: schema,
+  keepsBody: true,
   beforeUpstream: true,
   create(_config, services) {
     return async (ctx, next) => {

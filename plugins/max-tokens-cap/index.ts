@@ -27,6 +27,7 @@ const FIELDS = ['max_tokens', 'max_completion_tokens'] as const;
 export const maxTokensCap: StageDefinition<MaxTokensCapConfig, Services> = {
   id: 'max-tokens-cap',
   configSchema: schema,
+  keepsBody: true,
   beforeUpstream: true,
   create(config, services) {
     for (const model of Object.keys(config.per_model)) {

@@ -10,6 +10,7 @@ import schema from './schema.json';
 export const rateLimit: StageDefinition<Record<string, never>, Services> = {
   id: 'rate-limit',
   configSchema: schema,
+  keepsBody: true,
   beforeUpstream: true,
   create(_config, services) {
     return async (ctx, next) => {

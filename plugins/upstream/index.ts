@@ -15,6 +15,7 @@ export interface UpstreamConfig {
 export const upstream: StageDefinition<UpstreamConfig, Services> = {
   id: 'upstream',
   configSchema: schema,
+  keepsBody: true,
   create(config, services) {
     return async (ctx, next) => {
       const forward = forwardedHeaders(ctx, config.forward_headers);

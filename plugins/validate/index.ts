@@ -15,6 +15,7 @@ import schema from './schema.json';
 export const validate: StageDefinition<Record<string, never>, Services> = {
   id: 'validate',
   configSchema: schema,
+  keepsBody: true,
   beforeUpstream: true,
   create(_config, services) {
     const validators = requestValidators();

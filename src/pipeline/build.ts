@@ -22,9 +22,11 @@ export interface BuildPipelineInput<S> {
  */
 export function buildPipeline<S>(input: BuildPipelineInput<S>): Pipeline {
   const beforeBody: StageCheck[] = [];
+  let keepsBody = true;
   const stages = input.stageIds.map((id) => {
     const def = input.registry.get(id);
     if (!def) throw new Error(`unknown stage "${id}"`);
+    if (def.keepsBody !== true) keepsBody = false;
     let stage: Stage;
     try {
       stage = def.create(input.stageConfigs[id] ?? {}, input.services);
@@ -37,7 +39,7 @@ export function buildPipeline<S>(input: BuildPipelineInput<S>): Pipeline {
     return traced(id, stage, input.tracer);
   });
   const run = compose<GatewayContext>([...stages, ...(input.tail ?? [])]);
-  return Object.assign((ctx: GatewayContext) => run(ctx), { beforeBody: Object.freeze(beforeBody) });
+  return Object.assign((ctx: GatewayContext) => run(ctx), { beforeBody: Object.freeze(beforeBody), keepsBody });
 }
 
 /** The name of a stage's span. */

@@ -1,3 +1,4 @@
+import type { ClientBytes } from '../routes/client-bytes';
 import type { ParameterizedContext, Next } from 'koa';
 import type { Context, Span } from '@opentelemetry/api';
 import type { ApiStyle } from '../errors/envelope';
@@ -65,6 +66,8 @@ export interface GatewayState {
   style: ApiStyle;
   /** Parsed JSON body of POST endpoints (a JSON object; other JSON is refused by `validate`). */
   body: Record<string, unknown> | null;
+  /** The body's bytes as the client sent them, when the pipeline keeps the body (see ClientBytes); else null or absent. */
+  clientBytes?: ClientBytes | null;
   /** Authenticated key, set by `auth`. */
   key: KeyRecord | null;
   /** Generation id (`gen-…`), set once routing starts; errors before that carry `request_id: null`. */
@@ -162,6 +165,8 @@ export interface StageCheck {
 export interface Pipeline {
   (ctx: GatewayContext): Promise<void>;
   readonly beforeBody: readonly StageCheck[];
+  /** Every stage keeps the body (`StageDefinition.keepsBody`): the endpoint keeps the client's bytes for the upstream call. */
+  readonly keepsBody: boolean;
 }
 
 /**
@@ -183,6 +188,14 @@ export interface StageDefinition<C = any, S = any> {
    * called and billed). Stages that look at the answer (work after `await next()`) may stand anywhere.
    */
   beforeUpstream?: boolean;
+  /**
+   * The stage never changes the request body's values in place: it reads them, or puts a new value in a
+   * top-level field (`state.body = { ...state.body, model }`, `body.max_tokens = 100`). When every stage of a
+   * pipeline says so, the parts of the body no stage replaced go upstream as the client's own bytes instead of
+   * being serialized again (README "Writing a plugin"). Leave it unset if the stage edits a message, a tool or
+   * any other nested value where it is.
+   */
+  keepsBody?: boolean;
   create(config: C, services: S): Stage;
 }
 

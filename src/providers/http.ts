@@ -78,7 +78,7 @@ export function withHeader(headers: Record<string, string>, name: string, value:
 export interface PostInput {
   target: UpstreamTarget;
   headers: Record<string, string>;
-  body: string;
+  body: string | Buffer;
   signal: AbortWatch;
   timeouts: Timeouts;
   providerId: string;
@@ -254,7 +254,7 @@ export async function sendJson(input: {
   const exchange = await postUpstream({
     target: input.target,
     headers: call.stream ? { ...input.headers, accept: 'text/event-stream' } : input.headers,
-    body: JSON.stringify(call.body),
+    body: call.encodedBody ? call.encodedBody() : JSON.stringify(call.body),
     signal: call.abort ?? call.signal,
     timeouts: input.timeouts,
     providerId,

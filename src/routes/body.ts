@@ -42,6 +42,11 @@ export function continueWhenRead(req: IncomingMessage): void {
  * @example const body = await readJson(ctx, runtime.config.server);
  */
 export async function readJson(ctx: GatewayContext, limits: BodyLimits): Promise<Record<string, unknown>> {
+  return (await readJsonBytes(ctx, limits)).body;
+}
+
+/** `readJson`, with the bytes the body was parsed from. */
+export async function readJsonBytes(ctx: GatewayContext, limits: BodyLimits): Promise<{ body: Record<string, unknown>; raw: Buffer }> {
   const type = ctx.get('content-type');
   if (type && !/^application\/(.+\+)?json\b/i.test(type)) {
     throw new GatewayError('invalid_request', `Content-Type must be application/json (got ${type.split(';')[0]})`);
@@ -86,7 +91,7 @@ export async function readJson(ctx: GatewayContext, limits: BodyLimits): Promise
   if (hasLoneSurrogate(text, body)) {
     throw new GatewayError('invalid_request', 'Request body has a string with an unpaired UTF-16 surrogate (a lone \\uD800–\\uDFFF escape)');
   }
-  return body;
+  return { body, raw };
 }
 
 /**

@@ -25,7 +25,8 @@ import { ledgerRowOf } from '../spend/ledger';
 import { spanText } from '../telemetry/span-text';
 import { withSpan } from '../telemetry/linked-context';
 import { stageSpanName } from '../pipeline/build';
-import { readJson, refuseUnreadBody } from './body';
+import { readJsonBytes, refuseUnreadBody } from './body';
+import { ClientBytes, REUSED_MIN_BYTES } from './client-bytes';
 import { RequestState } from './request-state';
 
 export interface EndpointSpec {
@@ -56,6 +57,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
     const refusal = drain?.enter(abort) ?? null;
 
     let body: Record<string, unknown> | null = null;
+    let clientBytes: ClientBytes | null = null;
     let span: Span | undefined;
     let state: GatewayState | undefined;
     let error: GatewayError | undefined;
@@ -75,11 +77,14 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
             throw err;
           }
         }
-        body = await readJson(ctx, runtime.config.server);
+        const read = await readJsonBytes(ctx, runtime.config.server);
+        body = read.body;
+        // Kept for the upstream call when no stage edits the body in place and it is big enough to matter.
+        if (pipeline.keepsBody && read.raw.length >= REUSED_MIN_BYTES) clientBytes = new ClientBytes(read.raw, body);
       }
       const parent = parentContext(ctx, body);
       span = tracer.startSpan(spanName(spec.id, body), { attributes: spanAttributes(ctx, body) }, parent);
-      state = newState({ spec, body, abort, span, ctx, startedAt: started });
+      state = newState({ spec, body, clientBytes, abort, span, ctx, startedAt: started });
       state.traceContext = withSpan(parent, span);
       ctx.state.gateway = state;
       await pipeline(ctx);
@@ -411,18 +416,20 @@ function finish(runtime: Runtime, state: GatewayState, span: Span, status: numbe
 interface NewState {
   spec: EndpointSpec;
   body: Record<string, unknown> | null;
+  clientBytes: ClientBytes | null;
   abort: RequestAbort;
   span: Span;
   ctx: GatewayContext;
   startedAt: number;
 }
 
-function newState({ spec, body, abort, span, ctx, startedAt }: NewState): GatewayState {
+function newState({ spec, body, clientBytes, abort, span, ctx, startedAt }: NewState): GatewayState {
   const opt = ctx.get('x-gateway-metadata') || ctx.get('x-gateway-experimental-metadata');
   return new RequestState({
     endpoint: spec.id,
     style: spec.style,
     body,
+    clientBytes,
     abort,
     span,
     startedAt,

@@ -2,6 +2,7 @@ import { ROOT_CONTEXT, type Span } from '@opentelemetry/api';
 import type { RequestAbort } from '../pipeline/request-abort';
 import type { ApiStyle } from '../errors/envelope';
 import type { EndpointId, GatewayState } from '../pipeline/types';
+import type { ClientBytes } from './client-bytes';
 
 // eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging -- the class carries every GatewayState field
 export interface RequestState extends GatewayState {}
@@ -17,10 +18,11 @@ export class RequestState {
   /** The abort behind `signal` (`abort` is typed as what stages may read: an AbortWatch). */
   readonly #requestAbort: RequestAbort;
 
-  constructor(init: { endpoint: EndpointId; style: ApiStyle; body: Record<string, unknown> | null; abort: RequestAbort; span: Span; startedAt: number; session: string | null; metadataOptIn: boolean }) {
+  constructor(init: { endpoint: EndpointId; style: ApiStyle; body: Record<string, unknown> | null; clientBytes?: ClientBytes | null; abort: RequestAbort; span: Span; startedAt: number; session: string | null; metadataOptIn: boolean }) {
     this.endpoint = init.endpoint;
     this.style = init.style;
     this.body = init.body;
+    this.clientBytes = init.clientBytes ?? null;
     this.key = null;
     this.requestId = null;
     this.startedAt = init.startedAt;

@@ -233,6 +233,12 @@ class CallFor implements UpstreamCall {
   get signal(): AbortSignal {
     return this.#state.signal;
   }
+
+  /** The body as JSON, with the client's own bytes for what it holds unchanged (src/routes/client-bytes.ts). */
+  encodedBody(): string | Buffer {
+    const bytes = this.#state.clientBytes;
+    return bytes ? bytes.encode(this.body) : JSON.stringify(this.body);
+  }
 }
 
 /** Adds the time since `since` to the request's upstream waiting time (which starts at -1: no call yet). */
