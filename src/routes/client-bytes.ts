@@ -12,14 +12,7 @@
  * object the parse made (`===`), so a stage that replaced a field (`body.messages = [...]`) gets its new value
  * serialized.
  */
-const OPEN_OBJECT = 0x7b;
-const CLOSE_OBJECT = 0x7d;
-const OPEN_ARRAY = 0x5b;
-const CLOSE_ARRAY = 0x5d;
-const QUOTE = 0x22;
-const BACKSLASH = 0x5c;
-const COLON = 0x3a;
-const COMMA = 0x2c;
+import { BACKSLASH, CLOSE_ARRAY, CLOSE_OBJECT, COLON, COMMA, OPEN_ARRAY, OPEN_OBJECT, QUOTE } from './json-chars';
 
 /** A value shorter than this is serialized (cheaper than a piece of its own in the concatenation). */
 export const REUSED_MIN_BYTES = 512;

@@ -5,13 +5,7 @@
  * escapes (JSON.parse accepts them; they break UTF-8 re-encoding upstream and in the ledger).
  */
 
-const QUOTE = 0x22;
-const BACKSLASH = 0x5c;
-const OPEN_ARRAY = 0x5b;
-const OPEN_OBJECT = 0x7b;
-const CLOSE_ARRAY = 0x5d;
-const CLOSE_OBJECT = 0x7d;
-const COMMA = 0x2c;
+import { BACKSLASH, CLOSE_ARRAY, CLOSE_OBJECT, COMMA, OPEN_ARRAY, OPEN_OBJECT, QUOTE } from './json-chars';
 
 /**
  * Which limit a JSON text's shape passes, before it is parsed: `depth` when brackets outside strings nest
