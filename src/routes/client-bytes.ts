@@ -23,18 +23,26 @@ type Members = Map<string, readonly [number, number]>;
 export class ClientBytes {
   /** Found on first use; null when the bytes are not one plain JSON object (a byte-order mark, say). */
   #members: Members | null | undefined;
+  /**
+   * The top-level values as parsed, copied before any stage ran: a stage may put a new value in a field of
+   * the body object itself (`state.body.messages = …slice(-10)`), which must then not pass for the parsed one.
+   */
+  readonly #parsed: Record<string, unknown>;
 
-  /** `raw`: the body's bytes; `parsed`: the object JSON.parse made of them (before any stage ran). */
+  /** `raw`: the body's bytes; `parsed`: the object JSON.parse made of them, before any stage ran. */
   constructor(
     readonly raw: Uint8Array,
-    readonly parsed: Record<string, unknown>,
-  ) {}
+    parsed: Record<string, unknown>,
+  ) {
+    this.#parsed = { ...parsed };
+  }
 
   /**
    * `body` as JSON text: the client's own bytes for each top-level value that is the very object parsed from
    * them (and at least REUSED_MIN_BYTES long), the rest serialized. The same JSON value as
    * `JSON.stringify(body)`, except that reused parts keep the client's spelling (its whitespace, escapes and
-   * number forms). A string when nothing is reused.
+   * number forms, including numbers JSON.parse cannot hold exactly: `1e400`, which JSON.stringify would send
+   * as `null`, `-0`, integers past 2^53). A string when nothing is reused.
    *
    * @example new ClientBytes(raw, JSON.parse(text)).encode({ ...parsed, model: 'gpt-4o' })
    */
@@ -69,7 +77,7 @@ export class ClientBytes {
     let any = false;
     for (const key in body) {
       const value = body[key];
-      if (value !== null && typeof value === 'object' && this.parsed[key] === value) {
+      if (value !== null && typeof value === 'object' && this.#parsed[key] === value) {
         any = true;
         break;
       }
@@ -83,7 +91,7 @@ export class ClientBytes {
   }
 
   #reused(members: Members, key: string, value: unknown): readonly [number, number] | undefined {
-    if (value === null || typeof value !== 'object' || this.parsed[key] !== value) return undefined;
+    if (value === null || typeof value !== 'object' || this.#parsed[key] !== value) return undefined;
     const at = members.get(key);
     return at && at[1] - at[0] >= REUSED_MIN_BYTES ? at : undefined;
   }

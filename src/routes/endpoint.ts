@@ -80,7 +80,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
         const read = await readJsonBytes(ctx, runtime.config.server);
         body = read.body;
         // Kept for the upstream call when no stage edits the body in place and it is big enough to matter.
-        if (pipeline.keepsBody && read.raw.length >= REUSED_MIN_BYTES) clientBytes = new ClientBytes(read.raw, body);
+        if (pipeline.keepsBody && read.raw.length >= REUSED_MIN_BYTES && (spec.id === 'chat_completions' || spec.id === 'messages')) clientBytes = new ClientBytes(read.raw, body);
       }
       const parent = parentContext(ctx, body);
       span = tracer.startSpan(spanName(spec.id, body), { attributes: spanAttributes(ctx, body) }, parent);

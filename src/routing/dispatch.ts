@@ -113,6 +113,8 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           // A stream's attempt is counted when the stream ends (it may still fail after its first event).
           const counted = (outcome: string) => deps.metrics?.attempt(candidate.provider.id, outcome);
           const response = stream ? await streamResponse(state, served, reply, attempt, { throughput, counted }) : jsonResponse(state, served, reply, attempt);
+          // No attempt follows a served one: the body's bytes need not outlive it (a stream may run for minutes).
+          state.clientBytes = null;
           if (!stream) counted('success');
           // Latency is time to the answer (a stream: its first event); throughput is fed in when a stream
           // ends, or here for a JSON answer whose usage is known.

@@ -12,6 +12,20 @@ import { post, startTestGateway, testConfigYaml, type TestGateway } from '../fix
 let upstream: FakeUpstream;
 let plain: TestGateway;
 let editing: TestGateway;
+let trimming: TestGateway;
+
+/** A stage that keeps the body but puts a shorter message list in the body's own field. */
+const trim: StageDefinition = {
+  id: 'trim',
+  configSchema: { type: 'object' },
+  beforeUpstream: true,
+  keepsBody: true,
+  create: () => async (ctx, next) => {
+    const body = ctx.state.gateway.body!;
+    body.messages = (body.messages as unknown[]).slice(-1);
+    await next();
+  },
+};
 
 /** A stage that edits the last message where it is (a plugin without `keepsBody`). */
 const shout: StageDefinition = {
@@ -30,10 +44,12 @@ beforeAll(async () => {
   upstream = await startFakeUpstream();
   plain = await startTestGateway({ yaml: testConfigYaml(upstream.url, '[auth, validate, rate-limit, upstream]') });
   editing = await startTestGateway({ yaml: testConfigYaml(upstream.url, '[auth, validate, shout, upstream]'), registry: new Map([...registry, ['shout', shout]]) });
+  trimming = await startTestGateway({ yaml: testConfigYaml(upstream.url, '[auth, validate, trim, upstream]'), registry: new Map([...registry, ['trim', trim]]) });
 });
 afterAll(async () => {
   await plain.close();
   await editing.close();
+  await trimming.close();
   await upstream.close();
 });
 
@@ -80,6 +96,14 @@ describe('the client bytes of a request body go upstream as they came', () => {
     const got = upstream.received.at(-1)!;
     expect(got.raw).not.toContain('translated reasoning');
     expect(got.body.messages[1].content).toEqual([{ type: 'text', text: `answer ${filler}` }]);
+  });
+
+  it('a stage that keeps the body and puts a new value in its own field: the new value is what is sent', async () => {
+    const res = await post(`${trimming.url}/chat/completions`, trimming.key, chatText());
+    expect(res.status).toBe(200);
+    const got = upstream.received.at(-1)!;
+    expect(got.raw).not.toContain(messagesText);
+    expect(got.body.messages).toEqual([JSON.parse(messagesText)[1]]);
   });
 
   it('after a stage without keepsBody that edits a message in place, the edited body is what is sent', async () => {

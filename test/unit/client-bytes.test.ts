@@ -52,6 +52,22 @@ describe('ClientBytes.encode', () => {
     expect(sent).toBe(JSON.stringify({ model: 'm', messages: copy }));
   });
 
+  it('a new value put in a field of the parsed object itself is serialized (compared with the values as parsed)', () => {
+    const own = JSON.parse(text) as Record<string, any>;
+    const b = new ClientBytes(bytesOf(text), own);
+    const original = own.messages;
+    own.messages = own.messages.slice(-1).concat([{ role: 'user', content: 'added' }]); // a stage keeping the body may do this
+    expect(JSON.parse(b.encode(own).toString()).messages).toEqual([...original, { role: 'user', content: 'added' }]);
+    own.plugins = original; // another field now holding the parsed messages: not the bytes of `plugins`
+    expect(JSON.parse(b.encode(own).toString()).plugins).toEqual(original);
+  });
+
+  it('keeps a number JSON.parse cannot hold as the client wrote it (JSON.stringify would send null)', () => {
+    const t = `{"tools":[{"maximum":1e400,"d":"${long(REUSED_MIN_BYTES)}"}]}`;
+    const p = JSON.parse(t) as Record<string, unknown>;
+    expect(new ClientBytes(bytesOf(t), p).encode({ model: 'm', tools: p.tools }).toString()).toContain('"maximum":1e400');
+  });
+
   it('is plain JSON.stringify when nothing big is reused', () => {
     const small = JSON.parse('{"messages":[{"role":"user","content":"hi"}]}');
     const b = new ClientBytes(bytesOf(JSON.stringify(small)), small);
