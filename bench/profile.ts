@@ -2,7 +2,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'n
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { createKey, createSpendKey, gatewayYaml, scenarioRequest, SPEND_SECTIONS, SPEND_STAGES } from './config';
+import { agentChatBody, createKey, createSpendKey, gatewayYaml, scenarioRequest, SPEND_SECTIONS, SPEND_STAGES } from './config';
 import { load } from './load';
 import { Shares, type CallFrame } from './places';
 import { pinTo, startNode, type Started } from './processes';
@@ -16,6 +16,7 @@ import { writeResults } from './report';
  * `--connections 1` sends one request at a time: where an unloaded request's time goes. `--extra` adds
  * top-level YAML (e.g. `telemetry: { exporter: none }`, which replaces the default section). `--spend`: the
  * pipeline and sections of `bench:spend`'s spend variant (the `rate-limit` and `budget-check` stages at work).
+ * `--agent`: chat requests are an agent-sized conversation (~61 KB).
  */
 const ROOT = path.resolve(__dirname, '..', '..');
 const { values } = parseArgs({
@@ -26,6 +27,7 @@ const { values } = parseArgs({
     connections: { type: 'string', default: '50' },
     extra: { type: 'string', default: '' },
     spend: { type: 'boolean', default: false },
+    agent: { type: 'boolean', default: false },
   },
 });
 
@@ -53,7 +55,10 @@ async function main(): Promise<void> {
       logFile: path.join(tmp, 'gw.log'),
     });
     const scenario = values.scenario!;
-    const res = await load(scenarioRequest(scenario, `http://127.0.0.1:${gw.match[1]}`, key), {
+    const request = scenarioRequest(scenario, `http://127.0.0.1:${gw.match[1]}`, key);
+    // `--agent`: the agent-sized chat conversation (bench/config.ts) instead of one sentence.
+    if (values.agent) request.body = JSON.stringify({ ...agentChatBody(10, 0), stream: scenario === 'chat-stream' });
+    const res = await load(request, {
       connections: Number(values.connections),
       seconds: Number(values.seconds),
       pin: pinTo(0),

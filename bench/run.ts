@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { BENCH_PROMPT, createKey, gatewayYaml } from './config';
+import { agentChatBody, BENCH_PROMPT, createKey, gatewayYaml } from './config';
 import { load, median, round, type LoadResult } from './load';
 import { portkeyHeaders, startPortkey } from './peer-portkey';
 import { probeAlternating, type ProbeResult, type ProbeTarget } from './probe';
@@ -11,12 +11,13 @@ import { cpuUs, pinTo, rssMiB, rssSampler, startNode, type Started } from './pro
 import { renderMarkdown, writeResults, type Row } from './report';
 
 /**
- * `npm run bench [-- --peer portkey] [--seconds 15] [--warmup 15] [--runs 3] [--connections 50] [--probe 2000]`
+ * `npm run bench [-- --peer portkey] [--seconds 15] [--warmup 15] [--runs 3] [--connections 50] [--probe 2000] [--agent]`
  *
  * Starts the fake upstream and the gateway (production build, SQLite, the default pipeline, OTLP telemetry
  * exporting to the fake), pins the load generator to core 0 and the servers to core 1 where taskset exists,
  * warms up, then alternates load runs of the fake called directly and through the gateway (and the peer),
- * and writes a Markdown table and JSON under bench/results/.
+ * and writes a Markdown table and JSON under bench/results/. `--agent`: every request is an agent-sized
+ * conversation (~61 KB, bench/config.ts) instead of one sentence.
  */
 const ROOT = path.resolve(__dirname, '..', '..');
 const MAIN = path.join(ROOT, 'dist', 'src', 'main.js');
@@ -32,6 +33,7 @@ const { values } = parseArgs({
     probe: { type: 'string', default: '2000' },
     scenarios: { type: 'string', default: 'chat,chat-stream,messages,messages-stream' },
     'gateway-node-options': { type: 'string', default: '' },
+    agent: { type: 'boolean', default: false },
   },
 });
 
@@ -48,9 +50,21 @@ const SCENARIOS: Scenario[] = (values.scenarios ?? '').split(',').map((id) => ({
 }));
 
 function body(s: Scenario, model: string): string {
-  const b: Record<string, unknown> = { model, max_tokens: 64, messages: [{ role: 'user', content: BENCH_PROMPT }] };
+  const b: Record<string, unknown> = values.agent ? agentBody(s, model) : { model, max_tokens: 64, messages: [{ role: 'user', content: BENCH_PROMPT }] };
   if (s.stream) b.stream = true;
   return JSON.stringify(b);
+}
+
+/** `--agent`: the agent-sized conversation of bench/config.ts (~61 KB) in the scenario's API style. */
+function agentBody(s: Scenario, model: string): Record<string, unknown> {
+  const chat = agentChatBody(10, 0);
+  if (s.dialect === 'chat') return { ...chat, model };
+  const [system, ...messages] = chat.messages;
+  const tools = chat.tools.map((t) => {
+    const f = (t as { function: { name: string; description: string; parameters: unknown } }).function;
+    return { name: f.name, description: f.description, input_schema: f.parameters };
+  });
+  return { model, max_tokens: chat.max_tokens, system: system.content, messages, tools };
 }
 
 /** The gateway's environment: ours, plus `--gateway-node-options` (V8 flags to compare) as NODE_OPTIONS. */

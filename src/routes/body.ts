@@ -45,6 +45,16 @@ export async function readJson(ctx: GatewayContext, limits: BodyLimits): Promise
   return (await readJsonBytes(ctx, limits)).body;
 }
 
+let meanBodyBytes = 0;
+
+/**
+ * The recent mean size of the JSON bodies read (each new body weighs 1/32), in bytes: with the requests in
+ * flight, how much parsed body the process holds (src/heap-tuning.ts sizes the young generation by it).
+ */
+export function recentBodyBytes(): number {
+  return meanBodyBytes;
+}
+
 /** `readJson`, with the bytes the body was parsed from. */
 export async function readJsonBytes(ctx: GatewayContext, limits: BodyLimits): Promise<{ body: Record<string, unknown>; raw: Buffer }> {
   const type = ctx.get('content-type');
@@ -64,6 +74,7 @@ export async function readJsonBytes(ctx: GatewayContext, limits: BodyLimits): Pr
   }
   if (awaitingContinue.delete(ctx.req)) ctx.res.writeContinue();
   const raw = await readRaw(ctx.req, ctx.res, limit, limits.body_timeout_ms);
+  meanBodyBytes += (raw.length - meanBodyBytes) / 32;
   let text: string;
   try {
     text = utf8.decode(raw);

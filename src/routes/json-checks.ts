@@ -57,7 +57,24 @@ function stringEnd(text: string, open: number): number {
 }
 
 /** A `\u` escape of a surrogate (D800–DFFF), the only way a lone surrogate gets into UTF-8 JSON text. */
-const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/;
+const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/g;
+
+/**
+ * True when the JSON text has a real `\uD800`–`\uDFFF` escape: one whose backslash is not itself escaped
+ * (`\\ud800` in JSON text is a backslash followed by the letters `ud800`, as code and paths often hold).
+ *
+ * @example hasSurrogateEscape('"\\ud83d\\ude00"') // true; hasSurrogateEscape('"\\\\ud800"') // false
+ */
+export function hasSurrogateEscape(text: string): boolean {
+  if (!text.includes('\\u')) return false;
+  SURROGATE_ESCAPE.lastIndex = 0;
+  for (let m = SURROGATE_ESCAPE.exec(text); m !== null; m = SURROGATE_ESCAPE.exec(text)) {
+    let k = m.index - 1;
+    while (k >= 0 && text.charCodeAt(k) === BACKSLASH) k--;
+    if ((m.index - 1 - k) % 2 === 0) return true; // an even run before it: this backslash starts the escape
+  }
+  return false;
+}
 
 interface WellFormed {
   isWellFormed(): boolean;
@@ -66,13 +83,13 @@ interface WellFormed {
 /**
  * True when a parsed JSON value holds a string (or key) with an unpaired surrogate. Valid UTF-8 cannot
  * encode one, so the parsed value is only walked when the raw text has a surrogate escape at all: most
- * bodies pay one `includes`. (`String.prototype.isWellFormed` is native in Node 20; the ES2023 lib
+ * bodies pay one `includes` (or, with `\\u` in their text, a search for surrogate escapes). (`String.prototype.isWellFormed` is native in Node 20; the ES2023 lib
  * typings lack it.)
  *
  * @example hasLoneSurrogate('"\\ud800"', JSON.parse('"\\ud800"')) // true
  */
 export function hasLoneSurrogate(text: string, value: unknown): boolean {
-  if (!text.includes('\\u') || !SURROGATE_ESCAPE.test(text)) return false;
+  if (!hasSurrogateEscape(text)) return false;
   const stack: unknown[] = [value];
   while (stack.length > 0) {
     const v = stack.pop();

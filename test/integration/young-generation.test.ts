@@ -1,7 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { capYoungGeneration, holdYoungGeneration, YOUNG_SEMI_SPACE_MIB } from '../../src/heap-tuning';
+import { capYoungGeneration, holdYoungGeneration, YOUNG_SEMI_SPACE_MIB, YoungGenerationCap } from '../../src/heap-tuning';
 import { ensureBuilt, ROOT } from '../fixtures/cli';
 
 /**
@@ -26,7 +26,9 @@ const work = (count) => { for (let i = 0; i < count; i++, n++) ring[n % ring.len
 work(300000);
 const afterStart = newSpace();
 if (mode === 'cap' && process.argv[2] === 'after-gc') { v8.setFlagsFromString('--expose-gc'); require('node:vm').runInNewContext('gc')(); }
-const capped = mode === 'cap' ? capYoungGeneration(2) !== null : null;
+// 'busy': big bodies in flight all along, so the cap is 4 MiB from the start.
+const busy = process.argv[2] === 'busy' ? { busyMiB: 4, bytesInFlight: () => 1e9 } : { busyMiB: 2 };
+const capped = mode === 'cap' ? capYoungGeneration(2, busy) !== null : null;
 (async () => {
   for (let turn = 0; turn < 1500; turn++) { work(2000); await new Promise((r) => setImmediate(r)); }
   process.stdout.write(JSON.stringify({ held, capped, start, afterStart, end: newSpace() }));
@@ -68,11 +70,30 @@ describe('the young generation in a child process', () => {
     expect(r.end).toBe(4);
   });
 
+  it('grows to the raised cap while big bodies are in flight (4 MiB semi-spaces: 8 MiB), and no further', () => {
+    const r = run('cap', [], 'busy');
+    expect(r.capped).toBe(true);
+    expect(r.end).toBe(8);
+  });
+
   it("is left to the operator's own --max-semi-space-size: neither held nor capped", () => {
     const r = run('cap', ['--max-semi-space-size=8']);
     expect(r.held).toBe(false);
     expect(r.capped).toBe(false);
     expect(r.end).toBe(16);
+  });
+});
+
+describe('the busy cap', () => {
+  const rule = { raiseBytes: 1000, lowerBytes: 250, quietMs: 30_000 };
+
+  it('goes up while the body bytes in flight are above the raise mark, down after staying under the lower one', () => {
+    const cap = new YoungGenerationCap(8, 16, rule);
+    const seen = ([[0, 900], [1, 1001], [2, 500], [3, 100], [20_000, 100], [20_001, 600], [25_000, 100], [54_999, 100], [55_000, 100], [56_000, 900]] as const).map(
+      ([t, bytes]) => cap.cap(t, bytes),
+    );
+    // 500 is between the marks (no quiet time counted); 600 restarts the quiet time.
+    expect(seen).toEqual([8, 16, 16, 16, 16, 16, 16, 16, 8, 8]);
   });
 });
 
@@ -104,6 +125,29 @@ describe('the flags it sets', () => {
       expect(set).toEqual([`--semi-space-growth-factor=${factor}`]);
     }
     expect(YOUNG_SEMI_SPACE_MIB).toBeGreaterThan(0);
+  });
+
+  it('raises the cap to the busy size at the collection after big bodies came in flight, from where the young generation is', async () => {
+    const MiB = 1024 * 1024;
+    const set: string[] = [];
+    let t = 0;
+    const c = capYoungGeneration(8, {
+      execArgv: [],
+      nodeOptions: '',
+      setFlags: (f) => set.push(f),
+      semiSpace: () => 7.86 * MiB, // at the 8 MiB cap
+      now: () => (t += 2000),
+      bytesInFlight: () => (t > 2000 ? 2 * 1024 * 1024 : 0), // big bodies in flight from the first collection on
+    });
+    expect(set).toEqual(['--semi-space-growth-factor=1']);
+    // Short-lived garbage until a young collection happens and its entry arrives (bounded, not timed).
+    const sink: unknown[] = [];
+    for (let i = 0; i < 2000 && set.length < 2; i++) {
+      for (let j = 0; j < 2000; j++) sink[j % 10] = { i, j, s: `x${j}` };
+      await new Promise((r) => setImmediate(r));
+    }
+    c!.stop();
+    expect(set).toEqual(['--semi-space-growth-factor=1', '--semi-space-growth-factor=2']);
   });
 
   it('names a flag this Node knows (an unknown one would be ignored at run time without a word)', () => {

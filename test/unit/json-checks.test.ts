@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { hasLoneSurrogate, jsonShapeExceeds } from '../../src/routes/json-checks';
+import { hasLoneSurrogate, hasSurrogateEscape, jsonShapeExceeds } from '../../src/routes/json-checks';
 import { jsonDepthExceeds as parsedDepthExceeds } from '../fixtures/json-depth';
 
 /** The depth half of the raw text scan alone (no limit on values). */
@@ -71,6 +71,16 @@ describe('jsonDepthExceeds (raw text scan)', () => {
     // escaped quote would take hours here and fail on the test's timeout; the linear one takes ~0.1 s alone.
     const big = JSON.stringify({ model: 'x', messages: [{ role: 'user', content: 'a\\"b'.repeat(2_500_000) }] });
     expect(jsonDepthExceeds(big, 3)).toBe(false);
+  });
+});
+
+describe('hasSurrogateEscape (whether the parsed body is walked at all)', () => {
+  it('a real escape, not an escaped backslash followed by the letters', () => {
+    expect(hasSurrogateEscape('{"a":"\\ud83d\\ude00"}')).toBe(true);
+    expect(hasSurrogateEscape('{"a":"\\\\\\ud800"}')).toBe(true); // an escaped backslash, then an escape
+    expect(hasSurrogateEscape('{"a":"C:\\\\ud800 and \\\\uDFFF"}')).toBe(false);
+    expect(hasSurrogateEscape('{"a":"\\u00e9"}')).toBe(false);
+    expect(hasSurrogateEscape('{"a":"plain"}')).toBe(false);
   });
 });
 
