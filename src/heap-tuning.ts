@@ -118,7 +118,7 @@ export const YOUNG_SEMI_SPACE_BUSY_MIB = 16;
 
 /** When the cap goes up and down, by the request body bytes in flight (the recent mean body size × requests in flight). */
 export interface BusyRule {
-  /** Above this many bytes the cap is raised (default 1 MiB: a quarter of what its parsed objects fill). */
+  /** Above this many bytes the cap is raised (default 1 MiB of bodies: ~4 MiB of parsed objects, half an 8 MiB semi-space). */
   raiseBytes: number;
   /** Below this many bytes for `quietMs` on end, the cap comes back down (default 256 KiB, 30 s). */
   lowerBytes: number;
@@ -160,9 +160,9 @@ export class YoungGenerationCap {
 
 /**
  * Lets the young generation grow, once start-up is done, to `semiMiB` per semi-space, and holds it there
- * (raised to `busyMiB` while `bytesInFlight()`, the request body bytes in flight, is high: YoungGenerationCap). V8 grows it to `--semi-space-growth-factor`
- * times its capacity when enough has survived, so the factor is set to take it from where it is to the cap in
- * one step (from the 1 MiB held during start-up to 8 MiB: 8), and to 1 after the garbage collection that
+ * (raised to `busyMiB` while `bytesInFlight()`, the request body bytes in flight, is high: YoungGenerationCap).
+ * V8 grows it to `--semi-space-growth-factor` times its capacity when enough has survived, so the factor is set
+ * to take it from where it is to the cap in one step (from the 1 MiB held during start-up to 8 MiB: 8), and to 1 after the garbage collection that
  * reached the cap. Letting it double instead overshot: the check runs after a collection (V8's `gc` entries
  * are delivered on the next turn of the event loop), and under load one turn ran several collections, each
  * doubling it. If V8 shrinks it later (it does when a process goes quiet), the factor is set again to grow it

@@ -16,7 +16,7 @@ type ServerConfig = GatewayConfig['server'];
  * - `headers_timeout_ms` → `server.headersTimeout`: a client that has not finished its headers by then
  *   gets a 408 `timeout` (standard envelope) and the connection is closed.
  * - `server.requestTimeout` = `headers_timeout_ms + body_timeout_ms`: a backstop for bodies nobody reads
- *   (readJson times out first on the endpoints that read one). Node counts it only until the request has
+ *   (readJsonBytes times out first on the endpoints that read one). Node counts it only until the request has
  *   been received, so it never cuts a long streamed answer.
  * - `max_connections` (0 = no limit): connections beyond it close idle keep-alive ones first, else are closed
  *   at once, before any HTTP is spoken (connection-limit.ts); keep it well above `max_in_flight`, which

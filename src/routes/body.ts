@@ -38,24 +38,10 @@ export function continueWhenRead(req: IncomingMessage): void {
  * - content: not UTF-8, empty, nested deeper than `max_json_depth`, more than `max_json_values` values, not
  *   JSON, or a string with a lone
  *   surrogate → 400 `invalid_request`.
+ * Returns the parsed body and the bytes it was parsed from (src/routes/client-bytes.ts may send them on).
  *
- * @example const body = await readJson(ctx, runtime.config.server);
+ * @example const { body, raw } = await readJsonBytes(ctx, runtime.config.server);
  */
-export async function readJson(ctx: GatewayContext, limits: BodyLimits): Promise<Record<string, unknown>> {
-  return (await readJsonBytes(ctx, limits)).body;
-}
-
-let meanBodyBytes = 0;
-
-/**
- * The recent mean size of the JSON bodies read (each new body weighs 1/32), in bytes: with the requests in
- * flight, how much parsed body the process holds (src/heap-tuning.ts sizes the young generation by it).
- */
-export function recentBodyBytes(): number {
-  return meanBodyBytes;
-}
-
-/** `readJson`, with the bytes the body was parsed from. */
 export async function readJsonBytes(ctx: GatewayContext, limits: BodyLimits): Promise<{ body: Record<string, unknown>; raw: Buffer }> {
   const type = ctx.get('content-type');
   if (type && !/^application\/(.+\+)?json\b/i.test(type)) {
@@ -116,6 +102,16 @@ export function refuseUnreadBody(ctx: GatewayContext, limits: BodyLimits): void 
   if (awaitingContinue.delete(ctx.req)) return;
   discardRest(ctx.req, ctx.res, limits.max_body_bytes);
   if (Number(ctx.get('content-length') || NaN) > limits.max_body_bytes) ctx.set('Connection', 'close');
+}
+
+let meanBodyBytes = 0;
+
+/**
+ * The recent mean size of the JSON bodies read (each new body weighs 1/32), in bytes: with the requests in
+ * flight, how much parsed body the process holds (src/heap-tuning.ts sizes the young generation by it).
+ */
+export function recentBodyBytes(): number {
+  return meanBodyBytes;
 }
 
 function tooLarge(limit: number, headers?: Record<string, string>): GatewayError {
