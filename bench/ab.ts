@@ -3,7 +3,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { agentChatBody, BENCH_PROMPT, createKey, gatewayYaml } from './config';
+import { createKey, gatewayYaml, scenarioBody } from './config';
 import { load } from './load';
 import { probe, type ProbeTarget } from './probe';
 import { cpuUs, pinTo, rssSampler, startNode, type Started } from './processes';
@@ -58,8 +58,7 @@ async function main(): Promise<void> {
       b: { extra: values.b!, node: values['b-node']!, env: values['b-env']!, root: values['b-root']! },
     };
     // `--agent`: an agent-sized conversation (~61 KB, bench/config.ts) instead of the one-sentence prompt.
-    const body = (stream: boolean) =>
-      JSON.stringify(values.agent ? { ...agentChatBody(10, 0), stream } : { model: 'bench/chat', max_tokens: 64, stream, messages: [{ role: 'user', content: BENCH_PROMPT }] });
+    const body = (stream: boolean) => scenarioBody(stream ? 'chat-stream' : 'chat', 'bench/chat', values.agent);
     const targets: Record<string, { pid?: number; chat(stream: boolean): ProbeTarget }> = {};
     for (const id of ['a', 'b'] as const) {
       const v = variants[id];

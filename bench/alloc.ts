@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { request } from 'undici';
-import { agentChatBody, BENCH_PROMPT, createKey, createSpendKey, gatewayYaml, SPEND_SECTIONS, SPEND_STAGES } from './config';
+import { createKey, createSpendKey, gatewayYaml, scenarioBody, SPEND_SECTIONS, SPEND_STAGES } from './config';
 import { connectInspector } from './inspector';
 import { load } from './load';
 import { Shares, type CallFrame } from './places';
@@ -72,13 +72,12 @@ async function main(): Promise<void> {
     procs.push(gw);
     const origin = `http://127.0.0.1:${gw.match[1]}`;
     const inspector = await connectInspector(/Debugger listening on (ws:\/\/\S+)/.exec(gw.output())![1]);
-    const stream = values.scenario === 'chat-stream';
     const target = {
       origin,
       path: '/api/v1/chat/completions',
       headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
       // `--body FILE`: a request body of one's own (its model one of the bench's), e.g. an agent-sized conversation.
-      body: values.body ? readFileSync(values.body, 'utf8') : values.agent ? JSON.stringify(agentChatBody(10, 0)) : JSON.stringify({ model: 'bench/chat', max_tokens: 64, stream, messages: [{ role: 'user', content: BENCH_PROMPT }] }),
+      body: values.body ? readFileSync(values.body, 'utf8') : scenarioBody(values.scenario!, 'bench/chat', values.agent),
     };
     const seconds = Number(values.seconds);
     await load(target, { connections: 50, seconds: 3, pin: pinTo(0) }); // warm-up: JIT, pools

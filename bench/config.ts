@@ -35,7 +35,7 @@ const README = (() => {
 })();
 
 /**
- * An agent-sized chat request (`--agent` of bench:ab and bench:alloc, and bench:estimate): a 20 KB system prompt,
+ * An agent-sized chat request (`--agent` of the bench scripts, through scenarioBody, and bench:estimate): a 20 KB system prompt,
  * `turns` earlier turns (800 + 2000 characters), a new question and 12 tools of ~800 characters, all cut from
  * this README (prose and code with non-ASCII text, as real conversations have). Every text starts with
  * `variant`, so different variants share no text. `turns` 10: ~61 KB.
@@ -57,18 +57,37 @@ export function agentChatBody(turns: number, variant: number): { model: string; 
 }
 
 /**
- * The request of a scenario (`chat`, `chat-stream`, `messages`, `messages-stream`) to the gateway at `origin`
- * with `key`, on the bench models.
+ * The JSON body of a scenario's request (`chat`, `chat-stream`, `messages`, `messages-stream`) naming `model`:
+ * the one-sentence prompt, or with `agent` the agent-sized conversation (`agentChatBody(10, 0)`, ~61 KB) in the
+ * scenario's API style.
  */
-export function scenarioRequest(scenario: string, origin: string, key: string): ProbeTarget {
-  const messages = scenario.startsWith('messages');
-  const body: Record<string, unknown> = { model: messages ? 'bench/messages' : 'bench/chat', max_tokens: 64, messages: [{ role: 'user', content: BENCH_PROMPT }] };
+export function scenarioBody(scenario: string, model: string, agent = false): string {
+  const messagesStyle = scenario.startsWith('messages');
+  let body: Record<string, unknown> = { model, max_tokens: 64, messages: [{ role: 'user', content: BENCH_PROMPT }] };
+  if (agent) {
+    const chat = agentChatBody(10, 0);
+    body = { ...chat, model };
+    if (messagesStyle) {
+      const [system, ...messages] = chat.messages;
+      const tools = chat.tools.map((t) => {
+        const f = (t as { function: { name: string; description: string; parameters: unknown } }).function;
+        return { name: f.name, description: f.description, input_schema: f.parameters };
+      });
+      body = { model, max_tokens: chat.max_tokens, system: system.content, messages, tools };
+    }
+  }
   if (scenario.endsWith('-stream')) body.stream = true;
+  return JSON.stringify(body);
+}
+
+/** The request of a scenario to the gateway at `origin` with `key`, on the bench models (see scenarioBody). */
+export function scenarioRequest(scenario: string, origin: string, key: string, agent = false): ProbeTarget {
+  const messages = scenario.startsWith('messages');
   return {
     origin,
     path: messages ? '/api/v1/messages' : '/api/v1/chat/completions',
     headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
-    body: JSON.stringify(body),
+    body: scenarioBody(scenario, messages ? 'bench/messages' : 'bench/chat', agent),
   };
 }
 

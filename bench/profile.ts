@@ -2,7 +2,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'n
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { agentChatBody, createKey, createSpendKey, gatewayYaml, scenarioRequest, SPEND_SECTIONS, SPEND_STAGES } from './config';
+import { createKey, createSpendKey, gatewayYaml, scenarioRequest, SPEND_SECTIONS, SPEND_STAGES } from './config';
 import { load } from './load';
 import { Shares, type CallFrame } from './places';
 import { pinTo, startNode, type Started } from './processes';
@@ -55,10 +55,8 @@ async function main(): Promise<void> {
       logFile: path.join(tmp, 'gw.log'),
     });
     const scenario = values.scenario!;
-    const request = scenarioRequest(scenario, `http://127.0.0.1:${gw.match[1]}`, key);
-    // `--agent`: the agent-sized chat conversation (bench/config.ts) instead of one sentence.
-    if (values.agent) request.body = JSON.stringify({ ...agentChatBody(10, 0), stream: scenario === 'chat-stream' });
-    const res = await load(request, {
+    // `--agent`: the agent-sized conversation (bench/config.ts) instead of one sentence.
+    const res = await load(scenarioRequest(scenario, `http://127.0.0.1:${gw.match[1]}`, key, values.agent), {
       connections: Number(values.connections),
       seconds: Number(values.seconds),
       pin: pinTo(0),

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { agentChatBody, BENCH_PROMPT, createKey, gatewayYaml } from './config';
+import { createKey, gatewayYaml, scenarioBody } from './config';
 import { load, median, round, type LoadResult } from './load';
 import { portkeyHeaders, startPortkey } from './peer-portkey';
 import { probeAlternating, type ProbeResult, type ProbeTarget } from './probe';
@@ -50,21 +50,7 @@ const SCENARIOS: Scenario[] = (values.scenarios ?? '').split(',').map((id) => ({
 }));
 
 function body(s: Scenario, model: string): string {
-  const b: Record<string, unknown> = values.agent ? agentBody(s, model) : { model, max_tokens: 64, messages: [{ role: 'user', content: BENCH_PROMPT }] };
-  if (s.stream) b.stream = true;
-  return JSON.stringify(b);
-}
-
-/** `--agent`: the agent-sized conversation of bench/config.ts (~61 KB) in the scenario's API style. */
-function agentBody(s: Scenario, model: string): Record<string, unknown> {
-  const chat = agentChatBody(10, 0);
-  if (s.dialect === 'chat') return { ...chat, model };
-  const [system, ...messages] = chat.messages;
-  const tools = chat.tools.map((t) => {
-    const f = (t as { function: { name: string; description: string; parameters: unknown } }).function;
-    return { name: f.name, description: f.description, input_schema: f.parameters };
-  });
-  return { model, max_tokens: chat.max_tokens, system: system.content, messages, tools };
+  return scenarioBody(s.id, model, values.agent);
 }
 
 /** The gateway's environment: ours, plus `--gateway-node-options` (V8 flags to compare) as NODE_OPTIONS. */

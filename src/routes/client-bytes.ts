@@ -31,7 +31,7 @@ export class ClientBytes {
 
   /** `raw`: the body's bytes; `parsed`: the object JSON.parse made of them, before any stage ran. */
   constructor(
-    readonly raw: Uint8Array,
+    readonly raw: Buffer,
     parsed: Record<string, unknown>,
   ) {
     this.#parsed = { ...parsed };
@@ -49,7 +49,7 @@ export class ClientBytes {
   encode(body: Record<string, unknown>): string | Buffer {
     const members = this.#reusable(body);
     if (!members) return JSON.stringify(body);
-    const parts: Uint8Array[] = [];
+    const parts: Buffer[] = [];
     let text = '{';
     let first = true;
     for (const key of Object.keys(body)) {
@@ -70,28 +70,25 @@ export class ClientBytes {
     return Buffer.concat(parts);
   }
 
-  /** The members, when at least one value of `body` can be reused. */
+  /** The members, when at least one value of `body` can be reused; the bytes are scanned only if some value is a parsed object. */
   #reusable(body: Record<string, unknown>): Members | null {
-    // Cheap checks first: most small requests have no value big enough, and are never scanned.
-    if (this.raw.length < REUSED_MIN_BYTES) return null;
     let any = false;
-    for (const key in body) {
-      const value = body[key];
-      if (value !== null && typeof value === 'object' && this.#parsed[key] === value) {
-        any = true;
-        break;
-      }
-    }
+    for (const key in body) if ((any = this.#parsedObject(key, body[key]))) break;
     if (!any) return null;
-    if (this.#members === undefined) this.#members = topLevelMembers(this.raw);
+    if (this.#members === undefined) this.#members = topLevelMembers(this.raw); // null (not an object) is kept: never scanned twice
     const members = this.#members;
     if (!members) return null;
     for (const key in body) if (this.#reused(members, key, body[key])) return members;
     return null;
   }
 
+  /** `value` is the object (or array) parsed for `key`. */
+  #parsedObject(key: string, value: unknown): boolean {
+    return value !== null && typeof value === 'object' && this.#parsed[key] === value;
+  }
+
   #reused(members: Members, key: string, value: unknown): readonly [number, number] | undefined {
-    if (value === null || typeof value !== 'object' || this.#parsed[key] !== value) return undefined;
+    if (!this.#parsedObject(key, value)) return undefined;
     const at = members.get(key);
     return at && at[1] - at[0] >= REUSED_MIN_BYTES ? at : undefined;
   }
@@ -104,8 +101,7 @@ export class ClientBytes {
  *
  * @example topLevelMembers(Buffer.from('{"a": [1, 2], "b":"x"}')) // Map { 'a' => [6, 12], 'b' => [18, 21] }
  */
-export function topLevelMembers(raw: Uint8Array): Members | null {
-  const bytes = Buffer.isBuffer(raw) ? raw : Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength);
+export function topLevelMembers(bytes: Buffer): Members | null {
   let i = skipSpace(bytes, 0);
   if (bytes[i] !== OPEN_OBJECT) return null;
   const out: Members = new Map();
