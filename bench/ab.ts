@@ -3,7 +3,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { createKey, gatewayYaml, scenarioBody } from './config';
+import { createKey, gatewayYaml, scenarioBody, serveArgs } from './config';
 import { load } from './load';
 import { probe, type ProbeTarget } from './probe';
 import { cpuUs, pinTo, rssSampler, startNode, type Started } from './processes';
@@ -70,7 +70,7 @@ async function main(): Promise<void> {
       const key = createKey(main, config, 'ab');
       const flags = v.node.split(' ').filter(Boolean);
       const env = { ...process.env, ...envOf(v.env) };
-      const gw = await startNode([...flags, main, 'serve', '--config', config], { pin, ready: /listening on http:\/\/[\d.]+:(\d+)/, logFile: path.join(dir, 'gw.log'), env });
+      const gw = await startNode(serveArgs(main, config, flags), { pin, ready: /listening on http:\/\/[\d.]+:(\d+)/, logFile: path.join(dir, 'gw.log'), env });
       procs.push(gw);
       const origin = `http://127.0.0.1:${gw.match[1]}`;
       targets[id] = {

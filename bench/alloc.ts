@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { request } from 'undici';
-import { createKey, createSpendKey, gatewayYaml, scenarioBody, SPEND_SECTIONS, SPEND_STAGES } from './config';
+import { createKey, createSpendKey, gatewayYaml, scenarioBody, SPEND_SECTIONS, SPEND_STAGES, serveArgs } from './config';
 import { connectInspector } from './inspector';
 import { load } from './load';
 import { Shares, type CallFrame } from './places';
@@ -64,7 +64,7 @@ async function main(): Promise<void> {
     const pipeline = values.spend ? { pipeline: SPEND_STAGES, extra: `${SPEND_SECTIONS}${values.extra}` } : { extra: values.extra };
     writeFileSync(config, gatewayYaml(`http://127.0.0.1:${fake.match[1]}`, tmp, { ...pipeline, telemetry }));
     const key = values.spend ? createSpendKey(MAIN, config, 'alloc') : createKey(MAIN, config, 'alloc');
-    const gw = await startNode(['--inspect=127.0.0.1:0', ...values.node!.split(' ').filter(Boolean), MAIN, 'serve', '--config', config], {
+    const gw = await startNode(serveArgs(MAIN, config, ['--inspect=127.0.0.1:0', ...values.node!.split(' ').filter(Boolean)]), {
       pin: pinTo(1),
       ready: /listening on http:\/\/[\d.]+:(\d+)/,
       logFile: path.join(tmp, 'gateway.log'),

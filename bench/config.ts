@@ -1,10 +1,20 @@
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
+import { NODE_FLAGS } from '../src/node-flags';
 import type { ProbeTarget } from './probe';
 
 /** The prompt every benchmark request sends. */
 export const BENCH_PROMPT = 'Write one short sentence about foxes.';
+
+/**
+ * The node arguments that start the gateway build `main` on `config` as `npm start` does (with the shipped
+ * node flags, src/node-flags.ts), `nodeFlags` (a benchmark's own: a profiler, a variant's) after them, so
+ * that one of them can override a shipped one.
+ */
+export function serveArgs(main: string, config: string, nodeFlags: string[] = []): string[] {
+  return [...NODE_FLAGS, ...nodeFlags, main, 'serve', '--config', config];
+}
 
 /** Creates a gateway key with the CLI of the build `main` for the store of `config`; returns the secret. */
 export function createKey(main: string, config: string, name: string): string {

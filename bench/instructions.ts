@@ -3,7 +3,7 @@ import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writ
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { BENCH_PROMPT, createKey, createSpendKey, gatewayYaml, scenarioRequest, SPEND_SECTIONS, SPEND_STAGES } from './config';
+import { BENCH_PROMPT, createKey, createSpendKey, gatewayYaml, scenarioRequest, SPEND_SECTIONS, SPEND_STAGES, serveArgs } from './config';
 import { load } from './load';
 import { portkeyHeaders, startPortkey } from './peer-portkey';
 import type { ProbeTarget } from './probe';
@@ -76,7 +76,7 @@ async function startGateway(root: string, fakeOrigin: string, dir: string): Prom
   writeFileSync(config, gatewayYaml(fakeOrigin, dir, values.spend ? { pipeline: SPEND_STAGES, extra: SPEND_SECTIONS } : {}));
   const main = path.join(root, 'dist', 'src', 'main.js');
   const key = values.spend ? createSpendKey(main, config, 'ir') : createKey(main, config, 'ir');
-  const server = await startNode([main, 'serve', '--config', config], {
+  const server = await startNode(serveArgs(main, config), {
     pin: pinTo(1),
     wrapper: [...CALLGRIND, `--callgrind-out-file=${path.join(dir, 'cg.out')}`],
     ready: /listening on http:\/\/[\d.]+:(\d+)/,

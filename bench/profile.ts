@@ -2,7 +2,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'n
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { createKey, createSpendKey, gatewayYaml, scenarioRequest, SPEND_SECTIONS, SPEND_STAGES } from './config';
+import { createKey, createSpendKey, gatewayYaml, scenarioRequest, SPEND_SECTIONS, SPEND_STAGES, serveArgs } from './config';
 import { load } from './load';
 import { Shares, type CallFrame } from './places';
 import { pinTo, startNode, type Started } from './processes';
@@ -49,7 +49,7 @@ async function main(): Promise<void> {
     writeFileSync(config, gatewayYaml(origin, tmp, spend));
     const main = path.join(ROOT, 'dist/src/main.js');
     const key = values.spend ? createSpendKey(main, config, 'p') : createKey(main, config, 'p');
-    const gw = await startNode(['--cpu-prof', '--cpu-prof-interval=100', `--cpu-prof-dir=${tmp}`, main, 'serve', '--config', config], {
+    const gw = await startNode(serveArgs(main, config, ['--cpu-prof', '--cpu-prof-interval=100', `--cpu-prof-dir=${tmp}`]), {
       pin: pinTo(1),
       ready: /listening on http:\/\/[\d.]+:(\d+)/,
       logFile: path.join(tmp, 'gw.log'),

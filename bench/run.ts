@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { createKey, gatewayYaml, scenarioBody } from './config';
+import { createKey, gatewayYaml, scenarioBody, serveArgs } from './config';
 import { load, median, round, type LoadResult } from './load';
 import { portkeyHeaders, startPortkey } from './peer-portkey';
 import { probeAlternating, type ProbeResult, type ProbeTarget } from './probe';
@@ -79,7 +79,7 @@ async function main(): Promise<void> {
     const config = path.join(tmp, 'gateway.yaml');
     writeFileSync(config, gatewayYaml(fakeOrigin, tmp));
     const key = createKey(MAIN, config, 'bench');
-    const gw = await startNode([MAIN, 'serve', '--config', config], { pin: serverPin, ready: /listening on http:\/\/[\d.]+:(\d+)/, logFile: path.join(tmp, 'gateway.log'), env: gatewayEnv() });
+    const gw = await startNode(serveArgs(MAIN, config), { pin: serverPin, ready: /listening on http:\/\/[\d.]+:(\d+)/, logFile: path.join(tmp, 'gateway.log'), env: gatewayEnv() });
     procs.push(gw);
     const gwOrigin = `http://127.0.0.1:${gw.match[1]}`;
     const rssStart = rssMiB(gw.child.pid);

@@ -5,7 +5,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import Database from 'better-sqlite3';
 import { Agent, request } from 'undici';
-import { gatewayYaml } from './config';
+import { gatewayYaml, serveArgs } from './config';
 import { connectInspector } from './inspector';
 import { round } from './load';
 import { pinTo, rssMiB, startNode, type Started } from './processes';
@@ -70,7 +70,7 @@ async function main(): Promise<void> {
     const key = cli('keys', 'create', '--name', 'soak', '--limit', '100000', '--limit-reset', 'monthly');
     cli('credits', 'add', '--account', 'default', '--usd', '100000');
     // The inspector (loopback only) lets the soak force a full GC before reading the live heap.
-    const gw = await startNode(['--inspect=127.0.0.1:0', MAIN, 'serve', '--config', config], { pin: serverPin, ready: /listening on http:\/\/[\d.]+:(\d+)/, logFile: path.join(tmp, 'gateway.log') });
+    const gw = await startNode(serveArgs(MAIN, config, ['--inspect=127.0.0.1:0']), { pin: serverPin, ready: /listening on http:\/\/[\d.]+:(\d+)/, logFile: path.join(tmp, 'gateway.log') });
     procs.push(gw);
     const inspector = await connectInspector(/Debugger listening on (ws:\/\/\S+)/.exec(gw.output())![1]);
     const origin = `http://127.0.0.1:${gw.match[1]}`;

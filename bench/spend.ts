@@ -5,7 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import Redis from 'ioredis';
-import { BENCH_PROMPT, createSpendKey, gatewayYaml, SPEND_SECTIONS, SPEND_STAGES } from './config';
+import { BENCH_PROMPT, createSpendKey, gatewayYaml, SPEND_SECTIONS, SPEND_STAGES, serveArgs } from './config';
 import { load, median, round, type LoadResult } from './load';
 import { probeAlternating, type ProbeResult, type ProbeTarget } from './probe';
 import { pinTo, startNode, type Started } from './processes';
@@ -62,7 +62,7 @@ async function main(): Promise<void> {
       const config = path.join(dir, 'gateway.yaml');
       writeFileSync(config, gatewayYaml(fakeOrigin, dir, v));
       const key = createSpendKey(MAIN, config, 'bench');
-      const gw = await startNode([MAIN, 'serve', '--config', config], { pin: serverPin, ready: /listening on http:\/\/[\d.]+:(\d+)/, logFile: path.join(dir, 'gateway.log') });
+      const gw = await startNode(serveArgs(MAIN, config), { pin: serverPin, ready: /listening on http:\/\/[\d.]+:(\d+)/, logFile: path.join(dir, 'gateway.log') });
       procs.push(gw);
       targets.set(v.id, {
         origin: `http://127.0.0.1:${gw.match[1]}`,
