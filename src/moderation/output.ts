@@ -109,7 +109,7 @@ function record(engine: ModerationEngine, state: GatewayState, r: { last: Output
  * unjudged text is pending; once `checkChars` new characters have gathered (and before the event that
  * ends the answer) the engine judges the whole answer so far and the held events are released. A flagged
  * answer (or a failed check when the engine denies on error) ends with the dialect's own mid-stream error
- * events (the ones `relay` in routing/dispatch.ts sends when a provider fails): nothing held or still to
+ * events (the ones `relay` in routing/stream-relay.ts sends when a provider fails): nothing held or still to
  * come from upstream reaches the client, the upstream stream is closed, and the request is billed as
  * `failed` with the usage seen so far.
  *

@@ -1,33 +1,20 @@
-import { randomBytes } from 'node:crypto';
-import {
-  propagation,
-  ROOT_CONTEXT,
-  SpanStatusCode,
-  trace,
-  TraceFlags,
-  type Context,
-  type Span,
-  type Tracer,
-} from '@opentelemetry/api';
+import { SpanStatusCode, type Span } from '@opentelemetry/api';
 import type { Middleware } from 'koa';
-import type { Logger } from 'pino';
 import { errorBody, statusFor, type ApiStyle } from '../errors/envelope';
 import { GatewayError, toGatewayError } from '../errors/gateway-error';
-import { CLIENT_CLOSED, clientClosed, RequestAbort, type AbortWatch } from '../pipeline/request-abort';
-import type { EndpointId, GatewayContext, GatewayState, SseEvent } from '../pipeline/types';
-import { inBandError } from '../dialects/in-band-error';
+import { CLIENT_CLOSED, clientClosed, RequestAbort } from '../pipeline/request-abort';
+import type { EndpointId, GatewayContext, GatewayState } from '../pipeline/types';
 import { shutdownCut } from '../drain';
-import { batchesOf, formatSse } from '../providers/sse';
 import type { Runtime } from '../runtime';
 import { routingMetadata } from '../routing/metadata';
 import { sessionOf } from '../routing/sticky';
 import { ledgerRowOf } from '../spend/ledger';
-import { spanText } from '../telemetry/span-text';
 import { withSpan } from '../telemetry/linked-context';
-import { stageSpanName } from '../pipeline/build';
 import { readJsonBytes, refuseUnreadBody } from './body';
 import { ClientBytes, REUSED_MIN_BYTES } from './client-bytes';
 import { RequestState } from './request-state';
+import { parentContext, refusedSpan, spanAttributes, spanName } from './request-span';
+import { requestIdHeader, setJsonBody, writeJson, writeSse } from './respond';
 
 export interface EndpointSpec {
   id: EndpointId;
@@ -206,65 +193,12 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
   };
 }
 
-const JSON_TYPE = 'application/json; charset=utf-8';
-
 /** The status logged and counted for a request whose client went away before its answer (nginx's 499). */
 const CLIENT_CLOSED_STATUS = 499;
-
-/**
- * A JSON answer. The content type is set as a header first: Koa would otherwise look the type up by its
- * extension (`mime-types`) on every request to arrive at the same `application/json; charset=utf-8`.
- */
-function setJsonBody(ctx: GatewayContext, body: unknown): void {
-  if (!ctx.res.hasHeader('content-type')) ctx.set('Content-Type', JSON_TYPE);
-  ctx.body = body;
-}
-
-/**
- * A JSON answer written here, not by Koa. Koa sets the content type and length with `setHeader`, each a
- * store into the response's header object that V8 hands to its runtime (~1.5 % of a chat request's CPU
- * time in a `perf` profile), and looks at the body's kind and the status again in `respond`. Here the two
- * headers go to `writeHead` with the status, as one list. The bytes and headers are Koa's: `Content-Type`
- * (unless a stage set one; headers a stage set are kept, Node merges them) and `Content-Length`. A HEAD
- * request (GET /key, /models, /presets) goes through Koa, which sends the headers without the body; a
- * stage that sent its own head gets the body after it; an answer to a client that has gone away is only
- * ended.
- */
-function writeJson(ctx: GatewayContext, body: unknown): void {
-  if (ctx.method === 'HEAD') return setJsonBody(ctx, body);
-  const res = ctx.res;
-  const text = JSON.stringify(body);
-  if (!ctx.writable) {
-    ctx.respond = false;
-    res.end();
-    return;
-  }
-  if (res.headersSent) {
-    ctx.respond = false;
-    res.end(text);
-    return;
-  }
-  const length = String(Buffer.byteLength(text));
-  const head = res.hasHeader('content-type') ? ['Content-Length', length] : ['Content-Type', JSON_TYPE, 'Content-Length', length];
-  const id = ctx.state.gateway.requestId;
-  if (id) head.push(requestIdHeader(ctx.state.gateway.style), id);
-  // Koa stays in charge until the head is written: if writeHead throws, the error answer is Koa's to send.
-  res.writeHead(res.statusCode, head);
-  ctx.respond = false;
-  res.end(text);
-}
 
 /** Milliseconds since `start` (a `performance.now()` reading), to a tenth: the access line's `ms`. */
 function msSince(start: number): number {
   return Math.round((performance.now() - start) * 10) / 10;
-}
-
-/**
- * The header the official SDKs read a request id from (OpenAI's `x-request-id`, Anthropic's `request-id`:
- * `_request_id`, `error.requestID`, their retry logs), carrying the generation id of the body and the ledger.
- */
-function requestIdHeader(style: ApiStyle): string {
-  return style === 'messages' ? 'request-id' : 'x-request-id';
 }
 
 /** The `error_type` metric label of an answer that is not an error: how a stream ended; `none` for JSON. */
@@ -283,88 +217,6 @@ function withPipelineRecords(state: GatewayState, body: unknown): unknown {
   if (!meta || typeof meta !== 'object') return body;
   const { pipeline: _built, ...rest } = meta as Record<string, unknown>;
   return { ...(body as Record<string, unknown>), gateway_metadata: { pipeline: state.pipeline, ...rest } };
-}
-
-/**
- * Writes an SSE answer straight to the socket. Events that are ready in the same tick (a provider usually
- * sends many per TCP packet, and they come as one batch) go out as one write: one chunk of the chunked encoding and one syscall instead
- * of one per event. Backpressure from a slow client is respected. A stream's failures arrive as events (see
- * routing/dispatch.ts), so nothing here throws to the caller. Returns when the first bytes went out (0: never).
- */
-async function writeSse(ctx: GatewayContext, status: number, events: AsyncIterable<SseEvent>, logger: Logger, writeTimeoutMs: number): Promise<number> {
-  const res = ctx.res;
-  const state = ctx.state.gateway;
-  // A stage that sent its status and headers itself gets the events after them (writeHead would throw, and
-  // with Koa's answer already switched off the request would hang).
-  if (!res.headersSent) {
-    const head: Record<string, string> = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' };
-    if (state.requestId) head[requestIdHeader(state.style)] = state.requestId;
-    res.writeHead(status, head);
-  }
-  let pending = '';
-  let scheduled = false;
-  let blocked = false;
-  let firstWriteAt = 0;
-  const flush = () => {
-    scheduled = false;
-    if (pending === '' || res.destroyed) return;
-    const out = pending;
-    pending = '';
-    if (firstWriteAt === 0) firstWriteAt = performance.now();
-    if (!res.write(out)) blocked = true;
-  };
-  try {
-    // A batch at a time where the stream has batches (routing's relay does, unless a stage wrapped it).
-    for await (const batch of { [Symbol.asyncIterator]: () => batchesOf(events) }) {
-      if (res.destroyed) break;
-      for (const ev of batch) pending += formatSse(ev);
-      if (!scheduled) {
-        scheduled = true;
-        process.nextTick(flush); // runs once the events already at hand have all been added
-      }
-      if (blocked) {
-        blocked = false;
-        // The socket may have drained already (the write went out while this waited for the next batch):
-        // waiting for a 'drain' that came and went hung the stream for good.
-        if (res.writableNeedDrain && !(await drained(res, state.abort, writeTimeoutMs))) {
-          // A client that stopped reading held its request slot and a pooled upstream connection for good (undici's
-          // body timeout does not run while the upstream read is paused): cut like a client that left.
-          res.destroy();
-          break;
-        }
-      }
-    }
-  } catch (err) {
-    // Only a stage's own stream wrapper can get here; the answer is cut short and billed as failed.
-    state.outcome = 'failed';
-    logger.error({ err, generation_id: state.requestId }, 'stream failed after headers were sent');
-  } finally {
-    // Cut at the drain timeout (shutdown): the stream ends with its dialect's in-band error, billed as failed.
-    const cut = shutdownCut(state.abort);
-    if (cut && state.outcome !== 'completed' && !res.destroyed) {
-      state.outcome = 'failed';
-      pending += inBandError(state, cut).map(formatSse).join('');
-    }
-    flush();
-    if (!res.destroyed) res.end();
-  }
-  return firstWriteAt;
-}
-
-/** Waits for the client to take what was written: true once it has (or the request was aborted), false after `timeoutMs`. */
-function drained(res: NodeJS.WritableStream, signal: AbortWatch, timeoutMs: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const done = (taken: boolean) => {
-      clearTimeout(timer);
-      res.off('drain', onDrain);
-      signal.removeEventListener('abort', onDrain);
-      resolve(taken);
-    };
-    const onDrain = () => done(true);
-    const timer = setTimeout(() => done(false), timeoutMs);
-    res.once('drain', onDrain);
-    signal.addEventListener('abort', onDrain, { once: true });
-  });
 }
 
 /** The end of every request that got past body parsing: ledger row (queued), span end, access log line. */
@@ -436,81 +288,4 @@ function newState({ spec, body, clientBytes, abort, span, ctx, startedAt }: NewS
     session: sessionOf(body, ctx.get('x-session-id')),
     metadataOptIn: opt.toLowerCase() === 'enabled',
   });
-}
-
-const HEX32 = /^[0-9a-f]{32}$/;
-const HEX16 = /^[0-9a-f]{16}$/;
-const ZERO_SPAN = '0000000000000000';
-
-/** The caller's trace: `trace.trace_id` + `trace.parent_span_id` in the body win over a `traceparent` header. */
-function parentContext(ctx: GatewayContext, body: Record<string, unknown> | null): Context {
-  const t = traceObject(body);
-  const traceId = typeof t?.trace_id === 'string' ? t.trace_id.toLowerCase() : '';
-  if (HEX32.test(traceId)) {
-    // Without parent_span_id the request still joins the caller's trace, under a stand-in remote parent id.
-    const given = typeof t?.parent_span_id === 'string' ? t.parent_span_id.toLowerCase() : '';
-    // An all-zero id is no span (W3C): the stand-in parent then, as for a missing one, not a new trace.
-    const spanId = HEX16.test(given) && given !== ZERO_SPAN ? given : randomBytes(8).toString('hex');
-    return trace.setSpanContext(ROOT_CONTEXT, { traceId, spanId, traceFlags: TraceFlags.SAMPLED, isRemote: true });
-  }
-  if (ctx.get('traceparent')) return propagation.extract(ROOT_CONTEXT, ctx.headers);
-  return ROOT_CONTEXT;
-}
-
-function traceObject(body: Record<string, unknown> | null): Record<string, unknown> | undefined {
-  const t = body?.trace;
-  return t && typeof t === 'object' && !Array.isArray(t) ? (t as Record<string, unknown>) : undefined;
-}
-
-/**
- * The spans of a request a stage's header check refused before the body was read: the request span (named
- * and parented from the headers alone: the body's `trace` fields are not read), and the refusing stage's
- * span under it marked with the error, as when the stage refuses in the pipeline. The request span is
- * ended by the caller with the answer's status.
- */
-function refusedSpan(ctx: GatewayContext, id: EndpointId, stage: string, err: unknown, tracer: Tracer): Span {
-  const parent = parentContext(ctx, null);
-  const span = tracer.startSpan(spanName(id, null), { attributes: spanAttributes(ctx, null) }, parent);
-  const refusing = tracer.startSpan(stageSpanName(stage), { attributes: { 'gateway.stage': stage } }, withSpan(parent, span));
-  refusing.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error)?.message });
-  refusing.setAttribute('gateway.error_type', toGatewayError(err).errorType);
-  refusing.end();
-  return span;
-}
-
-function spanName(id: EndpointId, body: Record<string, unknown> | null): string {
-  const t = traceObject(body);
-  if (typeof t?.span_name === 'string' && t.span_name) return clip(t.span_name);
-  if (typeof t?.trace_name === 'string' && t.trace_name) return clip(t.trace_name);
-  return `gateway.request ${id}`;
-}
-
-const KNOWN_TRACE_KEYS = new Set(['trace_id', 'parent_span_id', 'span_name', 'trace_name', 'generation_name']);
-/** What a request may put in its span (read before the key is checked): values and names cut, keys counted. */
-const SPAN_TRACE_KEYS_MAX = 32;
-const clip = spanText;
-
-/**
- * The request span's attributes from the body: the model asked for and the caller's `trace` fields. These
- * come from anyone (before authentication) and live in the export queue until sent: each value and name is
- * cut to 256 characters and at most 32 trace fields are taken, or a slow collector let unauthenticated
- * requests with a 9 MB `model` hold gigabytes.
- */
-function spanAttributes(ctx: GatewayContext, body: Record<string, unknown> | null): Record<string, string | number | boolean> {
-  const attrs: Record<string, string | number | boolean> = { 'http.request.method': ctx.method, 'url.path': clip(ctx.path) };
-  if (typeof body?.model === 'string') attrs['gateway.requested_model'] = clip(body.model);
-  const t = traceObject(body);
-  if (t) {
-    if (typeof t.trace_name === 'string') attrs['gateway.trace_name'] = clip(t.trace_name);
-    let taken = 0;
-    for (const [k, v] of Object.entries(t)) {
-      if (KNOWN_TRACE_KEYS.has(k)) continue;
-      if (++taken > SPAN_TRACE_KEYS_MAX) break;
-      const name = `gateway.trace.${clip(k)}`;
-      if (typeof v === 'string') attrs[name] = clip(v);
-      else if (typeof v === 'number' || typeof v === 'boolean') attrs[name] = v;
-      else if (v !== null && v !== undefined) attrs[name] = clip(JSON.stringify(v));
-    }
-  }
-  return attrs;
 }

@@ -1,0 +1,143 @@
+/**
+ * The response writers of the endpoint factory (endpoint.ts): a JSON answer, written by Koa or straight to
+ * the socket, and an SSE answer written event batch by event batch.
+ */
+
+import type { Logger } from 'pino';
+import type { ApiStyle } from '../errors/envelope';
+import type { AbortWatch } from '../pipeline/request-abort';
+import type { GatewayContext, SseEvent } from '../pipeline/types';
+import { inBandError } from '../dialects/in-band-error';
+import { shutdownCut } from '../drain';
+import { batchesOf, formatSse } from '../providers/sse';
+
+const JSON_TYPE = 'application/json; charset=utf-8';
+
+/**
+ * A JSON answer. The content type is set as a header first: Koa would otherwise look the type up by its
+ * extension (`mime-types`) on every request to arrive at the same `application/json; charset=utf-8`.
+ */
+export function setJsonBody(ctx: GatewayContext, body: unknown): void {
+  if (!ctx.res.hasHeader('content-type')) ctx.set('Content-Type', JSON_TYPE);
+  ctx.body = body;
+}
+/**
+ * A JSON answer written here, not by Koa. Koa sets the content type and length with `setHeader`, each a
+ * store into the response's header object that V8 hands to its runtime (~1.5 % of a chat request's CPU
+ * time in a `perf` profile), and looks at the body's kind and the status again in `respond`. Here the two
+ * headers go to `writeHead` with the status, as one list. The bytes and headers are Koa's: `Content-Type`
+ * (unless a stage set one; headers a stage set are kept, Node merges them) and `Content-Length`. A HEAD
+ * request (GET /key, /models, /presets) goes through Koa, which sends the headers without the body; a
+ * stage that sent its own head gets the body after it; an answer to a client that has gone away is only
+ * ended.
+ */
+export function writeJson(ctx: GatewayContext, body: unknown): void {
+  if (ctx.method === 'HEAD') return setJsonBody(ctx, body);
+  const res = ctx.res;
+  const text = JSON.stringify(body);
+  if (!ctx.writable) {
+    ctx.respond = false;
+    res.end();
+    return;
+  }
+  if (res.headersSent) {
+    ctx.respond = false;
+    res.end(text);
+    return;
+  }
+  const length = String(Buffer.byteLength(text));
+  const head = res.hasHeader('content-type') ? ['Content-Length', length] : ['Content-Type', JSON_TYPE, 'Content-Length', length];
+  const id = ctx.state.gateway.requestId;
+  if (id) head.push(requestIdHeader(ctx.state.gateway.style), id);
+  // Koa stays in charge until the head is written: if writeHead throws, the error answer is Koa's to send.
+  res.writeHead(res.statusCode, head);
+  ctx.respond = false;
+  res.end(text);
+}
+/**
+ * The header the official SDKs read a request id from (OpenAI's `x-request-id`, Anthropic's `request-id`:
+ * `_request_id`, `error.requestID`, their retry logs), carrying the generation id of the body and the ledger.
+ */
+export function requestIdHeader(style: ApiStyle): string {
+  return style === 'messages' ? 'request-id' : 'x-request-id';
+}
+/**
+ * Writes an SSE answer straight to the socket. Events that are ready in the same tick (a provider usually
+ * sends many per TCP packet, and they come as one batch) go out as one write: one chunk of the chunked encoding and one syscall instead
+ * of one per event. Backpressure from a slow client is respected. A stream's failures arrive as events (see
+ * routing/stream-relay.ts), so nothing here throws to the caller. Returns when the first bytes went out (0: never).
+ */
+export async function writeSse(ctx: GatewayContext, status: number, events: AsyncIterable<SseEvent>, logger: Logger, writeTimeoutMs: number): Promise<number> {
+  const res = ctx.res;
+  const state = ctx.state.gateway;
+  // A stage that sent its status and headers itself gets the events after them (writeHead would throw, and
+  // with Koa's answer already switched off the request would hang).
+  if (!res.headersSent) {
+    const head: Record<string, string> = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' };
+    if (state.requestId) head[requestIdHeader(state.style)] = state.requestId;
+    res.writeHead(status, head);
+  }
+  let pending = '';
+  let scheduled = false;
+  let blocked = false;
+  let firstWriteAt = 0;
+  const flush = () => {
+    scheduled = false;
+    if (pending === '' || res.destroyed) return;
+    const out = pending;
+    pending = '';
+    if (firstWriteAt === 0) firstWriteAt = performance.now();
+    if (!res.write(out)) blocked = true;
+  };
+  try {
+    // A batch at a time where the stream has batches (routing's relay does, unless a stage wrapped it).
+    for await (const batch of { [Symbol.asyncIterator]: () => batchesOf(events) }) {
+      if (res.destroyed) break;
+      for (const ev of batch) pending += formatSse(ev);
+      if (!scheduled) {
+        scheduled = true;
+        process.nextTick(flush); // runs once the events already at hand have all been added
+      }
+      if (blocked) {
+        blocked = false;
+        // The socket may have drained already (the write went out while this waited for the next batch):
+        // waiting for a 'drain' that came and went hung the stream for good.
+        if (res.writableNeedDrain && !(await drained(res, state.abort, writeTimeoutMs))) {
+          // A client that stopped reading held its request slot and a pooled upstream connection for good (undici's
+          // body timeout does not run while the upstream read is paused): cut like a client that left.
+          res.destroy();
+          break;
+        }
+      }
+    }
+  } catch (err) {
+    // Only a stage's own stream wrapper can get here; the answer is cut short and billed as failed.
+    state.outcome = 'failed';
+    logger.error({ err, generation_id: state.requestId }, 'stream failed after headers were sent');
+  } finally {
+    // Cut at the drain timeout (shutdown): the stream ends with its dialect's in-band error, billed as failed.
+    const cut = shutdownCut(state.abort);
+    if (cut && state.outcome !== 'completed' && !res.destroyed) {
+      state.outcome = 'failed';
+      pending += inBandError(state, cut).map(formatSse).join('');
+    }
+    flush();
+    if (!res.destroyed) res.end();
+  }
+  return firstWriteAt;
+}
+/** Waits for the client to take what was written: true once it has (or the request was aborted), false after `timeoutMs`. */
+function drained(res: NodeJS.WritableStream, signal: AbortWatch, timeoutMs: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const done = (taken: boolean) => {
+      clearTimeout(timer);
+      res.off('drain', onDrain);
+      signal.removeEventListener('abort', onDrain);
+      resolve(taken);
+    };
+    const onDrain = () => done(true);
+    const timer = setTimeout(() => done(false), timeoutMs);
+    res.once('drain', onDrain);
+    signal.addEventListener('abort', onDrain, { once: true });
+  });
+}

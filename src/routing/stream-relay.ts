@@ -1,0 +1,161 @@
+/**
+ * A streamed answer's relay to the client (used by dispatch.ts): the wait for an attempt's first output, the
+ * gateway's own chunks before the answer, and the provider's events through the dialect's rewriter.
+ */
+
+import { SpanStatusCode, type Span } from '@opentelemetry/api';
+import type { StreamRewriter } from '../dialects';
+import { endedBeforeOutput } from '../dialects/stream-error';
+import { GatewayError, toGatewayError } from '../errors/gateway-error';
+import type { GatewayState, SseEvent } from '../pipeline/types';
+import type { Candidate } from './candidates';
+import { routingMetadata } from './metadata';
+
+/** Ends an attempt's span: an error with `err`, unless the client cancelled it (`cancelled`), which is none. */
+export function endAttempt(span: Span, err?: GatewayError, cancelled = false): void {
+  if (cancelled) span.setAttribute('gateway.outcome', 'cancelled');
+  else if (err) {
+    span.setStatus({ code: SpanStatusCode.ERROR, message: err.message });
+    span.setAttribute('gateway.error_type', err.errorType);
+  }
+  span.end();
+}
+
+/** What a stream reports when it ends: throughput for endpoint health, and the attempt's outcome for metrics. */
+export interface StreamEnd {
+  throughput(outputTokens: number, durationMs: number): void;
+  counted(outcome: string): void;
+}
+
+/** Events a stream may send before its answer begins (pings, a role chunk): past it, the attempt fails. */
+const MAX_HELD_EVENTS = 10_000;
+
+/**
+ * The events up to and including the batch in which the answer begins (`opensOutput`: a token, a tool call, a
+ * finish or the end), as one batch: what comes before it (message_start, a role chunk, pings) is held back,
+ * and the client sees nothing of an attempt that failed before any output. Throws, for the next candidate to
+ * be tried, when the provider reports an error or ends its stream before that, or sends no output within its
+ * first-token limit; the upstream call is then aborted (a silent upstream costs one timeout, never several).
+ */
+export async function firstOutput(
+  iterator: AsyncIterator<SseEvent[]>,
+  c: Candidate,
+  abort: ((reason: Error) => void) | undefined,
+  opensOutput: (ev: SseEvent, providerId: string) => boolean,
+): Promise<IteratorResult<SseEvent[]>> {
+  const limit = c.provider.firstTokenTimeoutMs;
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut =
+    limit && abort
+      ? new Promise<never>((_, reject) => {
+          timer = setTimeout(() => {
+            const err = new GatewayError('timeout', `Provider ${c.provider.id} sent no output within ${limit} ms`, { metadata: { provider_name: c.provider.id } });
+            abort(err);
+            reject(err);
+          }, limit);
+        })
+      : undefined;
+  let held: SseEvent[] = [];
+  try {
+    for (;;) {
+      const r = await (timedOut ? Promise.race([iterator.next(), timedOut]) : iterator.next());
+      if (r.done) throw endedBeforeOutput(c.provider.id);
+      try {
+        if (r.value.some((ev) => opensOutput(ev, c.provider.id))) {
+          if (held.length === 0) return { done: false, value: r.value };
+          for (const ev of r.value) held.push(ev);
+          return { done: false, value: held };
+        }
+      } catch (err) {
+        // The provider reported an error (or sent garbage) before any output: stop reading its stream.
+        if (abort) abort(err as Error);
+        else await iterator.return?.().catch(() => undefined);
+        throw err;
+      }
+      // Held in place (a copy per batch was quadratic in a long preamble), and at most MAX_HELD_EVENTS of them.
+      for (const ev of r.value) held.push(ev);
+      if (held.length > MAX_HELD_EVENTS) {
+        const err = new GatewayError('provider_unavailable', `Provider ${c.provider.id} sent ${held.length} events before any output`, { metadata: { provider_name: c.provider.id } });
+        if (abort) abort(err);
+        else await iterator.return?.().catch(() => undefined);
+        throw err;
+      }
+    }
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * A chat chunk with no choices that carries gateway data (routing metadata, debug echo) before the answer,
+ * stamped with the model and provider it is about.
+ */
+function sideChunk(state: GatewayState, about: { model: string; provider: string }, extra: Record<string, unknown>): SseEvent {
+  const chunk = { id: state.requestId, object: 'chat.completion.chunk', created: Math.floor(Date.now() / 1000), model: about.model, provider: about.provider, choices: [], ...extra };
+  return { data: JSON.stringify(chunk) };
+}
+
+/**
+ * Chat style, before the answer: one debug chunk per attempted provider (spec 6.1.3, streaming only), each
+ * naming the provider and model of its attempt, then the routing metadata when opted in.
+ */
+export function sideChunks(state: GatewayState, c: Candidate): SseEvent[] {
+  const out = state.debugEchoes.map((echo) => sideChunk(state, echo, { debug: { echo_upstream_body: echo.body } }));
+  if (state.metadataOptIn) out.push(sideChunk(state, { model: c.model.id, provider: c.provider.id }, { gateway_metadata: routingMetadata(state) }));
+  return out;
+}
+
+export async function* relay(
+  state: GatewayState,
+  iterator: AsyncIterator<SseEvent[]>,
+  first: IteratorResult<SseEvent[]>,
+  rewriter: StreamRewriter,
+  attempt: Span,
+  before: SseEvent[],
+  onStreamEnd: StreamEnd,
+): AsyncGenerator<SseEvent[]> {
+  const streamStarted = performance.now();
+  let failure: GatewayError | undefined;
+  let completed = false;
+  try {
+    if (before.length > 0) yield before;
+    for (let r = first; !r.done; r = await iterator.next()) {
+      const out: SseEvent[] = [];
+      let bad: unknown;
+      for (const ev of r.value) {
+        try {
+          const o = rewriter.rewrite(ev);
+          if (o) out.push(o);
+        } catch (err) {
+          bad = err;
+          break;
+        }
+        if (rewriter.complete()) break; // nothing after the terminal event goes out
+      }
+      // What the batch gave before a bad event still goes out, then the stream fails.
+      if (out.length > 0) yield out;
+      if (bad !== undefined) throw bad;
+      if (rewriter.complete()) {
+        // The answer is whole: stop reading (the provider may keep its connection open, or send more).
+        await iterator.return?.().catch(() => undefined);
+        break;
+      }
+    }
+    const end = rewriter.end();
+    if (end.length > 0) yield end;
+    completed = true;
+  } catch (err) {
+    failure = toGatewayError(err);
+    const told = state.abort.aborted ? [] : rewriter.failure(failure);
+    if (told.length > 0) yield told;
+  } finally {
+    state.usage = rewriter.usage();
+    state.costUsd = rewriter.cost();
+    state.outcome = state.abort.aborted || (!completed && !failure) ? 'cancelled' : failure || rewriter.failed() ? 'failed' : 'completed';
+    if (!completed) await iterator.return?.().catch(() => undefined);
+    // A client that left is no failure of the provider's (the abort surfaces as a timeout otherwise).
+    endAttempt(attempt, failure, state.abort.aborted);
+    onStreamEnd.counted(state.outcome === 'completed' ? 'success' : state.outcome === 'cancelled' ? 'cancelled' : (failure?.errorType ?? 'stream_failed'));
+    if (completed && state.usage) onStreamEnd.throughput(state.usage.outputTokens, performance.now() - streamStarted);
+  }
+}
