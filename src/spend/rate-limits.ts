@@ -4,7 +4,7 @@ import type { GatewayState } from '../pipeline/types';
 import { requestedModels } from '../routing/candidates';
 import type { RateLine, RateResult, SharedState } from '../state/types';
 import type { Account, Store } from '../store/types';
-import { checksUnavailable } from './control';
+import { checksUnavailable } from './admission';
 import type { LedgerWriter } from './ledger';
 import { asRejection } from './rejections';
 import { windowEnd, windowStart } from './windows';

@@ -7,7 +7,7 @@
 
 import type Database from 'better-sqlite3';
 import type { Pool } from 'pg';
-import { toMillis } from './migrations';
+import { toMillis } from './rows';
 import type { LedgerRow, PendingLedgerRow } from './types';
 
 type Row = Record<string, unknown>;

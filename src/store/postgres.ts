@@ -1,9 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Pool, type PoolClient } from 'pg';
+import { MIGRATIONS_TABLE, newerThanBuild, pendingMigrations } from './migrations';
 import {
-  MIGRATIONS_TABLE,
-  newerThanBuild,
-  pendingMigrations,
   rowToAccount,
   rowToByok,
   rowToKey,
@@ -14,7 +12,7 @@ import {
   toMillis,
   usageParams,
   usageSelect,
-} from './migrations';
+} from './rows';
 import { PG_RELEASE, postgresPendingLedger } from './ledger-pending';
 import { findPresetPg, listPresetsPg, listPresetVersionsPg, savePresetVersionPg, type Query } from './presets-postgres';
 import { postgresVideoJobs } from './video-jobs';

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { PoolClient } from 'pg';
-import { rowToPresetVersion } from './migrations';
+import { rowToPresetVersion } from './rows';
 import { joinedPreset, PRESET_QUERIES } from './presets-sqlite';
 import { StoreConflictError, type NewPresetVersion, type PresetVersionRecord, type PresetWithVersion } from './types';
 

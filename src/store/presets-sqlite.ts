@@ -1,6 +1,6 @@
 import type Database from 'better-sqlite3';
 import { randomUUID } from 'node:crypto';
-import { rowToPreset, rowToPresetVersion } from './migrations';
+import { rowToPreset, rowToPresetVersion } from './rows';
 import { StoreConflictError, type NewPresetVersion, type PresetVersionRecord, type PresetWithVersion } from './types';
 
 type Row = Record<string, unknown>;

@@ -2,10 +2,8 @@ import Database from 'better-sqlite3';
 import { randomUUID } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
+import { MIGRATIONS_TABLE, newerThanBuild, pendingMigrations } from './migrations';
 import {
-  MIGRATIONS_TABLE,
-  newerThanBuild,
-  pendingMigrations,
   rowToAccount,
   rowToByok,
   rowToKey,
@@ -16,7 +14,7 @@ import {
   toMillis,
   usageParams,
   usageSelect,
-} from './migrations';
+} from './rows';
 import { sqlitePendingLedger } from './ledger-pending';
 import { PendingFiles } from './pending-files';
 import { sqlitePresets } from './presets-sqlite';
