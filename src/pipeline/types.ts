@@ -1,7 +1,7 @@
-import type { ClientBytes } from '../routes/client-bytes';
 import type { ParameterizedContext, Next } from 'koa';
 import type { Context, Span } from '@opentelemetry/api';
 import type { ApiStyle } from '../errors/envelope';
+import type { ClientBytes } from '../routes/client-bytes';
 import type { Admission } from '../spend/admission';
 import type { KeyRecord } from '../store/types';
 import type { AbortWatch } from './request-abort';

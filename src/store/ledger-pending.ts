@@ -7,22 +7,14 @@
 
 import type Database from 'better-sqlite3';
 import type { Pool } from 'pg';
-import { toMillis } from './rows';
-import type { LedgerRow, PendingLedgerRow } from './types';
+import { requestColumns, toMillis } from './rows';
+import type { PendingLedgerRow } from './types';
 
 type Row = Record<string, unknown>;
 
 export function rowToPending(r: Row): PendingLedgerRow {
   return {
-    generationId: String(r.generation_id),
-    keyId: String(r.key_id),
-    userId: String(r.user_id),
-    workspaceId: String(r.workspace_id),
-    accountId: String(r.account_id),
-    endpoint: r.endpoint as LedgerRow['endpoint'],
-    model: String(r.model),
-    provider: String(r.provider),
-    upstreamModel: String(r.upstream_model),
+    ...requestColumns(r),
     isByok: Boolean(r.is_byok),
     owner: String(r.owner),
     createdAt: new Date(Number(r.created_at)).toISOString(),

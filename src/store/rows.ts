@@ -63,7 +63,10 @@ export function rowToKey(r: Row): KeyRecord {
   };
 }
 
-export function rowToLedger(r: Row): LedgerRow {
+/** The columns a ledger row shares with its journal entry in `ledger_pending`: who asked, and which endpoint answered. */
+export type RequestColumns = Pick<LedgerRow, 'generationId' | 'keyId' | 'userId' | 'workspaceId' | 'accountId' | 'endpoint' | 'model' | 'provider' | 'upstreamModel'>;
+
+export function requestColumns(r: Row): RequestColumns {
   return {
     generationId: String(r.generation_id),
     keyId: String(r.key_id),
@@ -74,6 +77,12 @@ export function rowToLedger(r: Row): LedgerRow {
     model: String(r.model),
     provider: String(r.provider),
     upstreamModel: String(r.upstream_model),
+  };
+}
+
+export function rowToLedger(r: Row): LedgerRow {
+  return {
+    ...requestColumns(r),
     promptTokens: Number(r.prompt_tokens),
     completionTokens: Number(r.completion_tokens),
     cachedTokens: Number(r.cached_tokens),
