@@ -31,7 +31,8 @@ export function stripGatewayFields(body: Record<string, unknown>, upstreamModel:
 }
 
 export function num(v: unknown): number {
-  return typeof v === 'number' && Number.isFinite(v) ? v : 0;
+  // A negative count (a provider's bug) would lower the bill and the key's spend: it counts as none.
+  return typeof v === 'number' && v >= 0 && v < Infinity ? v : 0;
 }
 
 /** A JSON object as the translators handle it. */

@@ -1,3 +1,4 @@
+import { withoutGatewayKeys } from '../telemetry/span-text';
 import { GatewayError, type ErrorType } from './gateway-error';
 
 /** The API style a response is written in; decides the error envelope. */
@@ -38,14 +39,28 @@ function masked(err: GatewayError): boolean {
   return err.status >= 500 && (err.errorType === 'server' || err.errorType === 'unmapped');
 }
 
-/** The message a caller may see, in an envelope or an in-band stream error. */
+/**
+ * The message a caller may see, in an envelope or an in-band stream error. A gateway key the request put
+ * where a message quotes it (a key pasted into `model`, `models`, `provider.only`) is masked as its label
+ * (`sk-gw-v1-...abcd`), as in the spans: error bodies end up in client logs and proxies.
+ */
 export function publicMessage(err: GatewayError): string {
-  return masked(err) ? GENERIC_500 : err.message;
+  return masked(err) ? GENERIC_500 : withoutGatewayKeys(err.message);
 }
 
 function publicParts(err: GatewayError): { message: string; metadata: Record<string, unknown> } {
   if (masked(err)) return { message: GENERIC_500, metadata: { error_type: err.errorType } };
-  return { message: err.message, metadata: { ...err.metadata, error_type: err.errorType } };
+  return { message: withoutGatewayKeys(err.message), metadata: { ...(keysMasked(err.metadata) as object | undefined), error_type: err.errorType } };
+}
+
+/** `value` with every gateway key in its strings masked (a copy where one was found; objects and arrays a few levels deep). */
+function keysMasked(value: unknown, depth = 0): unknown {
+  if (typeof value === 'string') return withoutGatewayKeys(value);
+  if (depth > 4 || value === null || typeof value !== 'object') return value;
+  if (Array.isArray(value)) return value.map((v) => keysMasked(v, depth + 1));
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value)) out[k] = keysMasked(v, depth + 1);
+  return out;
 }
 
 /** Standard envelope (7.1): `{error: {code, message, metadata}}`; `error_type` in `metadata`. */
@@ -62,7 +77,7 @@ export function messagesEnvelope(err: GatewayError, requestId: string | null): R
   const { message, metadata } = publicParts(err);
   const { error_type, ...rest } = metadata;
   const error: Record<string, unknown> = { type: messagesErrorType(err.errorType), message, error_type };
-  if (err.details && !masked(err)) error.details = err.details;
+  if (err.details && !masked(err)) error.details = keysMasked(err.details);
   const body: Record<string, unknown> = {
     type: 'error',
     error,

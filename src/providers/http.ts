@@ -4,7 +4,7 @@ import { GatewayError } from '../errors/gateway-error';
 import type { AbortWatch } from '../pipeline/request-abort';
 import { credentialsIn, withoutCredentials } from './credentials';
 import { classifyUpstreamError } from './upstream-errors';
-import { isJsonBody, jsonAsEvents, reportedFailure } from './json-stream';
+import { isJsonBody, jsonAsEvents, malformedAnswer, reportedFailure } from './json-stream';
 import { batched, parseSseBatches } from './sse';
 import type { UpstreamCall, UpstreamReply } from './types';
 
@@ -288,6 +288,8 @@ export async function sendJson(input: {
   // A 2xx body that reports a failure is a failed attempt (the next endpoint is tried), failed after headers (7.5.4).
   const failure = reportedFailure(call.dialect, body, providerId);
   if (failure) throw new GatewayError(failure.errorType, failure.message, { metadata: { ...failure.metadata, after_headers: true } });
+  const wrong = malformedAnswer(call.dialect, body);
+  if (wrong) throw new GatewayError('provider_unavailable', `Provider ${providerId} returned an invalid response (${wrong})`, { metadata: { provider_name: providerId } });
   return { stream: false, body };
 }
 

@@ -59,6 +59,24 @@ export function reportedFailure(dialect: Dialect, body: unknown, providerId: str
   return undefined;
 }
 
+/**
+ * What makes a provider's 2xx JSON answer no answer of its style, or undefined: a body that is no object, no
+ * `choices` list (chat) or `content` list (messages), an entry that is no object, a content block without a
+ * type. Passed on, such a body reached the client as a 200 its SDK could not read (spec 7.2: an invalid
+ * response is a 502, and the next endpoint is tried). An empty list is an answer (a filtered prompt).
+ */
+export function malformedAnswer(dialect: Dialect, body: unknown): string | undefined {
+  if (!isObj(body)) return 'a body that is not a JSON object';
+  const name = dialect === 'messages' ? 'content' : 'choices';
+  const list: unknown = body[name];
+  if (!Array.isArray(list)) return `no \`${name}\` list`;
+  for (const entry of list) {
+    if (!isObj(entry)) return `a \`${name}\` entry that is not an object`;
+    if (dialect === 'messages' && typeof entry.type !== 'string') return 'a content block without a type';
+  }
+  return undefined;
+}
+
 function failed(providerId: string, what: string): GatewayError {
   return new GatewayError('provider_unavailable', `Provider ${providerId} answered a streaming request with ${what}`, {
     metadata: { provider_name: providerId },

@@ -128,6 +128,14 @@ describe('request validation: fields, bounds and headers (400 naming the field)'
     expect(upstream.received.length).toBe(before);
   });
 
+  it('chat: n is at most 128 (OpenAI\'s bound): a larger n had the simulated provider build answers until the heap ran out', async () => {
+    expectStandardField(await chat(gw.key, { ...chatBody, n: 129 }), 'n');
+    expectStandardField(await chat(gw.key, { ...chatBody, n: 4294967297 }), 'n');
+    const ok = await chat(gw.key, { ...chatBody, n: 128 });
+    expect(ok.status).toBe(200);
+    expect(ok.json.choices).toHaveLength(128);
+  });
+
   it('a request naming no model is a 400 before routing, not a 404 for the model ""', async () => {
     const before = upstream.received.length;
     expectStandardField(await chat(gw.key, { ...chatBody, model: '' }), 'model');
@@ -214,6 +222,20 @@ describe('routing errors', () => {
     expect(upstream.received.slice(before).map((r) => r.body.n)).toEqual([2]);
   });
 
+  it('a gateway key pasted into model, models or provider.only is masked in the error body (sk-gw-v1-...abcd), in both envelopes', async () => {
+    const label = `sk-gw-v1-...${gw.key.slice(-4)}`;
+    const a = await chat(gw.key, { ...chatBody, model: gw.key });
+    expectStandard(a, 404, 'not_found');
+    expect(a.json.error.message).toContain(label);
+    const b = await messages(gw.key, { ...msgBody, model: gw.key });
+    expectMessages(b, 404, 'not_found_error', 'not_found', 'null');
+    expect(b.json.error.message).toContain(label);
+    const c = await chat(gw.key, { ...chatBody, models: [gw.key] });
+    const d = await chat(gw.key, { ...chatBody, model: 'fake/gpt', provider: { only: [gw.key] } });
+    expect(d.status).toBeGreaterThanOrEqual(400);
+    for (const res of [a, b, c, d]) expect(res.text).not.toContain(gw.key);
+  });
+
   it('404 for an unknown route', async () => {
     const res = await fetch(`${gw.url}/nothing-here`);
     expect(res.status).toBe(404);
@@ -246,6 +268,50 @@ describe('upstream errors are classified once (spec 7.4)', () => {
       expectMessages(m, upstreamStatus === 503 ? 529 : status, messagesType, errorType, 'gen');
     });
   }
+
+  it('a 2xx answer that is no answer of its style is a 502 "invalid response" (spec 7.2), never passed on as a 200', async () => {
+    const chatBodies: unknown[] = [{ choices: 'nope' }, { choices: [1] }, [], { id: 'chatcmpl-x', object: 'chat.completion' }];
+    for (const body of chatBodies) {
+      upstream.always.set('gpt-upstream', { kind: 'status', status: 200, body });
+      try {
+        const res = await chat(gw.key, { ...chatBody, model: 'fake/gpt' });
+        expectStandard(res, 502, 'provider_unavailable');
+        expect(res.json.error.message).toMatch(/^Provider fake-openai returned an invalid response/);
+      } finally {
+        upstream.always.delete('gpt-upstream');
+      }
+    }
+    for (const body of [{ type: 'message', content: 'nope' }, { type: 'message', content: [{ text: 'no type' }] }]) {
+      upstream.always.set('claude-upstream', { kind: 'status', status: 200, body });
+      try {
+        expectMessages(await messages(gw.key, { ...msgBody, model: 'fake/claude' }), 502, 'api_error', 'provider_unavailable', 'gen');
+      } finally {
+        upstream.always.delete('claude-upstream');
+      }
+    }
+    // A model with another endpoint gets its answer from there.
+    upstream.scripts.set('gpt-upstream', [{ kind: 'status', status: 200, body: { choices: 'nope' } }, { kind: 'status', status: 200, body: { choices: 'nope' } }]);
+    try {
+      const res = await chat(gw.key, { ...chatBody, model: 'fake/gpt', models: ['fake/claude'] });
+      expect(res.status).toBe(200);
+      expect(res.json.choices[0].message.content).toEqual(expect.any(String));
+    } finally {
+      upstream.scripts.delete('gpt-upstream');
+    }
+  });
+
+  it('negative token counts from a provider count as none: the answer is billed from its text, never at a negative cost', async () => {
+    const answer = { id: 'chatcmpl-neg', object: 'chat.completion', created: 1, model: 'gpt-upstream', choices: [{ index: 0, message: { role: 'assistant', content: 'Hello there' }, finish_reason: 'stop' }], usage: { prompt_tokens: -10, completion_tokens: -1000000, total_tokens: -1000010 } };
+    upstream.always.set('gpt-upstream', { kind: 'status', status: 200, body: answer });
+    try {
+      const res = await chat(gw.key, { ...chatBody, model: 'fake/gpt' });
+      expect(res.status).toBe(200);
+      expect(res.json.usage.cost).toBeGreaterThan(0);
+      expect(res.json.usage.completion_tokens).toBeGreaterThan(0);
+    } finally {
+      upstream.always.delete('gpt-upstream');
+    }
+  });
 
   it('keeps the upstream message for a caller mistake and detects context length', async () => {
     upstream.faults.push({ kind: 'status', status: 400, body: { error: { message: "This model's maximum context length is 8192 tokens" } } });

@@ -1,5 +1,7 @@
 import { describe, it, expect } from 'vitest';
 import { chatToMessagesResponse, DEFAULT_REFUSAL, messagesToChatResponse } from '../../src/dialects/translate/response';
+import { chatUsage } from '../../src/dialects/chat-completions';
+import { messagesUsage } from '../../src/dialects/messages';
 
 type Obj = Record<string, any>;
 
@@ -318,5 +320,14 @@ describe('round trips', () => {
     expect({ ...back, created: original.created }).toEqual(original);
     const refusal = completion({ refusal: 'No can do.' }, 'content_filter', { usage: back.usage });
     expect({ ...messagesToChatResponse(chatToMessagesResponse(refusal)), created: refusal.created }).toEqual(refusal);
+  });
+});
+
+describe('usage counts a provider reports', () => {
+  it('a negative, infinite or non-numeric count is none (a negative one would lower the bill and the spend)', () => {
+    expect(chatUsage({ prompt_tokens: -10, completion_tokens: 5, prompt_tokens_details: { cached_tokens: -3 }, completion_tokens_details: { reasoning_tokens: Infinity } })).toEqual({
+      inputTokens: 0, outputTokens: 5, cachedTokens: 0, cacheWriteTokens: 0, reasoningTokens: 0,
+    });
+    expect(messagesUsage({ input_tokens: 7, output_tokens: -1000000, cache_read_input_tokens: -2, cache_creation_input_tokens: '4' })).toMatchObject({ inputTokens: 7, outputTokens: 0 });
   });
 });
