@@ -66,6 +66,8 @@ export function refuseLargeBodiesBeforeContinue(server: Server, maxBodyBytes: ()
  * Node's own answer to a malformed or timed-out request is a bare status line; ours carries the standard
  * envelope with an `error_type`. Written only when no answer to the request has started (as Node does).
  */
+const REASONS: Record<number, string> = { 408: 'Request Timeout', 431: 'Request Header Fields Too Large' };
+
 function answerClientError(err: NodeJS.ErrnoException, socket: Socket, logger: Logger): void {
   // `_httpMessage` is the response in progress on this socket; Node's default handler checks it the same way.
   const inProgress = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
@@ -77,12 +79,12 @@ function answerClientError(err: NodeJS.ErrnoException, socket: Socket, logger: L
     err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
       ? new GatewayError('timeout', 'The request was not received in time', { status: 408 })
       : err.code === 'HPE_HEADER_OVERFLOW'
-        ? new GatewayError('invalid_request', 'Request headers are too large')
+        ? new GatewayError('invalid_request', 'Request headers are too large', { status: 431 }) // RFC 6585
         : new GatewayError('invalid_request', 'Malformed HTTP request');
   logger.info({ status: e.status, error_type: e.errorType, code: err.code }, 'client error');
   const body = JSON.stringify(standardEnvelope(e));
   socket.end(
-    `HTTP/1.1 ${e.status} ${e.status === 408 ? 'Request Timeout' : 'Bad Request'}\r\n` +
+    `HTTP/1.1 ${e.status} ${REASONS[e.status] ?? 'Bad Request'}\r\n` +
       'Content-Type: application/json; charset=utf-8\r\n' +
       `Content-Length: ${Buffer.byteLength(body)}\r\n` +
       'Connection: close\r\n\r\n' +

@@ -158,6 +158,57 @@ describe('body size limit', () => {
   }
 });
 
+describe('requests Node refuses before any route', () => {
+  it('headers over 16 KiB: 431 (RFC 6585) in the standard envelope, and the connection is closed', async () => {
+    const gw = await t.start({ yaml: yaml('max_body_bytes: 65536') });
+    const sock: Socket = connect(Number(new URL(gw.url).port), '127.0.0.1');
+    let text = '';
+    sock.on('data', (d) => (text += d.toString('latin1')));
+    sock.on('error', () => {});
+    const closed = new Promise<void>((r) => sock.on('close', () => r()));
+    sock.write(`POST /api/v1/messages HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\nContent-Length: 2\r\n\r\n{}`);
+    await closed;
+    expect(text).toMatch(/^HTTP\/1\.1 431 Request Header Fields Too Large\r\n/);
+    expect(JSON.parse(text.slice(text.indexOf('\r\n\r\n') + 4))).toMatchObject({
+      error: { code: 431, message: 'Request headers are too large', metadata: { error_type: 'invalid_request' } },
+    });
+  });
+});
+
+describe('a client that asks to close its connection still gets its 413', () => {
+  it('Connection: close and a declared body within twice the limit: the body is read and dropped first, then the 413, then a clean close (no reset)', async () => {
+    const LIMIT = 4096;
+    const gw = await t.start({ yaml: yaml(`max_body_bytes: ${LIMIT}`) });
+    const body = Buffer.alloc(LIMIT + 2000, 0x20);
+    const sock: Socket = connect(Number(new URL(gw.url).port), '127.0.0.1');
+    let text = '';
+    let answeredBeforeBody = false;
+    let bodySent = false;
+    const closed = new Promise<{ error?: string }>((resolve) => {
+      sock.on('data', (d) => {
+        if (!bodySent) answeredBeforeBody = true;
+        text += d.toString('latin1');
+      });
+      sock.on('error', (err: NodeJS.ErrnoException) => resolve({ error: err.code }));
+      sock.on('close', () => resolve({}));
+    });
+    await new Promise<void>((r) => sock.on('connect', () => r()));
+    sock.write(
+      `POST /api/v1/messages HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer ${gw.key}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`,
+    );
+    // The body comes later. Node closes a Connection: close socket as soon as its answer is written: answered
+    // at the headers, a client still sending got a reset, and a Node client lost the 413 to EPIPE.
+    await new Promise((r) => setTimeout(r, 200));
+    bodySent = true;
+    sock.write(body);
+    const end = await closed;
+    expect(answeredBeforeBody).toBe(false);
+    expect(text).toMatch(/^HTTP\/1\.1 413 /);
+    expect(text).toContain('"error_type":"payload_too_large"');
+    expect(end.error).toBeUndefined();
+  });
+});
+
 /**
  * Writes `head`, then body bytes as fast as the connection takes them, up to `total`; resolves with what
  * came back, how much was written, and whether the server closed the connection before all of it was.
