@@ -2,6 +2,7 @@ import { GatewayError } from '../../src/errors/gateway-error';
 import type { StageDefinition } from '../../src/pipeline/types';
 import type { Services } from '../../src/services';
 import { checkRequestPlugins, checkServerTools } from '../../src/pipeline/request-plugins';
+import { presetReference } from '../../src/presets/apply';
 import { checkSessionHeader, dropNullFields, requestValidators } from '../../src/validation/request-validators';
 import schema from './schema.json';
 
@@ -29,7 +30,7 @@ export const validate: StageDefinition<Record<string, never>, Services> = {
         await services.presets.applyTo(state);
         if (state.body !== sent) dropNullFields(state.body, validator.nullable);
         const problem = validator(state.body) ?? checkSessionHeader(ctx.get('x-session-id'));
-        if (problem) throw new GatewayError('invalid_request', problem.message, { metadata: { field: problem.field } });
+        if (problem) throw new GatewayError('invalid_request', withItsSource(problem, sent, state.body), { metadata: { field: problem.field } });
         if (state.endpoint === 'messages') checkThread(state.body);
         checkRequestPlugins(state, services.config);
         checkServerTools(state, services.config);
@@ -38,6 +39,19 @@ export const validate: StageDefinition<Record<string, never>, Services> = {
     };
   },
 };
+
+/**
+ * A problem's message, saying so when the field came from the preset the request named, not from the request
+ * itself: a preset is messages-style, and one valid there (six `stop_sequences`) can fail a chat request in a
+ * field the client never sent (`stop`, at most 4).
+ */
+function withItsSource(problem: { field: string; message: string }, sent: Record<string, unknown> | null, merged: Record<string, unknown> | null): string {
+  if (!sent || !merged || merged === sent) return problem.message;
+  const root = problem.field.split(/[.[]/)[0];
+  if (sent[root] !== undefined || merged[root] === undefined) return problem.message;
+  const ref = presetReference(sent);
+  return ref ? `${problem.message} (set by preset \`${ref.slug}\`, not by the request)` : problem.message;
+}
 
 /**
  * Message threads (the Anthropic SDK's `thread: {type: create | continue}`, beta `message-threads-2026-08-12`):

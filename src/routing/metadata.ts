@@ -1,4 +1,5 @@
 import type { GatewayState } from '../pipeline/types';
+import { withoutGatewayKeys } from '../telemetry/span-text';
 
 /**
  * `gateway_metadata` for callers that send `X-Gateway-Metadata: enabled` (spec 4.1, 7.8): what was asked
@@ -16,7 +17,9 @@ export function routingMetadata(state: GatewayState): Record<string, unknown> {
     ...(a.droppedParameters ? { dropped_parameters: a.droppedParameters } : {}),
   }));
   const attempt = route ? state.attempts.findIndex((a) => a.outcome === 'success') + 1 : state.attempts.length;
-  const requested = typeof state.body?.model === 'string' ? state.body.model : Array.isArray(state.body?.models) ? state.body.models[0] : null;
+  const asked: unknown = typeof state.body?.model === 'string' ? state.body.model : Array.isArray(state.body?.models) ? state.body.models[0] : null;
+  // A gateway key pasted where a model goes is shown as its label, as in error messages and spans.
+  const requested = typeof asked === 'string' ? withoutGatewayKeys(asked) : asked;
   return {
     ...(state.pipeline.length > 0 ? { pipeline: state.pipeline } : {}),
     requested,

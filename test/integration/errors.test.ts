@@ -222,7 +222,7 @@ describe('routing errors', () => {
     expect(upstream.received.slice(before).map((r) => r.body.n)).toEqual([2]);
   });
 
-  it('a gateway key pasted into model, models or provider.only is masked in the error body (sk-gw-v1-...abcd), in both envelopes', async () => {
+  it('a gateway key pasted into model, models or provider.only is masked in the error body and the routing metadata (sk-gw-v1-...abcd), in both envelopes', async () => {
     const label = `sk-gw-v1-...${gw.key.slice(-4)}`;
     const a = await chat(gw.key, { ...chatBody, model: gw.key });
     expectStandard(a, 404, 'not_found');
@@ -233,7 +233,11 @@ describe('routing errors', () => {
     const c = await chat(gw.key, { ...chatBody, models: [gw.key] });
     const d = await chat(gw.key, { ...chatBody, model: 'fake/gpt', provider: { only: [gw.key] } });
     expect(d.status).toBeGreaterThanOrEqual(400);
-    for (const res of [a, b, c, d]) expect(res.text).not.toContain(gw.key);
+    // Served by the fallback, with routing metadata: what was asked for is shown as the label too.
+    const e = await chat(gw.key, { ...chatBody, model: gw.key, models: ['sim/chat'] }, { 'X-Gateway-Metadata': 'enabled' });
+    expect(e.status).toBe(200);
+    expect(e.json.gateway_metadata.requested).toBe(label);
+    for (const res of [a, b, c, d, e]) expect(res.text).not.toContain(gw.key);
   });
 
   it('404 for an unknown route', async () => {

@@ -228,6 +228,20 @@ describe('using a preset', () => {
     expect(sent()).not.toHaveProperty('reasoning_effort');
   });
 
+  it('a preset valid for messages that a chat request cannot take: the 400 names the field and says the preset set it', async () => {
+    current = await start();
+    const stops = ['s1', 's2', 's3', 's4', 's5', 's6'];
+    expect((await save(current, 'many-stops', { model: 'fake/gpt', stop_sequences: stops, messages: [] })).status).toBe(200);
+    expect((await messages({ model: '@preset/many-stops', max_tokens: 8 })).status).toBe(200);
+    const r = await chat({ model: '@preset/many-stops' });
+    expect(r.status).toBe(400);
+    expect(r.json.error.metadata).toMatchObject({ field: 'stop', error_type: 'invalid_request' });
+    expect(r.json.error.message).toMatch(/^`stop` must NOT have more than 4 items \(set by preset `many-stops`, not by the request\)$/);
+    // The request's own field: the message is the validator's alone.
+    const own = await chat({ model: '@preset/many-stops', stop: stops });
+    expect(own.json.error.message).toBe('`stop` must NOT have more than 4 items');
+  });
+
   it('messages: `preset` field and "<model>@preset/<slug>"; system_prompt becomes system', async () => {
     current = await start();
     await save(current, 'terse');
