@@ -5,7 +5,7 @@ import { requestedModels } from '../routing/candidates';
 
 /**
  * Up-front cost estimate of a request (spec 8.2.3): its input tokens plus the completion tokens `max_tokens`
- * allows (or `defaultCompletionTokens` when unset, capped by the model's `max_output_tokens`), at the token
+ * allows (or `defaultCompletionTokens` when unset, capped by the model's `max_output_tokens`), times chat `n`, at the token
  * prices of the most expensive endpoint it may be routed to. Per-request fees do not count, so a request
  * without a token price is not held.
  *
@@ -179,11 +179,11 @@ function pricedModels(known: ModelConfig[]): Priced {
  * One call's completion tokens and cost at the dearest endpoint of `models`: `asked` completion tokens (or
  * `defaultCompletionTokens`), capped per model by its `max_output_tokens`.
  */
-function callEstimate(models: ModelConfig[], input: number, asked: number | undefined, defaultCompletionTokens: number): { completion: number; usd: number } {
+function callEstimate(models: ModelConfig[], input: number, asked: number | undefined, defaultCompletionTokens: number, choices = 1): { completion: number; usd: number } {
   let usd = 0;
   let completion = 0;
   for (const m of models) {
-    const out = Math.min(asked ?? defaultCompletionTokens, m.max_output_tokens ?? Number.POSITIVE_INFINITY);
+    const out = choices * Math.min(asked ?? defaultCompletionTokens, m.max_output_tokens ?? Number.POSITIVE_INFINITY);
     completion = Math.max(completion, out);
     for (const pr of m.endpoints.flatMap(pricings)) usd = Math.max(usd, (input * pr.prompt + out * pr.completion) / 1_000_000);
   }
@@ -194,8 +194,18 @@ function callEstimate(models: ModelConfig[], input: number, asked: number | unde
 export function estimateOf(body: Record<string, unknown>, p: Priced, defaultCompletionTokens: number): Estimate {
   if (!p.tokenPriced) return unpriced(p);
   const input = inputTokens(body);
-  const { completion, usd } = callEstimate(p.models, input, requestedMaxTokens(body), defaultCompletionTokens);
+  const { completion, usd } = callEstimate(p.models, input, requestedMaxTokens(body), defaultCompletionTokens, choicesOf(body));
   return { paid: p.paid, models: p.models, inputTokens: input, completionTokens: completion, usd };
+}
+
+/**
+ * The answers a request asks for: chat `n` (1–128; each choice may use all of `max_tokens`, and the provider
+ * bills them all), else 1. Held at one answer, `n: 128` had been billed ~20 times its hold, past a key's
+ * limit and a prepaid balance's in-flight budget.
+ */
+function choicesOf(body: Record<string, unknown>): number {
+  const n = body.n;
+  return typeof n === 'number' && Number.isInteger(n) && n > 1 ? n : 1;
 }
 
 /** The estimate of a request nothing will hold: no tokens counted. */
@@ -241,7 +251,7 @@ export function estimateCalls(calls: readonly PlannedCall[], models: ReadonlyMap
   for (const call of calls) {
     const input = inputTokens(call.body, count) + (call.readsEarlier ? total.completionTokens : 0);
     const known = requestedModels(call.body).flatMap((id) => models.get(id) ?? []);
-    const c = callEstimate(known, input, requestedMaxTokens(call.body), defaultCompletionTokens);
+    const c = callEstimate(known, input, requestedMaxTokens(call.body), defaultCompletionTokens, choicesOf(call.body));
     total.inputTokens += input;
     total.completionTokens += c.completion;
     total.usd += c.usd;

@@ -109,6 +109,32 @@ describe('key limit under concurrency', () => {
   });
 });
 
+describe('chat n is held n times', () => {
+  it('20 concurrent requests with n: 8 against a limit of 4 such estimates: 4 reach the upstream (held at one choice, all 20 were admitted)', async () => {
+    const g = await start();
+    await credit(g, 100);
+    const body = chat({ n: 8 });
+    // What 8 choices of up to 20 tokens each cost: one choice of up to 160.
+    const eight = estimate(chat({ max_tokens: 8 * 20 }), g.gateway.runtime().services.models, 4096);
+    const limit = (4 * toNano(eight.usd)) / 1e9;
+    const { secret } = await g.createKey({ limitUsd: limit, limitReset: 'monthly', name: 'n-limited' });
+    const release = holdUpstream();
+    let refused = 0;
+    const pending = Array.from({ length: 20 }, () =>
+      post(`${g.url}/chat/completions`, secret, body).then((r) => {
+        if (r.status !== 200) refused++;
+        return r;
+      }),
+    );
+    // Released once every request has been admitted or refused (a settled one frees its hold for later ones).
+    await expect.poll(() => t.upstream.received.length + refused, { timeout: 10_000 }).toBe(20);
+    expect(t.upstream.received).toHaveLength(4);
+    release();
+    const outcomes = await Promise.all(pending);
+    expect(outcomes.filter((r) => r.status === 200)).toHaveLength(4);
+  });
+});
+
 describe('budget checks', () => {
   const budgets = (o: { team?: number; person?: number; keyg?: number; wsLife?: number; wsMonth?: number } = {}) => `
 guardrails:

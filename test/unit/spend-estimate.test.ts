@@ -100,6 +100,16 @@ describe('estimate', () => {
     expect(estimate({ ...body, max_tokens: 300, max_completion_tokens: 20 }, models, 4096).completionTokens).toBe(300);
   });
 
+  it('chat n: every choice may use max_tokens, so the completion part is held n times', () => {
+    const one = estimate({ ...body, max_tokens: 100 }, models, 4096);
+    const many = estimate({ ...body, max_tokens: 100, n: 128 }, models, 4096);
+    expect(many).toMatchObject({ inputTokens: 7, completionTokens: 12_800 });
+    expect(many.usd).toBeCloseTo((7 * 1 + 12_800 * 2) / 1e6, 12);
+    expect(estimate({ ...body, max_tokens: 100, n: 1 }, models, 4096)).toEqual(one);
+    expect(estimate({ ...body, model: 'dear', n: 3 }, models, 4096).completionTokens).toBe(3000);
+    expect(estimateCalls([{ body: { ...body, max_tokens: 10, n: 4 } }], models, 4096).completionTokens).toBe(40);
+  });
+
   it('the per-request cap when max_tokens is unset, capped by the model’s max_output_tokens', () => {
     expect(estimate(body, models, 4096).completionTokens).toBe(4096);
     expect(estimate({ ...body, model: 'dear' }, models, 4096).completionTokens).toBe(1000);
