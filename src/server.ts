@@ -9,7 +9,7 @@ import type { Logger } from 'pino';
 import { ByokKeys } from './auth/byok-keys';
 import { createKeyLookup } from './auth/key-cache';
 import type { GatewayConfig } from './config/types';
-import { standardEnvelope } from './errors/envelope';
+import { messagesEnvelope, standardEnvelope } from './errors/envelope';
 import { GatewayError, toGatewayError } from './errors/gateway-error';
 import type { StageRegistry } from './pipeline/types';
 import { closeUpstreamPool } from './providers/http';
@@ -136,6 +136,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   videos.start();
 
   const app = new Koa();
+  const messagesPath = `${options.config.server.base_path}/messages/`;
   // Koa's own errors (a response that failed after its handler returned: a client that reset its connection
   // during a stream) go to the logger, not to Koa's default `console.error`, past the log level and format.
   app.on('error', (err: NodeJS.ErrnoException) => {
@@ -152,7 +153,9 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       const e = toGatewayError(err);
       if (e.errorType === 'server') logger.error({ err: e.cause ?? e, path: ctx.path }, 'unexpected error');
       ctx.status = e.status;
-      ctx.body = standardEnvelope(e);
+      // A path under the Messages API's (`/messages/count_tokens`, `/messages/batches`, which this gateway does
+      // not serve) is answered in its envelope, so the Anthropic SDK's error has its `type` (not_found_error).
+      ctx.body = ctx.path.startsWith(messagesPath) ? messagesEnvelope(e, null) : standardEnvelope(e);
     }
   });
 

@@ -116,6 +116,8 @@ function messagesBody(a: Answer): Record<string, unknown> {
     content: [{ type: 'text', text: a.words.join(' ') }],
     stop_reason: a.truncated ? 'max_tokens' : 'end_turn',
     stop_sequence: null,
+    stop_details: null,
+    container: null,
     usage: { input_tokens: a.inputTokens, output_tokens: a.words.length, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 },
   };
 }
@@ -141,6 +143,7 @@ function* messagesEvents(a: Answer): Generator<SseEvent> {
   yield ev('message_start', {
     message: {
       id: `msg_${a.id}`, type: 'message', role: 'assistant', model: a.model, content: [], stop_reason: null, stop_sequence: null,
+      stop_details: null, container: null,
       usage: { input_tokens: a.inputTokens, output_tokens: 1, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 },
     },
   });

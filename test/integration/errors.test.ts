@@ -245,6 +245,14 @@ describe('routing errors', () => {
     expect(res.status).toBe(404);
     expect(((await res.json()) as any).error.metadata.error_type).toBe('not_found');
   });
+
+  it('404 under /messages/ (count_tokens, batches: not served) in the messages envelope, so the Anthropic SDK reads its type', async () => {
+    const res = await post(`${gw.url}/messages/count_tokens`, gw.key, msgBody);
+    expectMessages(res, 404, 'not_found_error', 'not_found', 'null');
+    expect(res.json.error.message).toBe('No route for POST /api/v1/messages/count_tokens');
+    const other = await post(`${gw.url}/messagesx`, gw.key, msgBody);
+    expectStandard(other, 404, 'not_found');
+  });
 });
 
 describe('upstream errors are classified once (spec 7.4)', () => {

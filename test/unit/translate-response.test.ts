@@ -15,6 +15,7 @@ function message(over: Obj = {}): Obj {
     stop_reason: 'end_turn',
     stop_sequence: null,
     stop_details: null,
+    container: null,
     usage: { input_tokens: 10, output_tokens: 5, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 },
     ...over,
   };
@@ -146,6 +147,7 @@ describe('chatToMessagesResponse', () => {
       stop_reason: 'end_turn',
       stop_sequence: null,
       stop_details: null,
+      container: null,
       usage: { input_tokens: 10, output_tokens: 5, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 },
     });
   });

@@ -207,7 +207,7 @@ function accumulateMessages(events: SseEvent[]): Obj {
 function message(over: Obj = {}): Obj {
   const usage = { input_tokens: 12, output_tokens: 8, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 };
   const content = [{ type: 'text', text: 'Hello there, how are you?' }];
-  return { id: 'msg_1', type: 'message', role: 'assistant', model: 'claude-x', content, stop_reason: 'end_turn', stop_sequence: null, stop_details: null, usage, ...over };
+  return { id: 'msg_1', type: 'message', role: 'assistant', model: 'claude-x', content, stop_reason: 'end_turn', stop_sequence: null, stop_details: null, container: null, usage, ...over };
 }
 
 const TOOLS_MESSAGE = message({

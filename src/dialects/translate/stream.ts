@@ -300,6 +300,7 @@ export function chatToMessagesStream(): StreamTranslator {
       stop_reason: null,
       stop_sequence: null,
       stop_details: null,
+      container: null,
       usage: { input_tokens: 0, output_tokens: 0, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 },
     };
     out.push(ev('message_start', { message }));
