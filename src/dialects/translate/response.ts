@@ -215,7 +215,7 @@ export function chatToMessagesResponse(body: Record<string, any>): Record<string
     stop_reason: stopReason,
     stop_sequence: null,
     stop_details: stopReason === 'refusal' ? refusalDetails(refusal) : null,
-    // Spec 4.3 lists it among a message's fields (the Messages API's code-execution container): none here.
+    // Spec 4.1 lists it among a message's fields (the Messages API's code-execution container): none here.
     container: null,
     usage,
   };
