@@ -62,12 +62,13 @@ export function refuseLargeBodiesBeforeContinue(server: Server, maxBodyBytes: ()
   });
 }
 
+/** Reason phrases of the statuses `answerClientError` writes other than 400. */
+const REASONS: Record<number, string> = { 408: 'Request Timeout', 431: 'Request Header Fields Too Large' };
+
 /**
  * Node's own answer to a malformed or timed-out request is a bare status line; ours carries the standard
  * envelope with an `error_type`. Written only when no answer to the request has started (as Node does).
  */
-const REASONS: Record<number, string> = { 408: 'Request Timeout', 431: 'Request Header Fields Too Large' };
-
 function answerClientError(err: NodeJS.ErrnoException, socket: Socket, logger: Logger): void {
   // `_httpMessage` is the response in progress on this socket; Node's default handler checks it the same way.
   const inProgress = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage;

@@ -53,7 +53,7 @@ function publicParts(err: GatewayError): { message: string; metadata: Record<str
   return { message: withoutGatewayKeys(err.message), metadata: { ...(keysMasked(err.metadata) as object | undefined), error_type: err.errorType } };
 }
 
-/** `value` with every gateway key in its strings masked (a copy where one was found; objects and arrays a few levels deep). */
+/** A copy of `value` with every gateway key in its strings masked (objects and arrays, a few levels deep). */
 function keysMasked(value: unknown, depth = 0): unknown {
   if (typeof value === 'string') return withoutGatewayKeys(value);
   if (depth > 4 || value === null || typeof value !== 'object') return value;

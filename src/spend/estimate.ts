@@ -177,7 +177,7 @@ function pricedModels(known: ModelConfig[]): Priced {
 
 /**
  * One call's completion tokens and cost at the dearest endpoint of `models`: `asked` completion tokens (or
- * `defaultCompletionTokens`), capped per model by its `max_output_tokens`.
+ * `defaultCompletionTokens`), capped per model by its `max_output_tokens`, for each of `choices` answers.
  */
 function callEstimate(models: ModelConfig[], input: number, asked: number | undefined, defaultCompletionTokens: number, choices = 1): { completion: number; usd: number } {
   let usd = 0;
