@@ -30,6 +30,11 @@ export function stripGatewayFields(body: Record<string, unknown>, upstreamModel:
   return out;
 }
 
+/** Chat `n`: how many choices a request asks for (1 unless it is an integer above 1; the schema caps it at 128). */
+export function choiceCount(body: Record<string, unknown>): number {
+  return typeof body.n === 'number' && Number.isInteger(body.n) && body.n > 1 ? body.n : 1;
+}
+
 export function num(v: unknown): number {
   // A negative count (a provider's bug) would lower the bill and the key's spend: it counts as none.
   return typeof v === 'number' && v >= 0 && v < Infinity ? v : 0;

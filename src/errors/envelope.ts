@@ -50,7 +50,7 @@ export function publicMessage(err: GatewayError): string {
 
 function publicParts(err: GatewayError): { message: string; metadata: Record<string, unknown> } {
   if (masked(err)) return { message: GENERIC_500, metadata: { error_type: err.errorType } };
-  return { message: withoutGatewayKeys(err.message), metadata: { ...(keysMasked(err.metadata) as object | undefined), error_type: err.errorType } };
+  return { message: publicMessage(err), metadata: { ...(keysMasked(err.metadata) as object | undefined), error_type: err.errorType } };
 }
 
 /** A copy of `value` with every gateway key in its strings masked (objects and arrays, a few levels deep). */

@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { SimulatedProviderConfig } from '../config/types';
+import { choiceCount } from '../dialects/common';
 import type { SseEvent } from '../pipeline/types';
 import type { Dialect, Provider, UpstreamCall, UpstreamReply } from './types';
 
@@ -88,11 +89,6 @@ function lastUserText(messages: unknown): string {
 
 /** What the simulated backend reports as its `system_fingerprint` (spec 4.2 lists the field; OpenAI sends one). */
 const FINGERPRINT = 'fp_simulated';
-
-/** Chat `n`: that many choices (the same text each; completion tokens counted for all of them). */
-function choiceCount(body: Record<string, unknown>): number {
-  return typeof body.n === 'number' && Number.isInteger(body.n) && body.n > 1 ? body.n : 1;
-}
 
 function chatBody(a: Answer, n: number): Record<string, unknown> {
   const choice = (index: number) => ({ index, message: { role: 'assistant', content: a.words.join(' '), refusal: null }, logprobs: null, finish_reason: a.truncated ? 'length' : 'stop' });

@@ -1,6 +1,7 @@
 import { hash } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
 import type { ModelConfig, ModelEndpointConfig, Pricing } from '../config/types';
+import { choiceCount } from '../dialects/common';
 import { requestedModels } from '../routing/candidates';
 
 /**
@@ -177,7 +178,9 @@ function pricedModels(known: ModelConfig[]): Priced {
 
 /**
  * One call's completion tokens and cost at the dearest endpoint of `models`: `asked` completion tokens (or
- * `defaultCompletionTokens`), capped per model by its `max_output_tokens`, for each of `choices` answers.
+ * `defaultCompletionTokens`), capped per model by its `max_output_tokens`, for each of `choices` answers (chat
+ * `n`: every choice may use all of `max_tokens`, and the provider bills them all; held at one answer, `n: 128`
+ * had been billed ~20 times its hold, past a key's limit and a prepaid balance's in-flight budget).
  */
 function callEstimate(models: ModelConfig[], input: number, asked: number | undefined, defaultCompletionTokens: number, choices = 1): { completion: number; usd: number } {
   let usd = 0;
@@ -194,19 +197,10 @@ function callEstimate(models: ModelConfig[], input: number, asked: number | unde
 export function estimateOf(body: Record<string, unknown>, p: Priced, defaultCompletionTokens: number): Estimate {
   if (!p.tokenPriced) return unpriced(p);
   const input = inputTokens(body);
-  const { completion, usd } = callEstimate(p.models, input, requestedMaxTokens(body), defaultCompletionTokens, choicesOf(body));
+  const { completion, usd } = callEstimate(p.models, input, requestedMaxTokens(body), defaultCompletionTokens, choiceCount(body));
   return { paid: p.paid, models: p.models, inputTokens: input, completionTokens: completion, usd };
 }
 
-/**
- * The answers a request asks for: chat `n` (1–128; each choice may use all of `max_tokens`, and the provider
- * bills them all), else 1. Held at one answer, `n: 128` had been billed ~20 times its hold, past a key's
- * limit and a prepaid balance's in-flight budget.
- */
-function choicesOf(body: Record<string, unknown>): number {
-  const n = body.n;
-  return typeof n === 'number' && Number.isInteger(n) && n > 1 ? n : 1;
-}
 
 /** The estimate of a request nothing will hold: no tokens counted. */
 export function unpriced(p: Priced): Estimate {
@@ -251,7 +245,7 @@ export function estimateCalls(calls: readonly PlannedCall[], models: ReadonlyMap
   for (const call of calls) {
     const input = inputTokens(call.body, count) + (call.readsEarlier ? total.completionTokens : 0);
     const known = requestedModels(call.body).flatMap((id) => models.get(id) ?? []);
-    const c = callEstimate(known, input, requestedMaxTokens(call.body), defaultCompletionTokens, choicesOf(call.body));
+    const c = callEstimate(known, input, requestedMaxTokens(call.body), defaultCompletionTokens, choiceCount(call.body));
     total.inputTokens += input;
     total.completionTokens += c.completion;
     total.usd += c.usd;
