@@ -1,4 +1,4 @@
-import { withoutGatewayKeys } from '../telemetry/span-text';
+import { keysMasked, withoutGatewayKeys } from '../telemetry/span-text';
 import { GatewayError, type ErrorType } from './gateway-error';
 
 /** The API style a response is written in; decides the error envelope. */
@@ -51,16 +51,6 @@ export function publicMessage(err: GatewayError): string {
 function publicParts(err: GatewayError): { message: string; metadata: Record<string, unknown> } {
   if (masked(err)) return { message: GENERIC_500, metadata: { error_type: err.errorType } };
   return { message: publicMessage(err), metadata: { ...(keysMasked(err.metadata) as object | undefined), error_type: err.errorType } };
-}
-
-/** A copy of `value` with every gateway key in its strings masked (objects and arrays, a few levels deep). */
-function keysMasked(value: unknown, depth = 0): unknown {
-  if (typeof value === 'string') return withoutGatewayKeys(value);
-  if (depth > 4 || value === null || typeof value !== 'object') return value;
-  if (Array.isArray(value)) return value.map((v) => keysMasked(v, depth + 1));
-  const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(value)) out[k] = keysMasked(v, depth + 1);
-  return out;
 }
 
 /** Standard envelope (7.1): `{error: {code, message, metadata}}`; `error_type` in `metadata`. */

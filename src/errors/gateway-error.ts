@@ -1,3 +1,4 @@
+import { validateHeaderName, validateHeaderValue } from 'node:http';
 import { isUnavailable } from './unavailable';
 
 /**
@@ -74,8 +75,28 @@ export class GatewayError extends Error {
 
 /** Any thrown value as a GatewayError; unknown exceptions become a typed 500 `server`. */
 export function toGatewayError(err: unknown): GatewayError {
-  if (err instanceof GatewayError) return err;
+  if (err instanceof GatewayError) return answerable(err) ? err : new GatewayError('server', 'Internal server error', { cause: err });
   // A store or state that cannot be reached fails the request closed, as a retryable 503 (README "Outages").
   if (isUnavailable(err)) return new GatewayError('server', 'A backing service is unavailable', { status: 503, headers: { 'Retry-After': '1' }, cause: err });
   return new GatewayError('server', 'Internal server error', { cause: err });
+}
+
+/**
+ * A GatewayError that can be written as an answer: a known error type, an error status (400–599) and headers
+ * Node accepts. A stage (a plugin) may build one that is not (`new GatewayError('nonsense' as never, …)`, a
+ * status of 42, a header value with a line break); writing it threw inside the error handling, and the
+ * request was left without its access line, span end or ledger row. Such an error is the stage's bug: a 500.
+ */
+function answerable(err: GatewayError): boolean {
+  if (!Object.hasOwn(ERROR_STATUS, err.errorType) || !Number.isInteger(err.status) || err.status < 400 || err.status > 599) return false;
+  if (!err.headers) return true;
+  try {
+    for (const [name, value] of Object.entries(err.headers)) {
+      validateHeaderName(name);
+      validateHeaderValue(name, value);
+    }
+  } catch {
+    return false;
+  }
+  return true;
 }

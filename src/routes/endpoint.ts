@@ -75,6 +75,9 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       state.traceContext = withSpan(parent, span);
       ctx.state.gateway = state;
       await pipeline(ctx);
+      // The client left while a stage worked on the answer (a slow post-stage): nothing is written, and the
+      // request is logged and counted as 499 `cancelled` like any client that left before its answer.
+      if (clientClosed(abort)) throw CLIENT_CLOSED;
       const response = state.response;
       if (!response) throw new GatewayError('server', 'The pipeline produced no response');
       if (response.headers) ctx.set(response.headers);
@@ -107,18 +110,19 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       const cut = shutdownCut(abort);
       const e = cut ?? toGatewayError(err);
       error = e;
-      if (e.errorType === 'server') runtime.services.logger.error({ err: e.cause ?? e, path: ctx.path }, 'unexpected error');
+      // A client that left is not an error of the gateway's, whatever the stage that saw it go threw.
       if (clientClosed(abort)) {
         clientGone();
         settle();
         return;
       }
+      if (e.errorType === 'server') runtime.services.logger.error({ err: e.cause ?? e, path: ctx.path }, 'unexpected error');
       // A stream a later stage refused before any byte was written: stop the provider's stream now (unread,
-      // it would run on and hold a pooled connection); the request was not served.
-      if (state?.response?.kind === 'sse' && !ctx.res.headersSent) {
-        abort.abort();
-        if (state.outcome === 'completed') state.outcome = 'failed';
-      }
+      // it would run on and hold a pooled connection).
+      if (state?.response?.kind === 'sse' && !ctx.res.headersSent) abort.abort();
+      // The client gets an error, so the request was not served, even if the provider answered it (a stage
+      // after upstream refused or failed): its ledger row says `failed`, as output moderation's does.
+      if (state?.outcome === 'completed') state.outcome = 'failed';
       const style = spec.style;
       ctx.status = statusFor(e, style);
       if (e.headers) ctx.set(e.headers);

@@ -1,4 +1,5 @@
 import pino, { type Logger } from 'pino';
+import { keysMasked } from './span-text';
 
 /**
  * Paths whose values never reach a log line: credentials in headers and configs. Exact paths only:
@@ -31,9 +32,19 @@ const LOG_FLUSH_MS = 100;
  * with SIGKILL loses at most the last `LOG_FLUSH_MS` of lines.
  */
 export function createLogger(level: string, destination?: NodeJS.WritableStream): Logger {
-  const options = { level, base: { service: 'model-gateway' }, redact: { paths: REDACT_PATHS, censor: '[redacted]' } };
+  const options = { level, base: { service: 'model-gateway' }, redact: { paths: REDACT_PATHS, censor: '[redacted]' }, serializers: { err: loggedError } };
   const stdout = () => heldAsList(pino.destination({ dest: 1, sync: false, minLength: LOG_BUFFER_BYTES, periodicFlush: LOG_FLUSH_MS }));
   return pino(options, (destination as pino.DestinationStream | undefined) ?? stdout());
+}
+
+/**
+ * pino's error serializer (message, stack, own fields, causes), then every gateway key in it masked as its
+ * label (`sk-gw-v1-...abcd`). A stage may throw anything, with a key in it (the Authorization header quoted
+ * in its message, an object holding it); redaction by path cannot see into a message or a stack. Runs only
+ * when a line logs an `err`, never on an access line.
+ */
+function loggedError(err: unknown): unknown {
+  return keysMasked(pino.stdSerializers.err(err as Error), 8);
 }
 
 type Destination = ReturnType<typeof pino.destination>;

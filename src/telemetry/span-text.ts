@@ -17,3 +17,16 @@ export function withoutGatewayKeys(text: string): string {
 export function spanText(text: string): string {
   return withoutGatewayKeys(text.length > SPAN_TEXT_MAX ? text.slice(0, SPAN_TEXT_MAX) : text);
 }
+
+/**
+ * A copy of `value` with every gateway key in its strings masked (objects and arrays, a few levels deep; an
+ * object's own keys are masked too). Error bodies (envelope.ts) and logged errors (log.ts) go through it.
+ */
+export function keysMasked(value: unknown, levels = 5): unknown {
+  if (typeof value === 'string') return withoutGatewayKeys(value);
+  if (levels <= 0 || value === null || typeof value !== 'object') return value;
+  if (Array.isArray(value)) return value.map((v) => keysMasked(v, levels - 1));
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value)) out[withoutGatewayKeys(k)] = keysMasked(v, levels - 1);
+  return out;
+}

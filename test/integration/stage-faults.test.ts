@@ -1,0 +1,170 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { request } from 'node:http';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import pino from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { STAGES } from '../../plugins';
+import { configReloader } from '../../src/config/reload';
+import { GatewayError } from '../../src/errors/gateway-error';
+import type { SseEvent, StageDefinition } from '../../src/pipeline/types';
+import { ledgerRowSoon, post, sseEvents, startTestGateway, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+
+/**
+ * A plugin with the bugs a plugin author makes, one per `x-mb` header value: what the client, the log and the
+ * ledger get. Found by a plugin-author audit (each case failed before its fix).
+ */
+const misbehave: StageDefinition<{ label: string }> = {
+  id: 'misbehave',
+  configSchema: { type: 'object', additionalProperties: false, properties: { label: { type: 'string', default: '' } } },
+  create(config, services) {
+    // A stage must not use the services while it is being created (README "Writing a plugin").
+    if (config.label === 'use-store') void (services as { store: { findAccount(id: string): unknown } }).store.findAccount('default');
+    return async (ctx, next) => {
+      const mode = ctx.get('x-mb');
+      if (mode === 'throw-key') throw new Error(`boom; auth was ${ctx.get('authorization')}`);
+      if (mode === 'throw-object') throw { code: 42, secret: ctx.get('authorization') };
+      if (mode === 'bad-type') throw new GatewayError('nonsense' as never, 'x');
+      if (mode === 'bad-status') throw new GatewayError('invalid_request', 'x', { status: 42 });
+      if (mode === 'bad-header') throw new GatewayError('rate_limit_exceeded', 'x', { headers: { 'Retry-After': 'a\nb' } });
+      await next();
+      if (mode === 'throw-after') throw new GatewayError('invalid_request', 'refused after the provider answered');
+      if (mode === 'slow-after') await new Promise((r) => setTimeout(r, 600));
+      const response = ctx.state.gateway.response;
+      if (response?.kind === 'sse' && mode.startsWith('stream-throw')) {
+        const inner = response.events;
+        const after = Number(mode.slice('stream-throw-'.length) || 0);
+        response.events = (async function* (): AsyncGenerator<SseEvent> {
+          let n = 0;
+          for await (const ev of inner) {
+            if (n++ === after) throw new Error('the wrapper broke');
+            yield ev;
+          }
+        })();
+      }
+    };
+  },
+};
+
+const registry = new Map([...STAGES, misbehave].map((s) => [s.id, s]));
+const pipeline = '[auth, validate, misbehave, upstream]';
+let gw: TestGateway;
+beforeAll(async () => {
+  gw = await startTestGateway({ registry, yaml: testConfigYaml(undefined, pipeline) });
+});
+afterAll(() => gw.close());
+
+const chat = (mode: string, extra: Record<string, unknown> = {}) =>
+  post(`${gw.url}/chat/completions`, gw.key, { model: 'sim/chat', messages: [{ role: 'user', content: 'hi' }], ...extra }, { 'x-mb': mode });
+const messages = (mode: string, extra: Record<string, unknown> = {}) =>
+  post(`${gw.url}/messages`, gw.key, { model: 'sim/chat', max_tokens: 50, messages: [{ role: 'user', content: 'hi' }], ...extra }, { 'x-mb': mode });
+
+describe('a stage that misbehaves', () => {
+  it('throws an error quoting the key: the log line masks the key, as the error body and spans do', async () => {
+    const before = gw.logs.length;
+    for (const mode of ['throw-key', 'throw-object']) {
+      const res = await chat(mode);
+      expect(res.status).toBe(500);
+      expect(res.json.error.message).toBe('Internal server error');
+    }
+    const lines = gw.logs.slice(before).join('');
+    expect(lines).toMatch(/boom; auth was Bearer sk-gw-v1-\.\.\.[0-9a-f]{4}/);
+    expect(lines).toMatch(/"secret":"Bearer sk-gw-v1-\.\.\.[0-9a-f]{4}"/);
+    expect(lines).not.toContain(gw.key);
+  });
+
+  it('throws a GatewayError that cannot be written (unknown type, status 42, a header with a line break): a 500 in the client own envelope, and the request is finished', async () => {
+    for (const mode of ['bad-type', 'bad-status', 'bad-header']) {
+      const before = gw.logs.length;
+      const c = await chat(mode);
+      expect(c.status).toBe(500);
+      expect(c.json.error).toMatchObject({ code: 500, message: 'Internal server error' });
+      const m = await messages(mode);
+      expect(m.status).toBe(500);
+      expect(m.json).toMatchObject({ type: 'error', error: { type: 'api_error', message: 'Internal server error' } });
+      // The access line is written: the error handling ran to its end (it threw half-way before).
+      const access = gw.logs.slice(before).filter((l) => l.includes('"msg":"request"'));
+      expect(access.length).toBe(2);
+      expect(gw.gateway.inFlight()).toBe(0);
+    }
+  });
+
+  it('refuses an answer after the provider gave it: the client gets the error, the row says failed with the provider usage', async () => {
+    const res = await chat('throw-after');
+    expect(res.status).toBe(400);
+    const id = res.headers.get('x-request-id')!;
+    expect(id).toBeTruthy();
+    const row = await ledgerRowSoon(gw, id);
+    expect(row).toMatchObject({ status: 'failed' });
+    expect(row!.promptTokens).toBeGreaterThan(0);
+  });
+
+  it('breaks the stream it wraps: the stream ends with its dialect in-band error and [DONE], billed as failed', async () => {
+    for (const after of [0, 2]) {
+      const c = await chat(`stream-throw-${after}`, { stream: true });
+      expect(c.status).toBe(200);
+      const events = sseEvents(c.text);
+      expect(events.at(-1)!.data).toBe('[DONE]');
+      const failure = JSON.parse(events.at(-2)!.data);
+      expect(failure.choices[0].finish_reason).toBe('error');
+      expect(failure.error).toMatchObject({ code: 500, message: 'Internal server error' });
+      expect(events.length).toBe(after + 2);
+      expect((await ledgerRowSoon(gw, c.headers.get('x-request-id')!))?.status).toBe('failed');
+
+      const m = await messages(`stream-throw-${after}`, { stream: true });
+      expect(m.status).toBe(200);
+      const mEvents = sseEvents(m.text);
+      expect(mEvents.at(-1)!.data).toBe('[DONE]');
+      expect(mEvents.at(-2)!.event).toBe('error');
+      expect(JSON.parse(mEvents.at(-2)!.data)).toMatchObject({ type: 'error', error: { type: 'api_error', message: 'Internal server error' } });
+    }
+  });
+
+  it('is slow after the provider answered while the client leaves: logged 499 cancelled, not 200 completed, and no error line', async () => {
+    const before = gw.logs.length;
+    const id = await new Promise<string>((resolve, reject) => {
+      const body = JSON.stringify({ model: 'sim/chat', messages: [{ role: 'user', content: 'hi' }] });
+      const url = new URL(`${gw.url}/chat/completions`);
+      const req = request(
+        { host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${gw.key}`, 'x-mb': 'slow-after' } },
+        () => reject(new Error('an answer came')),
+      );
+      req.on('error', () => undefined);
+      req.end(body);
+      // Gone once the provider has answered (the simulated one answers at once) and the stage is sleeping.
+      setTimeout(() => {
+        req.destroy();
+        resolve('');
+      }, 250);
+    });
+    expect(id).toBe('');
+    let access: string | undefined;
+    for (let i = 0; i < 100 && !access; i++) {
+      await new Promise((r) => setTimeout(r, 20));
+      access = gw.logs.slice(before).find((l) => l.includes('"msg":"request"'));
+    }
+    expect(JSON.parse(access!)).toMatchObject({ status: 499, outcome: 'cancelled', error_type: 'cancelled' });
+    expect(gw.logs.slice(before).join('')).not.toContain('unexpected error');
+  });
+});
+
+describe('a reload', () => {
+  it('refuses a config whose stage uses the services while it is created, as serve and config check do', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'gw-stage-faults-'));
+    try {
+      const file = path.join(dir, 'gateway.yaml');
+      const lines: string[] = [];
+      const logger = pino({ level: 'info' }, { write: (l: string) => lines.push(l) } as never);
+      const reload = configReloader({ file, registry, gateway: gw.gateway, logger });
+      writeFileSync(file, testConfigYaml(undefined, pipeline));
+      expect(reload('test')).toBe(true);
+      writeFileSync(file, `${testConfigYaml(undefined, pipeline)}plugins:\n  misbehave: { label: use-store }\n`);
+      expect(reload('test')).toBe(false);
+      expect(lines.join('')).toMatch(/config reload refused/);
+      expect(lines.join('')).toMatch(/a stage used services\.store\.findAccount while being created/);
+      expect((await chat('')).status).toBe(200);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
