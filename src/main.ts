@@ -246,6 +246,18 @@ async function byokDelete(store: Store, v: Values): Promise<number> {
   return 0;
 }
 
+/** Why `server.host` / `server.port` cannot be listened on, naming the field (Node's message named neither). */
+function listenProblem(err: NodeJS.ErrnoException, host: string, port: number): string {
+  const why: Record<string, string> = {
+    EADDRINUSE: `server.port: ${port} is in use on ${host} (another process listens there)`,
+    EACCES: `server.port: ${port} needs privileges this process does not have`,
+    EADDRNOTAVAIL: `server.host: ${host} is not an address of this machine`,
+    ENOTFOUND: `server.host: ${host} is not a known host name`,
+    EAI_AGAIN: `server.host: ${host} could not be resolved`,
+  };
+  return why[err.code ?? ''] ?? `cannot listen on ${host}:${port}: ${err.message}`;
+}
+
 async function serve(file: string): Promise<number> {
   const config = loadConfig(file, { registry });
   tuneHeap();
@@ -282,7 +294,9 @@ async function serve(file: string): Promise<number> {
   logger.debug({ ms: gcMs === null ? null : Math.round(gcMs) }, gcMs === null ? 'start-up garbage not collected' : 'start-up garbage collected');
   // Raised while the requests in flight hold big bodies (README, Performance: Memory).
   const youngGeneration = capYoungGeneration(undefined, { bytesInFlight: () => recentBodyBytes() * gateway.inFlight() });
-  const { port } = await gateway.listen();
+  const { port } = await gateway.listen().catch((err: NodeJS.ErrnoException) => {
+    throw new Error(listenProblem(err, config.server.host, config.server.port));
+  });
   logger.info({ port, host: config.server.host, base_path: config.server.base_path }, 'gateway listening');
   process.stdout.write(`Gateway listening on http://${config.server.host}:${port}${config.server.base_path}\n`);
   await stopped;

@@ -5,7 +5,7 @@ import { parse as parseYaml } from 'yaml';
 import { parseEncryptionKey } from '../auth/byok-seal';
 import { guardrailConfigProblem, guardrailStageProblem } from '../guardrails/check';
 import { moderationConfigProblem } from '../moderation/config';
-import { configValueProblem } from './values';
+import { configValueProblem, scalarChange, scalarsOf, shownKey } from './values';
 import type { StageRegistry } from '../pipeline/types';
 import type { GatewayConfig } from './types';
 import { findPackageFile } from './package-root';
@@ -48,7 +48,7 @@ function fieldPath(instancePath: string, extra?: string, prefix = ''): string {
   const parts = instancePath.split('/').slice(1);
   if (extra) parts.push(extra);
   let out = prefix;
-  for (const p of parts) out += /^\d+$/.test(p) ? `[${p}]` : out ? `.${p}` : p;
+  for (const p of parts) out += /^\d+$/.test(p) ? `[${p}]` : out ? `.${shownKey(p)}` : shownKey(p);
   return out || '(root)';
 }
 
@@ -86,6 +86,7 @@ export interface LoadOptions {
 export function validateConfig(raw: unknown, options: LoadOptions): GatewayConfig {
   const valueProblem = configValueProblem(raw);
   if (valueProblem) throw new ConfigError(valueProblem);
+  const scalars = scalarsOf(raw);
   const schema = JSON.parse(readFileSync(findPackageFile('schemas/gateway.schema.json'), 'utf8'));
   schema.definitions.stageId.enum = [...options.registry.keys()];
   // coerceTypes: `port: ${PORT:-8080}` interpolates to a string; the schema's type turns it back into a number.
@@ -111,6 +112,8 @@ export function validateConfig(raw: unknown, options: LoadOptions): GatewayConfi
       config.plugins[id] = value;
     }
   }
+  const changed = scalarChange(scalars, config);
+  if (changed) throw new ConfigError(changed);
   checkReferences(config, options.registry);
   return config;
 }

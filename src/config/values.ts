@@ -11,9 +11,11 @@ export function configValueProblem(root: unknown): string | undefined {
   return walk(root, '');
 }
 
-function walk(value: unknown, at: string): string | undefined {
+function walk(value: unknown, at: string, key = ''): string | undefined {
   if (value === null) {
     if (/^plugins\.[^.[\]]+$/.test(at)) return undefined;
+    // `api_key:sk-…`: without a space after the colon YAML reads one key, value and all, with no value.
+    if (key.includes(':')) return `${at}: has no value (a key and its value need a space after the colon: \`key: value\`)`;
     return `${at || '(root)'}: has no value (write one, or remove the line for the default)`;
   }
   if (typeof value === 'number') return Number.isFinite(value) ? undefined : `${at}: must be a finite number`;
@@ -26,9 +28,60 @@ function walk(value: unknown, at: string): string | undefined {
   }
   if (typeof value === 'object') {
     for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
-      const problem = walk(v, at ? `${at}.${k}` : k);
+      const problem = walk(v, at ? `${at}.${shownKey(k)}` : shownKey(k), k);
       if (problem) return problem;
     }
   }
   return undefined;
+}
+
+/** A boolean or number as written in the config, with where it is (keys and indexes). */
+interface Scalar {
+  path: (string | number)[];
+  value: boolean | number;
+}
+
+/**
+ * The booleans and numbers of a parsed config, before the schema's coercion changes any: `scalarChange`
+ * compares them with what the schema made of them.
+ */
+export function scalarsOf(root: unknown, path: (string | number)[] = [], out: Scalar[] = []): Scalar[] {
+  if (typeof root === 'boolean' || typeof root === 'number') out.push({ path, value: root });
+  else if (Array.isArray(root)) root.forEach((v, i) => scalarsOf(v, [...path, i], out));
+  else if (root && typeof root === 'object') for (const [k, v] of Object.entries(root)) scalarsOf(v, [...path, k], out);
+  return out;
+}
+
+/**
+ * A boolean the schema's coercion turned into a number, or a number it turned into a boolean: refused, naming
+ * the path. Coercion is there for `port: ${PORT:-8080}` (text that is a number); `port: true` became port 1,
+ * `max_in_flight: false` 0 (no limit), `prompt: true` a price of 1 (found by an operator audit).
+ *
+ * @example scalarChange(scalarsOf(raw), coerced) // 'server.port: must be a number (true is not one)'
+ */
+export function scalarChange(before: Scalar[], after: unknown): string | undefined {
+  for (const { path, value } of before) {
+    let now: unknown = after;
+    for (const step of path) now = now && typeof now === 'object' ? (now as Record<string | number, unknown>)[step] : undefined;
+    if (typeof value === typeof now) continue;
+    const at = path.map((p, i) => (typeof p === 'number' ? `[${p}]` : i === 0 ? shownKey(p) : `.${shownKey(p)}`)).join('') || '(root)';
+    if (typeof value === 'boolean' && typeof now === 'number') return `${at}: must be a number (${value} is not one)`;
+    if (typeof value === 'number' && typeof now === 'boolean') return `${at}: must be true or false (${value} is not)`;
+  }
+  return undefined;
+}
+
+/**
+ * A key of the operator's config as an error message (and so the log of a refused reload) shows it. A key is
+ * the operator's own text and may hold a secret: `api_key:sk-live-…` written without a space after the colon
+ * is one key, and a key pasted where a field name goes is another (both were echoed whole; found by an
+ * operator audit). Text after a colon is cut, and so is a key that looks like a credential: 12 characters or
+ * more with a digit in them (no field name of the config's has one).
+ *
+ * @example shownKey('api_key:sk-live-0123') // 'api_key:…'
+ */
+export function shownKey(key: string): string {
+  const colon = key.indexOf(':');
+  if (colon >= 0) return `${key.slice(0, colon)}:…`;
+  return key.length >= 12 && /\d/.test(key) ? `${key.slice(0, 3)}…` : key;
 }

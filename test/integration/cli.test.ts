@@ -1,4 +1,6 @@
-import { existsSync, mkdtempSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -122,6 +124,22 @@ describe('serve', () => {
     expect(r.stderr).toMatch(/^config error: plugins\.web\.backend is required/);
     expect(r.stdout).not.toContain('First start');
     expect(existsSync(path.join(dir, 'gw.db'))).toBe(false);
+  });
+
+  it('names server.port when the port is taken (Node said only EADDRINUSE)', async () => {
+    const taken = createServer();
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    const port = (taken.address() as AddressInfo).port;
+    try {
+      const { dir, file } = configDir();
+      writeFileSync(file, readFileSync(file, 'utf8').replace('port: 0', `port: ${port}, host: 127.0.0.1`));
+      const r = await runCli(['serve', '--config', file], { cwd: dir });
+      expect(r.code).not.toBe(0);
+      expect(r.stderr).toContain(`server.port: ${port} is in use on 127.0.0.1`);
+      expect(r.stdout).not.toContain('Gateway listening');
+    } finally {
+      taken.close();
+    }
   });
 
   it('uses GATEWAY_CONFIG when --config is absent', async () => {

@@ -357,6 +357,24 @@ describe('values the schema coercion would hide, and other operator mistakes', (
     );
   });
 
+  it('a boolean where a number goes, or a number where a boolean goes, is refused (coercion made port 1, a price of 1, no in-flight limit)', () => {
+    expect(configError(() => parse(config({ extra: 'server:\n  port: true' }))).message).toBe('server.port: must be a number (true is not one)');
+    expect(configError(() => parse(config({ extra: 'server:\n  max_in_flight: false' }))).message).toBe('server.max_in_flight: must be a number (false is not one)');
+    expectPathError(config({ models: '  - { id: m1, endpoints: [{ provider: local, upstream_model: sim-1, pricing: { prompt: false, completion: true } }] }' }), 'models[0].endpoints[0].pricing.prompt');
+    expect(configError(() => parse(config({ extra: 'plugins:\n  auth: { accept_x_api_key: 0 }' }))).message).toBe('plugins.auth.accept_x_api_key: must be true or false (0 is not)');
+    // Text that is a number (an interpolated `${PORT:-8080}`) is still read as one.
+    expect(parse(config({ extra: "server:\n  port: '18080'" })).server.port).toBe(18080);
+  });
+
+  it('a secret written as a key (no space after the colon, or pasted where a field name goes) is not echoed in the error', () => {
+    const flow = config({ providers: '  - { id: local, kind: simulated }\n  - { id: oa, kind: openai, base_url: "http://127.0.0.1:9", api_key:sk-live-SECRETFLOW1 }' });
+    const noSpace = configError(() => parse(flow)).message;
+    expect(noSpace).toBe('providers[1].api_key:…: has no value (a key and its value need a space after the colon: `key: value`)');
+    const pasted = configError(() => parse(config({ providers: '  - { id: local, kind: simulated, sk-live-SECRETASKEY6: x }' }))).message;
+    expect(pasted).toBe('providers[0].sk-…: unknown field');
+    for (const message of [noSpace, pasted]) expect(message).not.toMatch(/SECRET/);
+  });
+
   it("a stage's own section may be empty: that stage with its defaults", () => {
     const c = parse(config({ pipelines: '  default: [auth, validate, upstream]', extra: 'plugins:\n  validate:' }));
     expect(c.plugins.validate).toBeTypeOf('object');

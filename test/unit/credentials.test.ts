@@ -6,16 +6,28 @@ import { classifyUpstreamError } from '../../src/providers/upstream-errors';
 /** Upstream answers that echo the credentials they were sent are scrubbed where they enter the gateway. */
 
 describe('credentials of an upstream call', () => {
-  it('takes credential headers (and the key of a Bearer value), skips other headers and short values', () => {
+  it('takes every header but the protocol ones (and the key of a Bearer value), skips short values', () => {
     const found = credentialsIn({
       authorization: 'Bearer sk-live-0123456789',
       'x-api-key': 'sk-ant-abcdefghij',
       'api-key': 'azure-key-123456',
+      // An operator's header under a name no pattern would know (an audit found one echoed to a client).
+      'X-Custom-Auth': 'sk-live-HDRSECRET5',
+      'Ocp-Apim-Subscription-Key': '0123456789abcdef',
       'anthropic-version': '2023-06-01',
       'content-type': 'application/json',
+      'Accept-Encoding': 'identity',
+      accept: 'text/event-stream',
       'x-token': 'short',
     });
-    expect(found).toEqual(['Bearer sk-live-0123456789', 'sk-live-0123456789', 'sk-ant-abcdefghij', 'azure-key-123456']);
+    expect(found).toEqual([
+      'Bearer sk-live-0123456789',
+      'sk-live-0123456789',
+      'sk-ant-abcdefghij',
+      'azure-key-123456',
+      'sk-live-HDRSECRET5',
+      '0123456789abcdef',
+    ]);
   });
 
   it('replaces every occurrence, leaving the rest of the text', () => {
