@@ -22,18 +22,46 @@ export function watchFile(file: string, onChange: () => void, debounceMs = 150):
   };
   let target = resolved();
   let timer: NodeJS.Timeout | undefined;
+  const fire = () => {
+    clearTimeout(timer);
+    timer = setTimeout(onChange, debounceMs);
+  };
+  // A link into another folder (`/etc/gateway/gateway.yaml -> /srv/config/real.yaml`): the target is edited
+  // there, where the link's folder sees nothing, so the target's folder is watched too (an edit in place was
+  // missed until a SIGHUP; found by an operator audit). It follows the target when the link changes.
+  let targetDir = dir;
+  let targetWatcher: FSWatcher | null = null;
+  const followTarget = () => {
+    const now = target === null ? dir : path.dirname(target);
+    if (now === targetDir) return;
+    targetWatcher?.close();
+    targetWatcher = null;
+    targetDir = now;
+    if (now === dir) return;
+    try {
+      targetWatcher = watch(now, (_event, name) => {
+        if (name === null || (target !== null && name.toString() === path.basename(target))) fire();
+      });
+      targetWatcher.on('error', () => undefined); // its folder removed (a swapped ConfigMap version): the link's folder tells
+      targetWatcher.unref();
+    } catch {
+      targetWatcher = null; // not watchable: the link's folder and SIGHUP still work
+    }
+  };
   const watcher: FSWatcher = watch(dir, (_event, name) => {
     if (name !== null && name.toString() !== base) {
       const now = resolved();
       if (now === null || now === target) return;
       target = now;
     } else target = resolved() ?? target;
-    clearTimeout(timer);
-    timer = setTimeout(onChange, debounceMs);
+    followTarget();
+    fire();
   });
   watcher.unref();
+  followTarget();
   return () => {
     clearTimeout(timer);
     watcher.close();
+    targetWatcher?.close();
   };
 }

@@ -145,6 +145,31 @@ describe('config reload', () => {
   });
 });
 
+describe('a config file that is a link into another folder', () => {
+  it('is reloaded when its target is edited in place there (only the link folder was watched)', async () => {
+    gw = await startTestGateway({ yaml: yaml(['m/a']) });
+    const { mkdirSync, symlinkSync } = await import('node:fs');
+    const root = mkdtempSync(path.join(tmpdir(), 'gw-reload-link-'));
+    try {
+      mkdirSync(path.join(root, 'etc'));
+      mkdirSync(path.join(root, 'srv'));
+      writeFileSync(path.join(root, 'srv', 'real.yaml'), yaml(['m/a']));
+      symlinkSync(path.join(root, 'srv', 'real.yaml'), path.join(root, 'etc', 'gateway.yaml'));
+      const file = path.join(root, 'etc', 'gateway.yaml');
+      const reload = configReloader({ file, registry, gateway: gw.gateway, logger: pino({ level: 'silent' }) });
+      const stop = watchFile(file, () => reload('file changed'), 20);
+      try {
+        writeFileSync(path.join(root, 'srv', 'real.yaml'), yaml(['m/a', 'm/edited']));
+        await eventually(async () => expect((await ask('m/edited')).status).toBe(200));
+      } finally {
+        stop();
+      }
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
+});
+
 function writeTemp(text: string): string {
   dir ??= mkdtempSync(path.join(tmpdir(), 'gw-reload-'));
   const file = path.join(dir, 'gateway.yaml');
