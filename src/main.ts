@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // First, before anything else loads: holds the young generation small during start-up (README, Performance).
 import './start-heap';
+import { takeEarlyHup } from './early-hup';
 import { parseArgs } from 'node:util';
 import { trace } from '@opentelemetry/api';
 import { registry } from '../plugins';
@@ -277,6 +278,7 @@ async function serve(file: string): Promise<number> {
   // Signal handlers go in before the listening line is printed: a supervisor may act on that line at once.
   const reload = configReloader({ file, registry, gateway, logger });
   process.on('SIGHUP', () => reload('SIGHUP'));
+  if (takeEarlyHup()) reload('SIGHUP during start-up');
   // The first SIGTERM/SIGINT turns readiness to 503 at once (before anything else) and starts the drain; a
   // second one cuts what is still in flight without waiting for the drain timeout.
   const stopped = new Promise<void>((resolve) => {
