@@ -118,11 +118,19 @@ function realDate(text: string): boolean {
   return date.getUTCFullYear() === y && date.getUTCMonth() === m - 1 && date.getUTCDate() === d;
 }
 
+/**
+ * A USD amount as an operator types it: decimal digits with an optional fraction. `Number()` alone also read
+ * `0x10` as 16, `1e3` as 1000 and `''` as 0 (an unset shell variable); those are NaN here, a usage error.
+ */
+function usdAmount(text: string): number {
+  return /^\s*(\d+(\.\d*)?|\.\d+)\s*$/.test(text) ? Number(text) : Number.NaN;
+}
+
 async function keysCreate(store: Store, v: Values): Promise<number> {
   if (!v.name) throw new UsageError('keys create needs --name');
   if (v.workspace !== undefined && v.workspace.trim() === '') throw new UsageError('--workspace must name a workspace');
   // Number('') is 0: an unset shell variable must not make a key whose every paid request is refused.
-  const limit = v.limit === undefined ? null : v.limit.trim() === '' ? Number.NaN : Number(v.limit);
+  const limit = v.limit === undefined ? null : usdAmount(v.limit);
   if (limit !== null && !(Number.isFinite(limit) && limit >= 0)) throw new UsageError('--limit must be a non-negative number (USD)');
   const reset = v['limit-reset'] as LimitReset | undefined;
   if (reset !== undefined && !['daily', 'weekly', 'monthly'].includes(reset)) throw new UsageError('--limit-reset must be daily, weekly or monthly');
@@ -160,14 +168,14 @@ async function keysCreate(store: Store, v: Values): Promise<number> {
 async function keysList(store: Store): Promise<number> {
   const rows = await store.listKeys();
   const lines = rows.map((k) =>
-    [k.id, k.name, k.label, k.isManagement ? 'management' : 'regular', k.revokedAt ? 'revoked' : k.disabled ? 'disabled' : 'active', k.limitUsd === null ? '-' : `${k.limitUsd} ${k.limitReset ?? 'lifetime'}`, k.expiresAt ?? '-'].join('\t'),
+    [k.id, k.name, k.label, k.isManagement ? 'management' : 'regular', k.revokedAt ? 'revoked' : k.disabled ? 'disabled' : k.expiresAt && Date.parse(k.expiresAt) <= Date.now() ? 'expired' : 'active', k.limitUsd === null ? '-' : `${k.limitUsd} ${k.limitReset ?? 'lifetime'}`, k.expiresAt ?? '-'].join('\t'),
   );
   process.stdout.write(['id\tname\tlabel\tkind\tstatus\tlimit\texpires_at', ...lines].join('\n') + '\n');
   return 0;
 }
 
 async function creditsAdd(store: Store, v: Values): Promise<number> {
-  const usd = Number(v.usd);
+  const usd = v.usd === undefined ? Number.NaN : usdAmount(v.usd);
   if (!v.account || v.usd === undefined || !Number.isFinite(usd) || usd <= 0) throw new UsageError('credits add needs --account A and --usd N (N > 0)');
   const account = await store.findAccount(v.account);
   if (!account) throw new UsageError(`no account ${v.account}`);

@@ -256,6 +256,8 @@ describe('keys and credits', () => {
     expect((await get(`${url}/key`, key)).status).toBe(401);
     const row = (await cli('keys', 'list')).stdout.split('\n').find((l) => l.includes(`sk-gw-v1-...${key.slice(-4)}`));
     expect(row?.split('\t').at(-1)).toBe('2000-01-01T00:00:00.000Z');
+    // Listed as what it is (it said `active`; found by an operator audit).
+    expect(row?.split('\t')[4]).toBe('expired');
   });
 
   it.each([
@@ -265,6 +267,7 @@ describe('keys and credits', () => {
     ['a non-ISO --expires-at that Date.parse takes (2001-05-01)', ['--expires-at', '5'], '--expires-at must be'],
     ['a negative --limit', ['--limit=-1'], '--limit must be'],
     ['an empty --limit (an unset shell variable)', ['--limit', ''], '--limit must be'],
+    ['a hexadecimal --limit (Number() read 0x10 as 16)', ['--limit', '0x10'], '--limit must be'],
     ['an --expires-at on a day that does not exist (2027-02-30)', ['--expires-at', '2027-02-30'], '--expires-at must be'],
     ['an empty --workspace', ['--workspace', ''], '--workspace must name'],
     ['--include-byok-in-limit without --limit', ['--include-byok-in-limit'], '--include-byok-in-limit needs --limit'],
@@ -320,7 +323,7 @@ describe('keys and credits', () => {
     expect(Number.isNaN(after10)).toBe(false);
     const second = await cli('credits', 'add', '--account', 'default', '--usd', '2.5');
     expect(balance(second.stdout)).toBeCloseTo(after10 + 2.5, 9);
-    for (const usd of ['abc', '0', '-3', 'Infinity']) {
+    for (const usd of ['abc', '0', '-3', 'Infinity', '0x10', '1e3', '']) {
       const r = await cli('credits', 'add', '--account', 'default', `--usd=${usd}`);
       expect(r.code, `--usd ${usd}`).toBe(2);
       expect(r.stdout).toBe('');
