@@ -1,3 +1,4 @@
+import type { Logger } from 'pino';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import Ajv, { type ErrorObject } from 'ajv';
@@ -237,4 +238,21 @@ export function parseConfigText(text: string, options: LoadOptions): GatewayConf
   }
   if (!parsed || typeof parsed !== 'object') throw new ConfigError('(root): must be a mapping');
   return validateConfig(interpolateEnv(parsed, options.env ?? process.env), options);
+}
+
+/**
+ * The `plugins.<id>` sections of stages no pipeline runs: their settings do nothing (`plugins.max-tokens-cap`
+ * written, the stage never added to a pipeline, and the cap never applied). Not refused (an operator may
+ * keep a section while a stage is out of the pipelines for a while); `serve`, a reload and `config check`
+ * warn, naming them. Found by an operator audit.
+ */
+export function unusedPluginSections(config: GatewayConfig): string[] {
+  const running = new Set(Object.values(config.pipelines).flatMap((list) => list ?? []));
+  return Object.keys(config.plugins).filter((id) => !running.has(id)).map((id) => `plugins.${id}`);
+}
+
+/** Logs `unusedPluginSections` (at start and on a reload). */
+export function warnUnusedPlugins(config: GatewayConfig, logger: Logger): void {
+  const sections = unusedPluginSections(config);
+  if (sections.length > 0) logger.warn({ sections }, 'plugin settings for stages no pipeline runs: they do nothing');
 }

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { trace } from '@opentelemetry/api';
 import { describe, it, expect } from 'vitest';
-import { ConfigError, interpolateEnv, loadConfig, parseConfigText } from '../../src/config/load';
+import { ConfigError, interpolateEnv, loadConfig, parseConfigText, unusedPluginSections } from '../../src/config/load';
 import { checkPipelines } from '../../src/runtime';
 import { createLogger } from '../../src/telemetry/log';
 import type { GatewayConfig } from '../../src/config/types';
@@ -373,6 +373,13 @@ describe('values the schema coercion would hide, and other operator mistakes', (
     const pasted = configError(() => parse(config({ providers: '  - { id: local, kind: simulated, sk-live-SECRETASKEY6: x }' }))).message;
     expect(pasted).toBe('providers[0].sk-…: unknown field');
     for (const message of [noSpace, pasted]) expect(message).not.toMatch(/SECRET/);
+  });
+
+  it('names the plugins sections of stages no pipeline runs (their settings do nothing; serve, reload and config check warn)', () => {
+    const c = parse(config({ pipelines: '  default: [auth, validate, upstream]', extra: 'plugins:\n  max-tokens-cap: { max: 100 }\n  validate: {}' }));
+    expect(unusedPluginSections(c)).toEqual(['plugins.max-tokens-cap']);
+    const used = parse(config({ pipelines: '  default: [auth, validate, upstream]\n  messages: [auth, validate, max-tokens-cap, upstream]', extra: 'plugins:\n  max-tokens-cap: { max: 100 }' }));
+    expect(unusedPluginSections(used)).toEqual([]);
   });
 
   it("a stage's own section may be empty: that stage with its defaults", () => {
