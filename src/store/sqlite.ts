@@ -1,7 +1,7 @@
 import Database from 'better-sqlite3';
 import { randomUUID } from 'node:crypto';
-import { mkdirSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
+import { mkdirSync, statSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
 import { MIGRATIONS_TABLE, newerThanBuild, pendingMigrations } from './migrations';
 import {
   rowToAccount,
@@ -187,6 +187,8 @@ export class SqliteStore implements Store {
         // `EEXIST: file already exists, mkdir '/etc/hostname'` did not say which setting to fix.
         throw new Error(`storage.path ${options.path}: cannot create its folder (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
       }
+      // SQLite's own "unable to open database file" named neither the setting nor the cause.
+      if (statSync(options.path, { throwIfNoEntry: false })?.isDirectory()) throw new Error(`storage.path ${options.path}: is a folder; name the database file in it (e.g. ${join(options.path, 'gateway.db')})`);
       const files = new PendingFiles(`${resolve(options.path)}-pending`);
       this.pendingFiles = files;
       this.insertPendingLedgerNow = (rows) => files.append(rows);

@@ -482,6 +482,15 @@ describe('engine specifics', () => {
     }
   });
 
+  it('sqlite: a path that is a folder names storage.path (SQLite said only "unable to open database file")', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-store-'));
+    try {
+      await expect(openStore({ driver: 'sqlite', path: dir })).rejects.toThrow(`storage.path ${dir}: is a folder; name the database file in it`);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('sqlite: creates the parent folder and uses WAL with a busy timeout', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-store-'));
     try {
