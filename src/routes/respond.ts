@@ -9,7 +9,7 @@ import type { AbortWatch } from '../pipeline/request-abort';
 import type { GatewayContext, SseEvent } from '../pipeline/types';
 import { inBandError } from '../dialects/in-band-error';
 import { shutdownCut } from '../drain';
-import { toGatewayError, type GatewayError } from '../errors/gateway-error';
+import { toGatewayError } from '../errors/gateway-error';
 import { batchesOf, formatSse } from '../providers/sse';
 
 const JSON_TYPE = 'application/json; charset=utf-8';
@@ -82,7 +82,6 @@ export async function writeSse(ctx: GatewayContext, status: number, events: Asyn
   let scheduled = false;
   let blocked = false;
   let firstWriteAt = 0;
-  let failure: GatewayError | null = null;
   const flush = () => {
     scheduled = false;
     if (pending === '' || res.destroyed) return;
@@ -117,16 +116,17 @@ export async function writeSse(ctx: GatewayContext, status: number, events: Asyn
     // its dialect's in-band error (spec 7.5.3) as a provider failing mid-stream does, not with a bare close (a
     // client saw a chat stream with no finish_reason and no [DONE], or a 200 with an empty body).
     state.outcome = 'failed';
-    failure = toGatewayError(err);
+    const failure = toGatewayError(err);
     if (failure.errorType === 'server') logger.error({ err, generation_id: state.requestId }, 'stream failed after headers were sent');
+    // (A shutdown's cut writes its own, below.)
+    if (!res.destroyed && !shutdownCut(state.abort)) pending += inBandError(state, failure).map(formatSse).join('');
   } finally {
     // Cut at the drain timeout (shutdown): the stream ends with its dialect's in-band error, billed as failed.
     const cut = shutdownCut(state.abort);
-    if (cut && state.outcome !== 'completed') {
+    if (cut && state.outcome !== 'completed' && !res.destroyed) {
       state.outcome = 'failed';
-      failure = cut;
+      pending += inBandError(state, cut).map(formatSse).join('');
     }
-    if (failure && !res.destroyed) pending += inBandError(state, failure).map(formatSse).join('');
     flush();
     if (!res.destroyed) res.end();
   }
