@@ -6,7 +6,7 @@ import { parse as parseYaml } from 'yaml';
 import { parseEncryptionKey } from '../auth/byok-seal';
 import { guardrailConfigProblem, guardrailStageProblem } from '../guardrails/check';
 import { moderationConfigProblem } from '../moderation/config';
-import { configValueProblem, scalarChange, scalarsOf, shownKey } from './values';
+import { configValueProblem, pathText, scalarChange, scalarsOf } from './values';
 import type { StageRegistry } from '../pipeline/types';
 import type { GatewayConfig } from './types';
 import { findPackageFile } from './package-root';
@@ -48,9 +48,7 @@ export function interpolateEnv(value: unknown, env: NodeJS.ProcessEnv, at = ''):
 function fieldPath(instancePath: string, extra?: string, prefix = ''): string {
   const parts = instancePath.split('/').slice(1);
   if (extra) parts.push(extra);
-  let out = prefix;
-  for (const p of parts) out += /^\d+$/.test(p) ? `[${p}]` : out ? `.${shownKey(p)}` : shownKey(p);
-  return out || '(root)';
+  return pathText(parts, prefix);
 }
 
 function describe(errors: ErrorObject[], prefix = ''): string {

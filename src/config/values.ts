@@ -64,7 +64,7 @@ export function scalarChange(before: Scalar[], after: unknown): string | undefin
     let now: unknown = after;
     for (const step of path) now = now && typeof now === 'object' ? (now as Record<string | number, unknown>)[step] : undefined;
     if (typeof value === typeof now) continue;
-    const at = path.map((p, i) => (typeof p === 'number' ? `[${p}]` : i === 0 ? shownKey(p) : `.${shownKey(p)}`)).join('') || '(root)';
+    const at = pathText(path);
     if (typeof value === 'boolean' && typeof now === 'number') return `${at}: must be a number (${value} is not one)`;
     if (typeof value === 'number' && typeof now === 'boolean') return `${at}: must be true or false (${value} is not)`;
   }
@@ -84,4 +84,11 @@ export function shownKey(key: string): string {
   const colon = key.indexOf(':');
   if (colon >= 0) return `${key.slice(0, colon)}:…`;
   return key.length >= 12 && /\d/.test(key) ? `${key.slice(0, 3)}…` : key;
+}
+
+/** A field path as config errors write it: `providers[1].api_key`, keys through `shownKey`; `(root)` when empty. */
+export function pathText(parts: readonly (string | number)[], prefix = ''): string {
+  let out = prefix;
+  for (const p of parts) out += typeof p === 'number' || /^\d+$/.test(p) ? `[${p}]` : out ? `.${shownKey(p)}` : shownKey(p);
+  return out || '(root)';
 }
