@@ -6,7 +6,7 @@ import { parse as parseYaml } from 'yaml';
 import { parseEncryptionKey } from '../auth/byok-seal';
 import { guardrailConfigProblem, guardrailStageProblem } from '../guardrails/check';
 import { moderationConfigProblem } from '../moderation/config';
-import { configValueProblem, pathText, scalarChange, scalarsOf } from './values';
+import { configValueProblem, durationProblem, pathText, scalarChange, scalarsOf, shownKey } from './values';
 import type { StageRegistry } from '../pipeline/types';
 import type { GatewayConfig } from './types';
 import { findPackageFile } from './package-root';
@@ -20,15 +20,23 @@ export class ConfigError extends Error {
   }
 }
 
-const ENV_REF = /\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}/g;
+/** `$${` (a literal `${`), a `${VAR}` or `${VAR:-default}` reference, or any other `${` (not a reference: refused). */
+const ENV_REF = /\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}|\$\{/g;
 
 /**
  * Replaces `${VAR}` and `${VAR:-default}` in every string of the parsed YAML tree. An unset variable
- * without a default fails with the path of the field, so a forgotten secret is caught at start.
+ * without a default fails with the path of the field, so a forgotten secret is caught at start. `$${` is a
+ * literal `${` (as in Docker Compose); any other `${` (no closing brace, or not a variable name) is
+ * refused: it was kept as written, so `${API_KEY` sent that text as the key.
  */
 export function interpolateEnv(value: unknown, env: NodeJS.ProcessEnv, at = ''): unknown {
   if (typeof value === 'string') {
-    return value.replace(ENV_REF, (_m, name: string, hasDefault: string | undefined, def: string | undefined) => {
+    if (!value.includes('${')) return value;
+    return value.replace(ENV_REF, (m: string, name: string | undefined, hasDefault: string | undefined, def: string | undefined) => {
+      if (m === '$${') return '${';
+      if (name === undefined) {
+        throw new ConfigError(`${at || '(root)'}: \`\${\` starts no variable reference (write \`\${NAME}\` or \`\${NAME:-default}\`, or \`$\${\` for a literal \`\${\`)`);
+      }
       const v = env[name];
       if (v !== undefined && v !== '') return v;
       if (hasDefault !== undefined) return def ?? '';
@@ -38,7 +46,7 @@ export function interpolateEnv(value: unknown, env: NodeJS.ProcessEnv, at = ''):
   if (Array.isArray(value)) return value.map((v, i) => interpolateEnv(v, env, `${at}[${i}]`));
   if (value && typeof value === 'object') {
     const out: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(value)) out[k] = interpolateEnv(v, env, at ? `${at}.${k}` : k);
+    for (const [k, v] of Object.entries(value)) out[k] = interpolateEnv(v, env, at ? `${at}.${shownKey(k)}` : shownKey(k));
     return out;
   }
   return value;
@@ -111,7 +119,7 @@ export function validateConfig(raw: unknown, options: LoadOptions): GatewayConfi
       config.plugins[id] = value;
     }
   }
-  const changed = scalarChange(scalars, config);
+  const changed = scalarChange(scalars, config) ?? durationProblem(config);
   if (changed) throw new ConfigError(changed);
   checkReferences(config, options.registry);
   return config;
@@ -234,7 +242,7 @@ export function parseConfigText(text: string, options: LoadOptions): GatewayConf
     const hint = /\{[^}\n]*:\s*\$\{/.test(text) ? " (a ${VAR} inside { … } must be quoted: '${VAR}')" : '';
     throw new ConfigError(`(yaml): ${(err as Error).message.split('\n')[0].replace(/:\s*$/, '')}${hint}`);
   }
-  if (!parsed || typeof parsed !== 'object') throw new ConfigError('(root): must be a mapping');
+  if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new ConfigError('(root): must be a mapping');
   return validateConfig(interpolateEnv(parsed, options.env ?? process.env), options);
 }
 

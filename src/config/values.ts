@@ -92,3 +92,34 @@ export function pathText(parts: readonly (string | number)[], prefix = ''): stri
   for (const p of parts) out += typeof p === 'number' || /^\d+$/.test(p) ? `[${p}]` : out ? `.${shownKey(p)}` : shownKey(p);
   return out || '(root)';
 }
+
+/** The longest delay Node.js's timers take (ms): a longer one fires after 1 ms, with only a warning. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * A duration (a field named `…_ms` or `…_s`, the gateway's and every stage's) too long to be one: a timer
+ * given more than `MAX_TIMER_MS` fires at once (`latency_ms: 3e9` made the simulated provider answer
+ * immediately), and a date that far ahead is no date (`output_ttl_s: 1e300` failed the job's completion).
+ * Milliseconds up to `MAX_TIMER_MS` (~24.8 days), seconds up to the same number (~68 years) are accepted.
+ *
+ * @example durationProblem({ routing: { retry_wait_max_ms: 3e9 } }) // 'routing.retry_wait_max_ms: must be at most 2147483647 …'
+ */
+export function durationProblem(root: unknown, path: (string | number)[] = []): string | undefined {
+  if (Array.isArray(root)) {
+    for (let i = 0; i < root.length; i++) {
+      const problem = durationProblem(root[i], [...path, i]);
+      if (problem) return problem;
+    }
+  } else if (root && typeof root === 'object') {
+    for (const [k, v] of Object.entries(root as Record<string, unknown>)) {
+      const unit = k.endsWith('_ms') ? 'ms' : k.endsWith('_s') ? 's' : undefined;
+      if (unit && typeof v === 'number' && v > MAX_TIMER_MS) {
+        const why = unit === 'ms' ? 'about 24.8 days, the longest timer Node.js runs' : 'about 68 years';
+        return `${pathText([...path, k])}: must be at most ${MAX_TIMER_MS} (${why})`;
+      }
+      const problem = durationProblem(v, [...path, k]);
+      if (problem) return problem;
+    }
+  }
+  return undefined;
+}

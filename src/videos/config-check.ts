@@ -3,7 +3,7 @@ import { VIDEO_PROVIDER_KINDS } from '../providers/video-types';
 
 /**
  * The video parts of a config that a schema cannot check: chat models use chat providers only, video models
- * video providers only, video model ids are unique, and the default duration fits the maximum. Returns the
+ * video providers only, video model ids are unique (and no chat model's), and the default duration fits the maximum. Returns the
  * first problem, starting with the path of the bad field, or null.
  *
  * @example const problem = videoConfigProblem(config); if (problem) throw new ConfigError(problem);
@@ -18,8 +18,11 @@ export function videoConfigProblem(config: GatewayConfig): string | null {
     }
   }
   const ids = new Set<string>();
+  const chatIds = new Set(config.models.map((m) => m.id));
   for (const [i, m] of config.video_models.entries()) {
     if (ids.has(m.id)) return `video_models[${i}].id: duplicate video model id "${m.id}"`;
+    // One id, two models: GET /models, budgets' and rate limits' model lines and the ledger could not tell them apart.
+    if (chatIds.has(m.id)) return `video_models[${i}].id: "${m.id}" is also the id of a chat model (models[]); give each its own id`;
     ids.add(m.id);
     for (const [j, e] of m.endpoints.entries()) {
       const kind = kinds.get(e.provider);

@@ -207,6 +207,16 @@ describe('environment interpolation', () => {
     expect(interpolateEnv('$HOME and {braces}', {})).toBe('$HOME and {braces}');
   });
 
+  it('$${ is a literal ${; a ${ that starts no reference (no closing brace, not a name) is refused, naming the field, never echoing the value', () => {
+    expect(interpolateEnv('price$${NOT_A_VAR}s and ${A}', { A: 'aa' })).toBe('price${NOT_A_VAR}s and aa');
+    // It was kept as written: `${API_KEY` (brace forgotten) went to the provider as the key.
+    const open = configError(() => interpolateEnv({ providers: [{ api_key: 'sk-${API_KEY' }] }, { API_KEY: 'sk-live-secret' }));
+    expect(open.message).toBe('providers[0].api_key: `${` starts no variable reference (write `${NAME}` or `${NAME:-default}`, or `$${` for a literal `${`)');
+    expect(configError(() => interpolateEnv({ v: '${1X}' }, {})).message.startsWith('v: `${` starts no variable reference')).toBe(true);
+    expect(configError(() => interpolateEnv({ v: '${A} then ${' }, { A: 'a' })).message.startsWith('v:')).toBe(true);
+    expectPathError(config({ providers: "  - { id: local, kind: simulated }\n  - { id: oa, kind: openai, base_url: 'http://127.0.0.1:9', api_key: '${OA_KEY' }" }), 'providers[1].api_key', { OA_KEY: 'k' });
+  });
+
   it('interpolateEnv names array and nested paths in its error', () => {
     const err = configError(() => interpolateEnv({ list: [{ deep: { v: '${MISSING}' } }] }, {}));
     expect(err.message.startsWith('list[0].deep.v:')).toBe(true);
@@ -317,7 +327,7 @@ describe('parseConfigText: errors name the field path', () => {
   });
 
   it('a document that is not a mapping', () => {
-    expect(configError(() => parse('- just\n- a list\n')).message.startsWith('(root)')).toBe(true);
+    expect(configError(() => parse('- just\n- a list\n')).message).toBe('(root): must be a mapping');
     expect(configError(() => parse('')).message.startsWith('(root)')).toBe(true);
   });
 });
@@ -364,6 +374,17 @@ describe('values the schema coercion would hide, and other operator mistakes', (
     expect(configError(() => parse(config({ extra: 'plugins:\n  auth: { accept_x_api_key: 0 }' }))).message).toBe('plugins.auth.accept_x_api_key: must be true or false (0 is not)');
     // Text that is a number (an interpolated `${PORT:-8080}`) is still read as one.
     expect(parse(config({ extra: "server:\n  port: '18080'" })).server.port).toBe(18080);
+  });
+
+  it('a duration longer than a timer can run (a `_ms` field over 2^31-1: Node fires it at once) or a date can be (`_s`) is refused', () => {
+    expect(configError(() => parse(config({ providers: '  - { id: local, kind: simulated, latency_ms: 3000000000 }' }))).message).toBe(
+      'providers[0].latency_ms: must be at most 2147483647 (about 24.8 days, the longest timer Node.js runs)',
+    );
+    expectPathError(config({ extra: 'routing:\n  retry_wait_max_ms: 1e10' }), 'routing.retry_wait_max_ms');
+    expectPathError(config({ extra: 'videos:\n  output_ttl_s: 1e300' }), 'videos.output_ttl_s');
+    // A stage's own durations too, and the longest timer itself is accepted.
+    expectPathError(config({ pipelines: '  default: [auth, web, upstream]', extra: 'plugins:\n  web: { backend: { kind: searxng, base_url: "http://127.0.0.1:9", timeout_ms: 2147483648 } }' }), 'plugins.web.backend.timeout_ms');
+    expect(parse(config({ providers: '  - { id: local, kind: simulated, latency_ms: 2147483647 }' })).providers[0]).toMatchObject({ latency_ms: 2147483647 });
   });
 
   it('a secret written as a key (no space after the colon, or pasted where a field name goes) is not echoed in the error', () => {

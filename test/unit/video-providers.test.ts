@@ -117,6 +117,10 @@ describe('video configuration', () => {
     expect(configError(VIDEO_CONFIG.replace('{ provider: hv, upstream_model: hv-1 }', '{ provider: nope, upstream_model: hv-1 }'))).toMatch(/^video_models\[0\]\.endpoints\[1\]\.provider: unknown provider/);
   });
 
+  it('refuses a video model with the id of a chat model (GET /models, model budget lines and the ledger could not tell them apart)', () => {
+    expect(configError(VIDEO_CONFIG.replace('  - id: video\n', '  - id: chat\n'))).toBe('video_models[0].id: "chat" is also the id of a chat model (models[]); give each its own id');
+  });
+
   it('rejects bad video fields with their path', () => {
     expect(configError(VIDEO_CONFIG.replace('kind: simulated-video }', 'kind: simulated-video, failure_rate: 2 }'))).toMatch(/^providers\[1\]\.failure_rate:/);
     expect(configError(VIDEO_CONFIG.replace("base_url: 'https://video.test/v1'", 'timeout_ms: 5'))).toMatch(/^providers\[2\]\.base_url: is required/);
