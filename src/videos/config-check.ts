@@ -21,7 +21,7 @@ export function videoConfigProblem(config: GatewayConfig): string | null {
   const chatIds = new Set(config.models.map((m) => m.id));
   for (const [i, m] of config.video_models.entries()) {
     if (ids.has(m.id)) return `video_models[${i}].id: duplicate video model id "${m.id}"`;
-    // One id, two models: GET /models, budgets' and rate limits' model lines and the ledger could not tell them apart.
+    // One id, two models: rate limits' model lines and the ledger could not tell them apart.
     if (chatIds.has(m.id)) return `video_models[${i}].id: "${m.id}" is also the id of a chat model (models[]); give each its own id`;
     ids.add(m.id);
     for (const [j, e] of m.endpoints.entries()) {

@@ -117,7 +117,7 @@ describe('video configuration', () => {
     expect(configError(VIDEO_CONFIG.replace('{ provider: hv, upstream_model: hv-1 }', '{ provider: nope, upstream_model: hv-1 }'))).toMatch(/^video_models\[0\]\.endpoints\[1\]\.provider: unknown provider/);
   });
 
-  it('refuses a video model with the id of a chat model (GET /models, model budget lines and the ledger could not tell them apart)', () => {
+  it('refuses a video model with the id of a chat model (rate-limit model lines and the ledger could not tell them apart)', () => {
     expect(configError(VIDEO_CONFIG.replace('  - id: video\n', '  - id: chat\n'))).toBe('video_models[0].id: "chat" is also the id of a chat model (models[]); give each its own id');
   });
 
