@@ -72,6 +72,11 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write(USAGE);
     return command || values.help ? 0 : 2;
   }
+  const extra = positionals.slice(command === 'serve' ? 1 : `${command} ${sub}` === 'keys revoke' ? 3 : 2);
+  // An argument no command takes was ignored: `keys revoke a b` revoked a, `serve a.yaml` served ./gateway.yaml.
+  if (extra.length > 0 && (command === 'serve' || COMMANDS[`${command} ${sub ?? ''}`] || (command === 'config' && sub === 'check'))) {
+    throw new UsageError(`unexpected argument ${JSON.stringify(extra[0])} after "${positionals.slice(0, positionals.length - extra.length).join(' ')}" (options start with --, e.g. --config PATH)`);
+  }
   const file = configPath(values.config);
   if (command === 'serve') return serve(file);
   if (command === 'config' && sub === 'check') {

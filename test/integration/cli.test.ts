@@ -188,6 +188,19 @@ describe('a mistyped command', () => {
     expect(r.stderr).toContain(`unknown command: ${args.join(' ')}`);
     expect(readdirSync(dir)).toEqual([]);
   });
+
+  it.each([
+    [['serve', 'other.yaml'], 'unexpected argument "other.yaml" after "serve"'],
+    [['keys', 'revoke', 'k1', 'k2'], 'unexpected argument "k2" after "keys revoke k1"'],
+    [['keys', 'create', 'ci-key'], 'unexpected argument "ci-key" after "keys create"'],
+    [['config', 'check', 'gateway.yaml'], 'unexpected argument "gateway.yaml" after "config check"'],
+  ])('%j: an argument the command does not take exits 2 naming it (it was ignored: serve read ./gateway.yaml), before any store is opened', async (args, message) => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'gw-cli-extra-'));
+    const r = await runCli(args, { cwd: dir });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain(message);
+    expect(readdirSync(dir)).toEqual([]);
+  });
 });
 
 describe('keys and credits', () => {
