@@ -6,7 +6,7 @@ import { parseArgs } from 'node:util';
 import { trace } from '@opentelemetry/api';
 import { registry } from '../plugins';
 import { byokContext, maskProviderKey, parseEncryptionKey, sealProviderKey } from './auth/byok-seal';
-import { ConfigError, loadConfig, unusedPluginSections, warnUnusedPlugins } from './config/load';
+import { ConfigError, inConfigFile, loadConfig, unusedPluginSections, warnUnusedPlugins } from './config/load';
 import { configReloader } from './config/reload';
 import type { GatewayConfig } from './config/types';
 import { watchFile } from './config/watch';
@@ -82,7 +82,7 @@ async function main(argv: string[]): Promise<number> {
   if (command === 'config' && sub === 'check') {
     // The schema, then every stage's own checks of its config, exactly as `serve` runs them.
     const checked = loadConfig(file, { registry });
-    checkPipelines(checked, registry, trace.getTracer('config-check'), createLogger('silent'));
+    inConfigFile(file, () => checkPipelines(checked, registry, trace.getTracer('config-check'), createLogger('silent')));
     for (const section of unusedPluginSections(checked)) process.stderr.write(`warning: ${section} is set, but no pipeline runs that stage: its settings do nothing\n`);
     process.stdout.write(`${file}: ok\n`);
     return 0;
@@ -279,7 +279,7 @@ async function serve(file: string): Promise<number> {
   tuneHeap();
   const logger = createLogger(config.logging.level);
   // Every stage's checks of its config, before anything is opened or created (a refused config leaves no store behind).
-  checkPipelines(config, registry, trace.getTracer('config-check'), logger);
+  inConfigFile(file, () => checkPipelines(config, registry, trace.getTracer('config-check'), logger));
   warnUnusedPlugins(config, logger);
   routeDiagToLog(logger);
   const telemetry = startTelemetry(config.telemetry);

@@ -223,11 +223,22 @@ export function loadConfig(file: string, options: LoadOptions): GatewayConfig {
   } catch (err) {
     throw new ConfigError(`${path.resolve(file)}: cannot read (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
   }
+  return inConfigFile(file, () => parseConfigText(text, options));
+}
+
+/**
+ * Runs `check` of the config in `file`; a config error it throws is prefixed with the file (an operator with
+ * several configs, or a reload's log line, sees which one): the schema's errors and the stages' own checks
+ * when the pipelines are built (`checkPipelines`) alike.
+ *
+ * @example inConfigFile(file, () => checkPipelines(config, registry, tracer, logger));
+ */
+export function inConfigFile<T>(file: string, check: () => T): T {
   try {
-    return parseConfigText(text, options);
+    return check();
   } catch (err) {
-    // The file is named too: an operator with several configs (or a reload log line) sees which one.
-    if (err instanceof ConfigError) throw new ConfigError(`${path.resolve(file)}: ${err.message}`);
+    // By name: a stage may throw a ConfigError class of its own (the plugin guide's example does).
+    if ((err as Error)?.name === 'ConfigError') throw new ConfigError(`${path.resolve(file)}: ${(err as Error).message}`);
     throw err;
   }
 }

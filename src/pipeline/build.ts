@@ -33,7 +33,8 @@ export function buildPipeline<S>(input: BuildPipelineInput<S>): Pipeline {
     } catch (err) {
       // A stage's own refusal names its field already; anything else it threw is named after the stage.
       if ((err as Error)?.name === 'ConfigError') throw err;
-      throw new ConfigError(`plugins.${id}: ${(err as Error)?.message ?? String(err)}`);
+      const message = typeof err === 'string' ? err : (err as Error)?.message;
+      throw new ConfigError(`plugins.${id}: ${typeof message === 'string' && message !== '' ? message : `the stage's create() threw ${String(err)} (not an Error with a message)`}`);
     }
     if (stage.beforeBody) beforeBody.push({ stage: id, check: stage.beforeBody });
     return traced(id, stage, input.tracer);

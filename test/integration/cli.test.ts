@@ -121,7 +121,8 @@ describe('serve', () => {
     const { dir, file } = configDir({ stages: 'auth, validate, web, upstream' });
     const r = await runCli(['serve', '--config', file], { cwd: dir });
     expect(r.code).not.toBe(0);
-    expect(r.stderr).toMatch(/^config error: plugins\.web\.backend is required/);
+    // The file is named, as for the schema's errors (it was not, for a stage's own check).
+    expect(r.stderr.startsWith(`config error: ${path.resolve(file)}: plugins.web.backend is required`), r.stderr).toBe(true);
     expect(r.stdout).not.toContain('First start');
     expect(existsSync(path.join(dir, 'gw.db'))).toBe(false);
   });

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { trace } from '@opentelemetry/api';
 import { describe, it, expect } from 'vitest';
-import { ConfigError, interpolateEnv, loadConfig, parseConfigText, unusedPluginSections } from '../../src/config/load';
+import { ConfigError, inConfigFile, interpolateEnv, loadConfig, parseConfigText, unusedPluginSections } from '../../src/config/load';
 import { checkPipelines } from '../../src/runtime';
 import { createLogger } from '../../src/telemetry/log';
 import type { GatewayConfig } from '../../src/config/types';
@@ -487,5 +487,24 @@ describe("stages' own checks of their config (run when the pipelines are built: 
       message = (err as Error).message;
     }
     expect(message).toMatch(/^(plugins\.guardrail: |guardrails\[0\])/);
+  });
+
+  it("a stage's create() that throws something without a message says so (was `plugins.<id>: null`)", () => {
+    const withThrower = new Map(registry);
+    for (const thrown of [null, 'boom', new Error('')]) {
+      withThrower.set('thrower', { id: 'thrower', configSchema: { type: 'object' }, create: () => { throw thrown; } });
+      const c = parseConfigText(config({ pipelines: '  default: [auth, thrower, upstream]' }), { registry: withThrower, env: {} });
+      const err = configError(() => checkPipelines(c, withThrower, trace.getTracer('t'), createLogger('silent')));
+      expect(err.message).toBe(thrown === 'boom' ? 'plugins.thrower: boom' : `plugins.thrower: the stage's create() threw ${String(thrown)} (not an Error with a message)`);
+    }
+  });
+
+  it('inConfigFile names the file in a stage check\'s error, as loadConfig does for the schema\'s (serve, config check and a reload use it)', () => {
+    const yaml = config({ pipelines: '  default: [auth, max-tokens-cap, upstream]', extra: 'plugins:\n  max-tokens-cap: { per_model: { m2: 10 } }' });
+    const err = configError(() => inConfigFile('conf/gw.yaml', () => check(yaml)));
+    expect(err.message).toBe(`${path.resolve('conf/gw.yaml')}: plugins.max-tokens-cap.per_model: unknown model "m2"`);
+    // Anything else passes through as it is.
+    expect(() => inConfigFile('x.yaml', () => { throw new TypeError('t'); })).toThrow(TypeError);
+    expect(inConfigFile('x.yaml', () => 7)).toBe(7);
   });
 });
