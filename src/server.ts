@@ -35,7 +35,7 @@ import { Drain } from './drain';
 import { LedgerJournal } from './spend/journal';
 
 /** `server.*` fields read from the current config per request (so a reload changes them); the rest apply at start. */
-const SERVER_FIELDS_LIVE = new Set<string>(['max_body_bytes', 'max_json_depth', 'max_json_values', 'body_timeout_ms', 'write_timeout_ms', 'drain_timeout_ms', 'cors']);
+const SERVER_FIELDS_LIVE = new Set<string>(['max_body_bytes', 'max_json_depth', 'max_json_values', 'body_timeout_ms', 'write_timeout_ms', 'stream_keepalive_ms', 'drain_timeout_ms', 'cors']);
 
 export interface GatewayOptions {
   config: GatewayConfig;

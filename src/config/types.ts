@@ -14,6 +14,8 @@ export interface GatewayConfig {
     body_timeout_ms: number;
     /** Longest a stream waits for its client to take what was written (a reader that stopped reading is cut). */
     write_timeout_ms: number;
+    /** A stream whose answer is slow to begin gets its headers and an SSE comment this often (0: off; README "Edge limits"). */
+    stream_keepalive_ms: number;
     /** 0 = no limit. */
     max_connections: number;
     /** 0 = no limit. */

@@ -123,6 +123,13 @@ export interface GatewayState {
    */
   answerer: (() => Promise<GatewayResponse>) | null;
   /**
+   * Called by routing when a provider has accepted this request's stream (200) and its first output is
+   * awaited. From then on the status is 200 whatever follows (spec 7.5.2), so the endpoint may send the
+   * headers and keep-alive comments while the answer is slow to begin (`server.stream_keepalive_ms`).
+   * Set by the endpoint for streaming requests; null otherwise and in child calls.
+   */
+  streamAccepted?: (() => void) | null;
+  /**
    * The client's own text of its last user message, kept by the first stage that adds to that message
    * (web-fetch, file-parser): see `src/pipeline/asked-text.ts`. Null until then.
    */

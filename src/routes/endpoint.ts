@@ -14,7 +14,10 @@ import { readJsonBytes, refuseUnreadBody } from './body';
 import { ClientBytes, REUSED_MIN_BYTES } from './client-bytes';
 import { RequestState } from './request-state';
 import { parentContext, refusedSpan, spanAttributes, spanName } from './request-span';
-import { requestIdHeader, setJsonBody, writeJson, writeSse } from './respond';
+import { requestIdHeader, setJsonBody, sseHead, writeJson, writeSse } from './respond';
+import { StreamKeepalive } from './stream-keepalive';
+import { inBandError } from '../dialects/in-band-error';
+import { formatSse } from '../providers/sse';
 
 export interface EndpointSpec {
   id: EndpointId;
@@ -50,6 +53,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
     let error: GatewayError | undefined;
     let firstWriteAt = 0;
     let gone = false;
+    let keepalive: StreamKeepalive | null = null;
     try {
       if (refusal) throw refusal;
       const pipeline = runtime.pipelines[spec.id];
@@ -74,7 +78,17 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       state = newState({ spec, body, clientBytes, abort, span, ctx, startedAt: started });
       state.traceContext = withSpan(parent, span);
       ctx.state.gateway = state;
-      await pipeline(ctx);
+      const keepaliveMs = runtime.config.server.stream_keepalive_ms;
+      if (body?.stream === true && keepaliveMs > 0) {
+        const streaming = state;
+        keepalive = new StreamKeepalive(ctx.res, keepaliveMs, () => (drain?.started ? { ...sseHead(streaming), connection: 'close' } : sseHead(streaming)));
+        state.streamAccepted = keepalive.accepted;
+      }
+      try {
+        await pipeline(ctx);
+      } finally {
+        keepalive?.stop();
+      }
       // The client left while a stage worked on the answer (a slow post-stage): nothing is written, and the
       // request is logged and counted as 499 `cancelled` like any client that left before its answer.
       if (clientClosed(abort)) throw CLIENT_CLOSED;
@@ -119,10 +133,21 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       if (e.errorType === 'server') runtime.services.logger.error({ err: e.cause ?? e, path: ctx.path }, 'unexpected error');
       // A stream a later stage refused before any byte was written: stop the provider's stream now (unread,
       // it would run on and hold a pooled connection).
-      if (state?.response?.kind === 'sse' && !ctx.res.headersSent) abort.abort();
+      if (state?.response?.kind === 'sse' && (!ctx.res.headersSent || keepalive?.wroteHead)) abort.abort();
       // The client gets an error, so the request was not served, even if the provider answered it (a stage
       // after upstream refused or failed): its ledger row says `failed`, as output moderation's does.
       if (state?.outcome === 'completed') state.outcome = 'failed';
+      // The keep-alive sent the 200 and the SSE headers (a provider had accepted the stream; spec 7.5.2): the
+      // error ends that stream in-band, as a provider failing before any output does.
+      if (keepalive?.wroteHead && state && span) {
+        ctx.respond = false;
+        if (!ctx.res.destroyed) ctx.res.end(inBandError(state, e).map(formatSse).join(''));
+        span.setStatus({ code: SpanStatusCode.ERROR, message: e.message });
+        span.setAttribute('gateway.error_type', e.errorType);
+        finish(runtime, state, span, ctx.res.statusCode, e.errorType);
+        settle();
+        return;
+      }
       const style = spec.style;
       ctx.status = statusFor(e, style);
       if (e.headers) ctx.set(e.headers);

@@ -44,6 +44,7 @@ export class RequestState {
     this.onFinish = [];
     this.response = null;
     this.answerer = null;
+    this.streamAccepted = null;
     this.askedText = null;
     this.pendingLedger = { id: null };
   }

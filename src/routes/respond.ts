@@ -6,7 +6,7 @@
 import type { Logger } from 'pino';
 import type { ApiStyle } from '../errors/envelope';
 import type { AbortWatch } from '../pipeline/request-abort';
-import type { GatewayContext, SseEvent } from '../pipeline/types';
+import type { GatewayContext, GatewayState, SseEvent } from '../pipeline/types';
 import { inBandError } from '../dialects/in-band-error';
 import { shutdownCut } from '../drain';
 import { toGatewayError } from '../errors/gateway-error';
@@ -62,6 +62,12 @@ export function writeJson(ctx: GatewayContext, body: unknown): void {
 export function requestIdHeader(style: ApiStyle): string {
   return style === 'messages' ? 'request-id' : 'x-request-id';
 }
+/** The headers of an SSE answer (written by writeSse, or earlier by the stream's keep-alive). */
+export function sseHead(state: GatewayState): Record<string, string> {
+  const head: Record<string, string> = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' };
+  if (state.requestId) head[requestIdHeader(state.style)] = state.requestId;
+  return head;
+}
 /**
  * Writes an SSE answer straight to the socket. Events that are ready in the same tick (a provider usually
  * sends many per TCP packet, and they come as one batch) go out as one write: one chunk of the chunked encoding and one syscall instead
@@ -73,11 +79,7 @@ export async function writeSse(ctx: GatewayContext, status: number, events: Asyn
   const state = ctx.state.gateway;
   // A stage that sent its status and headers itself gets the events after them (writeHead would throw, and
   // with Koa's answer already switched off the request would hang).
-  if (!res.headersSent) {
-    const head: Record<string, string> = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' };
-    if (state.requestId) head[requestIdHeader(state.style)] = state.requestId;
-    res.writeHead(status, head);
-  }
+  if (!res.headersSent) res.writeHead(status, sseHead(state));
   let pending = '';
   let scheduled = false;
   let blocked = false;

@@ -371,6 +371,8 @@ async function streamResponse(
   const events = c.dialect === dialect ? reply.events : translateStream(c.dialect, dialect, reply.events, c.provider.id, seen);
   const iterator = batchesOf(events);
   const waitFrom = performance.now();
+  // The status is 200 from here on (spec 7.5.2): the endpoint may start its keep-alive while the answer is slow to begin.
+  state.streamAccepted?.();
   const first = await firstOutput(iterator, c, reply.abort, DIALECTS[dialect].opensOutput)
     .catch((err) => {
       // The provider had accepted the stream (200): see streamFailedBeforeOutput.

@@ -71,6 +71,7 @@ describe('parseConfigText: defaults', () => {
       headers_timeout_ms: 10000,
       body_timeout_ms: 60000,
       write_timeout_ms: 60000,
+      stream_keepalive_ms: 5000,
       max_connections: 4096,
       max_in_flight: 1024,
       watch_config: true,
