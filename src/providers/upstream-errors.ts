@@ -1,7 +1,13 @@
 import { GatewayError, type ErrorType } from '../errors/gateway-error';
 import { withoutCredentials } from './credentials';
 
-const CONTEXT_LENGTH = /context[_ ]length|maximum context|too many tokens|prompt is too long/i;
+/**
+ * A prompt longer than the model takes, as providers word it: OpenAI's "maximum context length is …" and
+ * (GPT-5) "Input tokens exceed the configured limit of 272000 tokens", Anthropic's "prompt is too long" and
+ * "input length and `max_tokens` exceed context limit", Bedrock's "Input is too long for requested model",
+ * others' "context window". The provider's code `context_length_exceeded` says it too, whatever the text.
+ */
+const CONTEXT_LENGTH = /context[_ ](length|window|limit)|maximum context|too many (input )?tokens|prompt is too long|input is too long|input tokens exceed/i;
 const CONTENT_POLICY = /content[_ ](management[_ ])?polic|content[_ ]filter|safety system|flagged/i;
 const REFUSAL = /refus/i;
 
@@ -59,11 +65,11 @@ export function upstreamErrorType(status: number, code = '', message = ''): Erro
     if (REFUSAL.test(code)) return 'refusal';
     if (status === 403) return 'provider_unavailable'; // our upstream credentials, not the caller's
     if (status === 422) return 'unprocessable';
-    return CONTEXT_LENGTH.test(message) ? 'context_length_exceeded' : 'invalid_request';
+    return CONTEXT_LENGTH.test(`${code} ${message}`) ? 'context_length_exceeded' : 'invalid_request';
   }
   if (status === 401 || status === 404) return 'provider_unavailable'; // our credentials or model name
   if (status === 408 || status === 504) return 'timeout';
-  if (status === 413) return CONTEXT_LENGTH.test(message) ? 'context_length_exceeded' : 'payload_too_large';
+  if (status === 413) return CONTEXT_LENGTH.test(`${code} ${message}`) ? 'context_length_exceeded' : 'payload_too_large';
   if (status === 429) return 'rate_limit_exceeded';
   if (status === 503 || status === 529) return 'provider_overloaded';
   return 'provider_unavailable';
