@@ -153,6 +153,20 @@ describe('same-dialect pass-through: messages → Anthropic', () => {
     expect(res.json.usage.cost).toBeCloseTo((6 * 3 + 4 * 0.3 + 5 * 15) / 1e6, 12);
   });
 
+  it('a request without max_tokens (optional here, required by the Messages API) gets the model default, above a thinking budget; one that sets it keeps it', async () => {
+    const ask = async (extra: Record<string, unknown>) => {
+      const res = await post(`${gw.url}/messages`, gw.key, { model: 'fake/claude', messages: [{ role: 'user', content: 'hi' }], ...extra });
+      expect(res.status).toBe(200);
+      return upstream.received.at(-1)!.body;
+    };
+    expect((await ask({})).max_tokens).toBe(4096);
+    expect((await ask({ stream: true })).max_tokens).toBe(4096);
+    expect((await ask({ max_tokens: 77 })).max_tokens).toBe(77);
+    const thinking = await ask({ thinking: { type: 'enabled', budget_tokens: 8000 } });
+    expect(thinking.max_tokens).toBe(8000 + 4096);
+    expect(thinking.thinking).toEqual({ type: 'enabled', budget_tokens: 8000 });
+  });
+
   it('streams the Anthropic event sequence with cost in message_delta and [DONE] at the end', async () => {
     const res = await post(`${gw.url}/messages`, gw.key, { model: 'fake/claude', max_tokens: 32, stream: true, messages: [{ role: 'user', content: 'hi' }] });
     const events = sseEvents(res.text);

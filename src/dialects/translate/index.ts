@@ -7,7 +7,10 @@ import { endedIncomplete } from '../stream-error';
 
 /**
  * The one translator pair between the two API styles, used when a client of one style is served by a
- * provider of the other. Same-style requests never come here (they pass through untouched).
+ * provider of the other. A same-style request passes through untouched, but for one field: a messages
+ * request without `max_tokens` (optional here, spec 4.1; required by the Messages API, which answers 400
+ * "max_tokens: Field required") gets `options.defaultMaxTokens`, as a chat request translated to a messages
+ * provider does; with a thinking budget at or above it, budget + default (the budget must stay below it).
  */
 export function translateRequest(
   from: Dialect,
@@ -15,7 +18,7 @@ export function translateRequest(
   body: Record<string, unknown>,
   options: { defaultMaxTokens: number },
 ): Record<string, unknown> {
-  if (from === to) return body;
+  if (from === to) return to === 'messages' && !positiveInteger(body.max_tokens) ? { ...body, max_tokens: defaultMessagesMax(body, options.defaultMaxTokens) } : body;
   return from === 'chat_completions' ? chatToMessagesRequest(body, options) : messagesToChatRequest(body);
 }
 
@@ -51,4 +54,15 @@ export async function* translateStream(
   if (!translator.complete) {
     throw endedIncomplete(providerId);
   }
+}
+
+function positiveInteger(v: unknown): v is number {
+  return typeof v === 'number' && Number.isInteger(v) && v > 0;
+}
+
+/** `max_tokens` for a messages request that set none: the default, or above an enabled thinking budget. */
+function defaultMessagesMax(body: Record<string, unknown>, defaultMax: number): number {
+  const thinking = body.thinking as { type?: unknown; budget_tokens?: unknown } | undefined;
+  const budget = thinking?.type === 'enabled' && positiveInteger(thinking.budget_tokens) ? thinking.budget_tokens : 0;
+  return budget >= defaultMax ? budget + defaultMax : defaultMax;
 }
