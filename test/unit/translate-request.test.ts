@@ -68,6 +68,16 @@ describe('chat → messages: top-level fields', () => {
     expect(e.errorType).toBe('invalid_request');
     expect(e.message).toBe("`n` > 1 is not supported by this model's provider");
   });
+
+  it('refuses the deprecated functions / function_call (they were dropped: a forced function call came back as text)', () => {
+    for (const extra of [{ functions: [{ name: 'a', parameters: { type: 'object' } }] }, { function_call: { name: 'a' } }, { function_call: 'auto' }]) {
+      const e = thrown(() => toMessages(chat(extra)));
+      expect(e.errorType).toBe('invalid_request');
+      expect(e.message).toMatch(/^`function(s|_call)` \(deprecated function calling\) cannot be sent to this model's provider: use `tools` and `tool_choice`$/);
+    }
+    // An empty list or a null says nothing: still sent.
+    expect(toMessages(chat({ functions: [], function_call: null }))).not.toHaveProperty('tools');
+  });
 });
 
 describe('chat → messages: system prompts and turns', () => {

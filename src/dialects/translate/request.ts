@@ -40,11 +40,12 @@
  * - `tool_result.is_error` has no chat form and is dropped; images in tool results go to a user message
  *   right after the tool messages (chat tool messages carry text only).
  *
- * Dropped chat → messages: `n` (1; > 1 is a 400), `seed`, `logprobs`, `top_logprobs`, `logit_bias`,
+ * Refused chat → messages (400, or the next endpoint that speaks chat): `n` > 1, the deprecated `functions` /
+ * `function_call` (its client reads `function_call` back, which a messages answer cannot give).
+ * Dropped chat → messages: `n` (1), `seed`, `logprobs`, `top_logprobs`, `logit_bias`,
  * `frequency_penalty`, `presence_penalty`, `repetition_penalty`, `min_p`, `top_a`, `prediction`,
  * `modalities`, `audio`, `image_config`, `store`, `metadata`, `stream_options`, `verbosity`,
- * `web_search_options`, `prompt_cache_key`, `safety_identifier`, legacy `functions`/`function_call`,
- * message `name`, image `detail`, `response_format` text/json_object, non-function tools.
+ * `web_search_options`, `prompt_cache_key`, `safety_identifier`, message `name`, image `detail`, `response_format` text/json_object, non-function tools.
  * Dropped messages → chat: `cache_control` (top level, blocks, tools), `context_management`, `container`,
  * `mcp_servers`, `clear_at`, `citations`, `thinking` blocks, server tools and their blocks
  * (server_tool_use, *_tool_result), `tool_result.is_error`, `metadata` other than user_id.
@@ -79,6 +80,13 @@ export function chatToMessagesRequest(body: Record<string, unknown>, options: { 
   const b = body as Obj;
   if (typeof b.n === 'number' && b.n > 1) {
     throw new GatewayError('invalid_request', "`n` > 1 is not supported by this model's provider", { metadata: { field: 'n' } });
+  }
+  // The deprecated function calling has no messages form the answer could come back in (its client reads
+  // `message.function_call`, not `tool_calls`): refused rather than dropped (a forced call answered with text).
+  for (const field of ['functions', 'function_call'] as const) {
+    if (b[field] !== undefined && b[field] !== null && !(Array.isArray(b[field]) && b[field].length === 0)) {
+      throw new GatewayError('invalid_request', `\`${field}\` (deprecated function calling) cannot be sent to this model's provider: use \`tools\` and \`tool_choice\``, { metadata: { field } });
+    }
   }
   const out: Obj = {};
   if (b.model !== undefined) out.model = b.model;
