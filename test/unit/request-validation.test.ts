@@ -307,6 +307,9 @@ describe('chat-completions body (spec 4.2, 8.1)', () => {
     ['message content required', { messages: [{ role: 'user' }] }, 'messages[0].content', '`messages[0].content` is required'],
     ['content part type', { messages: [{ role: 'user', content: [{ text: 'x' }] }] }, 'messages[0].content[0].type', 'is required'],
     ['message name', { messages: [{ role: 'user', content: 'x', name: 5 }] }, 'messages[0].name', 'must be a string'],
+    // OpenAI refuses a tool message without the id of the call it answers; it went to a messages provider as `tool_use_id: ""`.
+    ['tool message tool_call_id required', { messages: [{ role: 'tool', content: 'r' }] }, 'messages[0].tool_call_id', 'is required'],
+    ['tool message tool_call_id not empty', { messages: [{ role: 'tool', content: 'r', tool_call_id: '' }] }, 'messages[0].tool_call_id', 'must NOT be shorter than 1 characters'],
     ['model or models', { model: undefined }, 'model', '`model` or `models` is required'],
     ['model string', { model: ['a'] }, 'model', '`model` must be a string'],
     ['model not null', { model: null }, 'model', '`model` must be a string'],
