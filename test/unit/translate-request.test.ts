@@ -148,6 +148,8 @@ describe('chat → messages: content parts', () => {
       { type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'hello' } },
     ],
     ['image file', { type: 'file', file: { file_data: `data:image/jpeg;base64,${PNG}` } }, { type: 'image', source: { type: 'base64', media_type: 'image/jpeg', data: PNG } }],
+    ['image/jpg (a common misspelling) as image/jpeg', { type: 'image_url', image_url: { url: `data:image/jpg;base64,${PNG}` } }, { type: 'image', source: { type: 'base64', media_type: 'image/jpeg', data: PNG } }],
+    ['WebP image', { type: 'image_url', image_url: { url: `data:image/webp;base64,${PNG}` } }, { type: 'image', source: { type: 'base64', media_type: 'image/webp', data: PNG } }],
   ];
   it.each(cases)('%s', (_name, part, block) => {
     const out = toMessages({ messages: [{ role: 'user', content: [part] }] });
@@ -159,6 +161,9 @@ describe('chat → messages: content parts', () => {
     ['audio', { type: 'input_audio', input_audio: { data: 'x', format: 'wav' } }, 'invalid_request'],
     ['unsupported file type', { type: 'file', file: { file_data: 'data:application/zip;base64,AA==' } }, 'invalid_request'],
     ['bad image URL', { type: 'image_url', image_url: { url: 'ftp://x/a.png' } }, 'invalid_image'],
+    // The Messages API takes JPEG, PNG, GIF and WebP only: a BMP went upstream and came back as its 400.
+    ['BMP image', { type: 'image_url', image_url: { url: 'data:image/bmp;base64,Qk0=' } }, 'unsupported_image_format'],
+    ['SVG image file', { type: 'file', file: { file_data: 'data:image/svg+xml;base64,PHN2Zy8+' } }, 'unsupported_image_format'],
     ['unknown part', { type: 'video', video: {} }, 'invalid_request'],
   ];
   it.each(bad)('rejects %s', (_name, part, type) => {

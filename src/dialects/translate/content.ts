@@ -75,11 +75,24 @@ export function chatPartToBlock(part: unknown, where: string): Obj {
   }
 }
 
+/** The image types a messages-style provider takes inline (the Messages API refuses others with a 400). */
+const MESSAGES_IMAGE_TYPES = new Set(['image/jpeg', 'image/png', 'image/gif', 'image/webp']);
+
+/** An inline image as a messages base64 source; another type is `unsupported_image_format` (spec 7.4), naming the field. */
+function base64Image(mediaType: string, data: string, field: string): Obj {
+  // `image/jpg` is a common misspelling of the registered `image/jpeg`, which is what the provider takes.
+  const type = mediaType === 'image/jpg' ? 'image/jpeg' : mediaType;
+  if (!MESSAGES_IMAGE_TYPES.has(type)) {
+    throw new GatewayError('unsupported_image_format', `${field}: images of type ${mediaType} cannot be sent to this model's provider (JPEG, PNG, GIF and WebP can)`, { metadata: { field } });
+  }
+  return { type: 'base64', media_type: type, data };
+}
+
 function imageSource(url: unknown, field: string): Obj {
   if (typeof url !== 'string') throw new GatewayError('invalid_image', `${field} must be a string`, { metadata: { field } });
   if (/^https?:\/\//i.test(url)) return { type: 'url', url };
   const d = parseDataUrl(url);
-  if (d) return { type: 'base64', media_type: d.mediaType, data: d.data };
+  if (d) return base64Image(d.mediaType, d.data, field);
   throw new GatewayError('invalid_image', `${field} must be an http(s) URL or a data:<mime>;base64 URL`, { metadata: { field } });
 }
 
@@ -96,7 +109,7 @@ function fileToBlock(file: Obj, where: string): Obj {
     const text = Buffer.from(d.data, 'base64').toString('utf8');
     return { type: 'document', source: { type: 'text', media_type: 'text/plain', data: text }, ...title };
   }
-  if (d.mediaType.startsWith('image/')) return { type: 'image', source: { type: 'base64', media_type: d.mediaType, data: d.data } };
+  if (d.mediaType.startsWith('image/')) return { type: 'image', source: base64Image(d.mediaType, d.data, `${where}.file_data`) };
   throw invalid(`${where}: files of type ${d.mediaType} are not supported by this model's provider (PDF, plain text and images are)`, where);
 }
 
