@@ -225,6 +225,10 @@ describe('messages-style body (spec 4.1, 8.1)', () => {
     ['system block type', { system: [{ type: 'image', text: 'x' }] }, 'system[0].type', '`system[0].type` must be `text`'],
     ['system block text', { system: [{ type: 'text' }] }, 'system[0].text', '`system[0].text` is required'],
     ['temperature number', { temperature: 'hot' }, 'temperature', '`temperature` must be a number'],
+    // The Messages API's ranges (chat's temperature goes to 2; a translated one is clamped).
+    ['temperature <= 1', { temperature: 2 }, 'temperature', '`temperature` must be <= 1'],
+    ['temperature >= 0', { temperature: -0.5 }, 'temperature', '`temperature` must be >= 0'],
+    ['top_p <= 1', { top_p: 1.5 }, 'top_p', '`top_p` must be <= 1'],
     ['top_p number', { top_p: '1' }, 'top_p', '`top_p` must be a number'],
     ['top_k integer', { top_k: 2.5 }, 'top_k', '`top_k` must be an integer'],
     ['stop_sequences strings', { stop_sequences: ['a', 1] }, 'stop_sequences[1]', '`stop_sequences[1]` must be a string'],
@@ -306,6 +310,8 @@ describe('chat-completions body (spec 4.2, 8.1)', () => {
     ['message content type', { messages: [{ role: 'user', content: 5 }] }, 'messages[0].content', '`messages[0].content` must be a string, an array or null'],
     ['message content required', { messages: [{ role: 'user' }] }, 'messages[0].content', '`messages[0].content` is required'],
     ['content part type', { messages: [{ role: 'user', content: [{ text: 'x' }] }] }, 'messages[0].content[0].type', 'is required'],
+    ['text part text', { messages: [{ role: 'user', content: [{ type: 'text' }] }] }, 'messages[0].content[0].text', 'is required'],
+    ['text part text string', { messages: [{ role: 'user', content: [{ type: 'text', text: 5 }] }] }, 'messages[0].content[0].text', 'must be a string'],
     ['message name', { messages: [{ role: 'user', content: 'x', name: 5 }] }, 'messages[0].name', 'must be a string'],
     // OpenAI refuses a tool message without the id of the call it answers; it went to a messages provider as `tool_use_id: ""`.
     ['tool message tool_call_id required', { messages: [{ role: 'tool', content: 'r' }] }, 'messages[0].tool_call_id', 'is required'],
