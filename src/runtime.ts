@@ -7,7 +7,7 @@ import type { EndpointId, Pipeline, StageRegistry } from './pipeline/types';
 import { buildProviders } from './providers';
 import { createDispatch } from './routing/dispatch';
 import { keyInfoStage } from './routes/key';
-import { modelsStage } from './routes/models';
+import { modelGetStage, modelsStage } from './routes/models';
 import { presetListStage, presetReadStage, presetWriteStage } from './routes/presets';
 import type { KeyLookup, Services } from './services';
 import type { EndpointHealth } from './routing/health';
@@ -101,6 +101,7 @@ export function buildRuntime(input: RuntimeInput): Runtime {
       chat_completions: build(config.pipelines.chat_completions ?? config.pipelines.default),
       key: build(['auth'], [keyInfoStage(services)]),
       models: build(['auth'], [modelsStage(services)]),
+      model_get: build(['auth'], [modelGetStage(services)]),
       preset_write: build(['auth'], [presetWriteStage(services)]),
       preset_list: build(['auth'], [presetListStage(services)]),
       preset_get: build(['auth'], [presetReadStage(services, 'preset')]),

@@ -185,6 +185,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   post('/chat/completions', serve({ id: 'chat_completions', style: 'standard', readsBody: true }));
   get('/key', serve({ id: 'key', style: 'standard', readsBody: false }));
   get('/models', serve({ id: 'models', style: 'standard', readsBody: false }));
+  // One model (the SDKs' models.retrieve): an id with slashes may come encoded (%2F) or as path segments.
+  router.get('/models/*id', serve({ id: 'model_get', style: 'standard', readsBody: false }));
   router.post('/presets/:slug/messages', serve({ id: 'preset_write', style: 'standard', readsBody: true }));
   get('/presets', serve({ id: 'preset_list', style: 'standard', readsBody: false }));
   router.get('/presets/:slug', serve({ id: 'preset_get', style: 'standard', readsBody: false }));

@@ -7,7 +7,7 @@ import type { KeyRecord } from '../store/types';
 import type { AbortWatch } from './request-abort';
 
 /** The endpoints that run a pipeline. */
-export type EndpointId = 'messages' | 'chat_completions' | 'key' | 'models' | 'preset_write' | 'preset_list' | 'preset_get' | 'preset_versions' | 'videos_create' | 'videos_get' | 'videos_cancel';
+export type EndpointId = 'messages' | 'chat_completions' | 'key' | 'models' | 'model_get' | 'preset_write' | 'preset_list' | 'preset_get' | 'preset_versions' | 'videos_create' | 'videos_get' | 'videos_cancel';
 
 /** One Server-Sent Event; `data` is the JSON text (or `[DONE]`). */
 export interface SseEvent {

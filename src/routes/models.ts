@@ -1,25 +1,53 @@
+import { GatewayError } from '../errors/gateway-error';
 import type { Stage } from '../pipeline/types';
 import type { Services } from '../services';
 
+/** The models configured in gateway.yaml as GET /models lists them: OpenAI's model object plus routing facts. */
+function modelEntries(services: Services): Map<string, Record<string, unknown>> {
+  const created = Math.floor(Date.now() / 1000);
+  return new Map(
+    [...services.models.values()].map((m) => [
+      m.id,
+      {
+        id: m.id,
+        object: 'model',
+        created,
+        owned_by: m.id.includes('/') ? m.id.split('/')[0] : 'gateway',
+        name: m.name ?? m.id,
+        context_length: m.context_length ?? null,
+        endpoints: m.endpoints.map((e) => ({
+          provider: e.provider,
+          pricing: { prompt: e.pricing.prompt, completion: e.pricing.completion, request: e.pricing.request },
+        })),
+      },
+    ]),
+  );
+}
+
 /** GET /models: the models configured in gateway.yaml, in OpenAI's list shape plus routing facts. */
 export function modelsStage(services: Services): Stage {
-  const created = Math.floor(Date.now() / 1000);
-  const body = {
-    object: 'list',
-    data: [...services.models.values()].map((m) => ({
-      id: m.id,
-      object: 'model',
-      created,
-      owned_by: m.id.includes('/') ? m.id.split('/')[0] : 'gateway',
-      name: m.name ?? m.id,
-      context_length: m.context_length ?? null,
-      endpoints: m.endpoints.map((e) => ({
-        provider: e.provider,
-        pricing: { prompt: e.pricing.prompt, completion: e.pricing.completion, request: e.pricing.request },
-      })),
-    })),
-  };
+  const body = { object: 'list', data: [...modelEntries(services).values()] };
   return async (ctx) => {
     ctx.state.gateway.response = { kind: 'json', status: 200, body };
+  };
+}
+
+/** The longest model id an error message quotes (a client may send any path). */
+const SHOWN_ID_CHARS = 200;
+
+/**
+ * GET /models/{id}: one model of the list, as the SDKs' `models.retrieve(id)` asks for it (the OpenAI SDK sends
+ * `simulated%2Fchat`, a path of segments works too); an unknown id is a 404 `not_found`.
+ */
+export function modelGetStage(services: Services): Stage {
+  const entries = modelEntries(services);
+  return async (ctx) => {
+    const id = String((ctx as unknown as { params?: { id?: unknown } }).params?.id ?? '');
+    const entry = entries.get(id);
+    if (!entry) {
+      const shown = id.length > SHOWN_ID_CHARS ? `${id.slice(0, SHOWN_ID_CHARS)}…` : id;
+      throw new GatewayError('not_found', `Model \`${shown}\` is not available on this gateway (see GET /models)`);
+    }
+    ctx.state.gateway.response = { kind: 'json', status: 200, body: entry };
   };
 }

@@ -18,10 +18,15 @@ function jobIdParam(ctx: GatewayContext): string {
   return (ctx as unknown as { params: Record<string, string> }).params.jobId ?? '';
 }
 
+/** A job id as a 404 quotes it: cut at 100 characters (ids are ~42; a client may send a path of any length). */
+function shownId(id: string): string {
+  return id.length > 100 ? `${id.slice(0, 100)}…` : id;
+}
+
 /** The workspace's job, or 404 alike for an unknown id and another workspace's job (nothing to probe). */
 async function workspaceJob(services: Services, id: string, key: KeyRecord): Promise<VideoJob> {
   const job = await services.store.getVideoJob(id, key.workspaceId);
-  if (!job) throw new GatewayError('not_found', `Video job ${id} not found`);
+  if (!job) throw new GatewayError('not_found', `Video job ${shownId(id)} not found`);
   return job;
 }
 
@@ -104,7 +109,7 @@ export function videoCreateStage(services: Services): Stage {
 /** A job continued with `previous_job_id`: the workspace's own (404 otherwise), and completed. */
 async function previousJob(services: Services, id: string, key: KeyRecord): Promise<VideoJob> {
   const job = await services.store.getVideoJob(id, key.workspaceId);
-  if (!job) throw new GatewayError('not_found', `Video job ${id} not found`, { metadata: { field: 'previous_job_id' } });
+  if (!job) throw new GatewayError('not_found', `Video job ${shownId(id)} not found`, { metadata: { field: 'previous_job_id' } });
   if (job.status !== 'completed') {
     throw new GatewayError('invalid_request', `Only a completed job can be continued; video job ${id} is ${job.status}`, { metadata: { field: 'previous_job_id' } });
   }

@@ -91,6 +91,21 @@ describe('official openai SDK', () => {
     for await (const m of openai.models.list()) ids.push(m.id);
     expect(ids).toEqual(expect.arrayContaining(['sim/chat', 'fake/gpt', 'fake/claude']));
   });
+
+  it('retrieves one model (GET /models/{id}, the id with its slash encoded by the SDK); an unknown one is a NotFoundError', async () => {
+    const m = await openai.models.retrieve('fake/gpt');
+    expect(m).toMatchObject({ id: 'fake/gpt', object: 'model', owned_by: 'fake' });
+    const err = await openai.models.retrieve('nope/x').catch((e) => e);
+    expect(err).toBeInstanceOf(OpenAI.NotFoundError);
+    expect(err.error.metadata?.error_type ?? err.error.error_type).toBe('not_found');
+    // The id as path segments works too, and the key is required as for GET /models.
+    const raw = await fetch(`${gw.url}/models/fake/gpt`, { headers: { authorization: `Bearer ${gw.key}` } });
+    expect(await raw.json()).toMatchObject({ id: 'fake/gpt' });
+    expect((await fetch(`${gw.url}/models/fake/gpt`)).status).toBe(401);
+    const long = await fetch(`${gw.url}/models/${'x'.repeat(5000)}`, { headers: { authorization: `Bearer ${gw.key}` } });
+    expect(long.status).toBe(404);
+    expect((await long.text()).length).toBeLessThan(1000);
+  });
 });
 
 describe('official anthropic SDK', () => {
