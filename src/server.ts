@@ -149,13 +149,22 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       if (ctx.status === 404 && ctx.body === undefined) {
         throw new GatewayError('not_found', `No route for ${ctx.method} ${ctx.path}`);
       }
+      // A path served with other methods (`GET /chat/completions`): 405 with `Allow` (the router's allowedMethods set both).
+      if ((ctx.status === 405 || ctx.status === 501) && ctx.body === undefined) {
+        const allow = String(ctx.response.get('Allow') ?? '');
+        throw new GatewayError('invalid_request', `${ctx.method} is not allowed on ${ctx.path}${allow ? ` (allowed: ${allow.split(/,\s*/).join(', ')})` : ''}`, {
+          status: ctx.status,
+          headers: allow ? { Allow: allow } : undefined,
+        });
+      }
     } catch (err) {
       const e = toGatewayError(err);
       if (e.errorType === 'server') logger.error({ err: e.cause ?? e, path: ctx.path }, 'unexpected error');
       ctx.status = e.status;
       // A path under the Messages API's (`/messages/count_tokens`, `/messages/batches`, which this gateway does
       // not serve) is answered in its envelope, so the Anthropic SDK's error has its `type` (not_found_error).
-      ctx.body = ctx.path.startsWith(messagesPath) ? messagesEnvelope(e, null) : standardEnvelope(e);
+      if (e.headers) ctx.set(e.headers);
+      ctx.body = ctx.path.startsWith(messagesPath) || ctx.path === messagesPath.slice(0, -1) ? messagesEnvelope(e, null) : standardEnvelope(e);
     }
   });
 
@@ -195,6 +204,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   router.get('/videos/:jobId', serve({ id: 'videos_get', style: 'standard', readsBody: false }));
   router.post('/videos/:jobId/cancel', serve({ id: 'videos_cancel', style: 'standard', readsBody: false }));
   app.use(router.routes());
+  app.use(router.allowedMethods());
   // Probes, /metrics and unknown paths: still answered while draining, but a kept-alive connection (a prober's,
   // a scraper's) should not hold the shutdown up (the API routes say the same in routes/endpoint.ts).
   app.use(async (ctx, next) => {

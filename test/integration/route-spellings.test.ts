@@ -30,11 +30,27 @@ describe('route spellings (exact lookup ahead of the router)', () => {
     }
   });
 
-  it('answers a route with the wrong method, or a path it does not know, 404 in the standard envelope', async () => {
+  it('answers a route with the wrong method 405 with Allow, in the endpoint envelope (it was a 404 "No route")', async () => {
+    for (const [method, path, allow] of [
+      ['GET', '/api/v1/chat/completions', 'POST'],
+      ['POST', '/api/v1/key', 'HEAD, GET'],
+      ['DELETE', '/api/v1/models', 'HEAD, GET'],
+    ]) {
+      const res = await fetch(`${origin}${path}`, { method, headers: { authorization: `Bearer ${t.key}` } });
+      expect(res.status, `${method} ${path}`).toBe(405);
+      expect(res.headers.get('allow'), `${method} ${path}`).toBe(allow);
+      const body = (await res.json()) as { error: { message: string; metadata: { error_type: string } } };
+      expect(body.error.message).toBe(`${method} is not allowed on ${path} (allowed: ${allow})`);
+      expect(body.error.metadata.error_type).toBe('invalid_request');
+    }
+    // /messages answers in its own envelope, so the Anthropic SDK reads the error's type.
+    const m = await fetch(`${origin}/api/v1/messages`, { method: 'PUT', headers: { authorization: `Bearer ${t.key}` } });
+    expect(m.status).toBe(405);
+    expect(await m.json()).toMatchObject({ type: 'error', error: { type: 'invalid_request_error', message: 'PUT is not allowed on /api/v1/messages (allowed: POST)' } });
+  });
+
+  it('answers a path it does not know 404 in the standard envelope', async () => {
     for (const [method, path] of [
-      ['GET', '/api/v1/chat/completions'],
-      ['PUT', '/api/v1/messages'],
-      ['POST', '/api/v1/key'],
       ['POST', '/api/v1//chat/completions'],
       ['POST', '/chat/completions'],
     ]) {
