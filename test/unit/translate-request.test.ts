@@ -251,6 +251,23 @@ describe('chat → messages: tools and tool choice', () => {
     ]);
   });
 
+  it('puts tool results first in the user turn they are merged into (the Messages API refuses text before them)', () => {
+    const out = toMessages({
+      messages: [
+        { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'get', arguments: '{}' } }] },
+        { role: 'user', content: 'also this' },
+        { role: 'tool', tool_call_id: 'c1', content: 'sunny' },
+      ],
+    });
+    expect(out.messages[1]).toEqual({
+      role: 'user',
+      content: [
+        { type: 'tool_result', tool_use_id: 'c1', content: 'sunny' },
+        { type: 'text', text: 'also this' },
+      ],
+    });
+  });
+
   it.each([
     ['not JSON', '{"q":'],
     ['not an object', '[1,2]'],

@@ -154,6 +154,13 @@ function chatMessagesToMessages(list: unknown): { system: string | Obj[] | undef
     }
   });
   if (!out.length) throw invalid("At least one user or assistant message is required by this model's provider", 'messages');
+  // The Messages API wants a user turn's tool results before anything else in it: a user message followed by
+  // tool messages (merged into one turn) had its text first, which it refuses.
+  for (const m of out) {
+    if (m.role !== 'user' || m.content.length < 2) continue;
+    const results = m.content.filter((b: Obj) => b.type === 'tool_result');
+    if (results.length > 0 && m.content[0].type !== 'tool_result') m.content = [...results, ...m.content.filter((b: Obj) => b.type !== 'tool_result')];
+  }
   // A single plain text block reads better (and round-trips) as a string.
   for (const m of out) if (m.content.length === 1 && isPlainText(m.content[0])) m.content = m.content[0].text;
   const sys = system.length === 0 ? undefined : system.length === 1 && isPlainText(system[0]) ? system[0].text : system;
