@@ -37,11 +37,16 @@ export class StreamKeepalive {
   private readonly beat = (): void => {
     const res = this.res;
     if (res.destroyed || res.writableEnded) return this.stop();
-    if (!res.headersSent) {
-      res.writeHead(200, this.head());
-      this.wroteHead = true;
+    try {
+      if (!res.headersSent) {
+        res.writeHead(200, this.head());
+        this.wroteHead = true;
+      }
+      res.write(KEEPALIVE_COMMENT);
+    } catch {
+      // A timer's throw would end the process; the answer's own writer meets (and reports) whatever this met.
+      this.stop();
     }
-    res.write(KEEPALIVE_COMMENT);
   };
 
   /** The answer began, or the request ended: no more comments. */
