@@ -8,6 +8,13 @@ import { withoutCredentials } from './credentials';
  * others' "context window". The provider's code `context_length_exceeded` says it too, whatever the text.
  */
 const CONTEXT_LENGTH = /context[_ ](length|window|limit)|maximum context|too many (input )?tokens|prompt is too long|input is too long|input tokens exceed/i;
+/**
+ * The operator's provider account, not the caller's request: Anthropic's "Your credit balance is too low to
+ * access the Anthropic API" (a 400 `invalid_request_error`), OpenAI's `insufficient_quota` ("You exceeded your
+ * current quota", a 429) and billing errors. `provider_unavailable`: the next endpoint is tried, and the
+ * caller is not told to fix (or wait out) what is the operator's to fix.
+ */
+const OPERATOR_ACCOUNT = /credit balance is too low|insufficient_quota|exceeded your current quota|billing_(hard_limit|not_active)|billing details/i;
 const CONTENT_POLICY = /content[_ ](management[_ ])?polic|content[_ ]filter|safety system|flagged/i;
 const REFUSAL = /refus/i;
 
@@ -59,6 +66,7 @@ function scrubbed(value: unknown, credentials: readonly string[]): unknown {
  * error code and message. Shared by the provider layer and the translation of in-band stream errors.
  */
 export function upstreamErrorType(status: number, code = '', message = ''): ErrorType {
+  if ((status === 400 || status === 402 || status === 403 || status === 429) && OPERATOR_ACCOUNT.test(`${code} ${message}`)) return 'provider_unavailable';
   if (status === 400 || status === 403 || status === 422) {
     // A content filter or a refusal is 403 whatever the provider's own status (7.4 rule 1).
     if (CONTENT_POLICY.test(`${code} ${message}`)) return 'content_policy_violation';

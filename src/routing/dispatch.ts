@@ -22,7 +22,7 @@ import { generationId } from './generation-id';
 import type { EndpointHealth } from './health';
 import { routingMetadata } from './metadata';
 import { fittedBody } from './parameters';
-import { endpointKey, planFor, sessionKey } from './plan';
+import { endpointKey, planFor, primaryModel, sessionKey } from './plan';
 import type { StickyRoutes } from './sticky';
 import { endAttempt, firstOutput, relay, sideChunks, type StreamEnd } from './stream-relay';
 import type { GatewayMetrics } from '../telemetry/metrics';
@@ -76,12 +76,26 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
       }
     }
     let last: GatewayError | undefined;
+    // Retry hints of the failed attempts (spec 7.10: the answer carries Retry-After only when every one gave one).
+    const hints: (string | undefined)[] = [];
     // The last endpoint that accepted a stream (200) and then failed before any output (spec 7.5.2).
     let accepted: Served | undefined;
     const skipped = new Set<Candidate>();
-    for (let i = 0; i < plan.length; i++) {
-      const candidate = plan[i];
+    // A half-open breaker lets one probe through: while it is out, the endpoint is tried after the others (as
+    // an open one is), not by every request at once (each had waited out a dead endpoint's timeout).
+    const order = [...plan];
+    let deferred: Set<Candidate> | undefined;
+    for (let i = 0; i < order.length; i++) {
+      const candidate = order[i];
       if (skipped.has(candidate)) continue;
+      if (!deferred?.has(candidate) && !deps.health.tryAcquire(endpointKey(candidate))) {
+        const others = order.slice(i + 1).some((c) => !skipped.has(c) && !deferred?.has(c));
+        if (others) {
+          (deferred ??= new Set()).add(candidate);
+          order.push(candidate);
+          continue;
+        }
+      }
       for (let retriedSame = false; ; retriedSame = true) {
         if (state.abort.aborted) throw new GatewayError('timeout', 'The client closed the request');
         const apiKey = own.get(candidate.provider.id);
@@ -108,19 +122,27 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           const reply = await candidate.provider
             .send(new CallFor(state, candidate.dialect, upstreamBody, stream, forwardHeaders, apiKey))
             .finally(() => waited(state, sent));
-          const throughput = (outputTokens: number, durationMs: number) => deps.health.recordSuccess(endpointKey(candidate), { outputTokens, durationMs });
+          const key = endpointKey(candidate);
+          const throughput = (outputTokens: number, durationMs: number) => deps.health.recordSuccess(key, { outputTokens, durationMs });
+          // A stream that fails after its answer began is the endpoint's failure too (it had been recorded as a
+          // success at its first output, so an endpoint that cut every stream stayed first in line for ever).
+          const failed = (err: GatewayError) => {
+            if (!blamesCaller(err)) deps.health.recordFailure(key);
+          };
           const served: Served = { c: candidate, isByok: apiKey !== undefined, dropped };
           // A stream's attempt is counted when the stream ends (it may still fail after its first event).
           const counted = (outcome: string) => deps.metrics?.attempt(candidate.provider.id, outcome);
-          const response = stream ? await streamResponse(state, served, reply, attempt, { throughput, counted }) : jsonResponse(state, served, reply, attempt);
+          const response = stream ? await streamResponse(state, served, reply, attempt, { throughput, failed, counted }) : jsonResponse(state, served, reply, attempt);
           // No attempt follows a served one: the body's bytes need not outlive it (a stream may run for minutes).
           state.clientBytes = null;
           if (!stream) counted('success');
-          // Latency is time to the answer (a stream: its first event); throughput is fed in when a stream
-          // ends, or here for a JSON answer whose usage is known.
+          // Latency is time to the answer (a stream: its first event); a stream's success (and throughput) or
+          // failure is recorded when it ends, a JSON answer's here.
           const elapsed = performance.now() - started;
-          deps.health.recordSuccess(endpointKey(candidate), stream ? { latencyMs: elapsed } : { latencyMs: elapsed, outputTokens: state.usage?.outputTokens, durationMs: elapsed });
-          if (session) deps.sticky.remember(session, endpointKey(candidate));
+          if (stream) deps.health.observe(key, { latencyMs: elapsed });
+          else deps.health.recordSuccess(key, { latencyMs: elapsed, outputTokens: state.usage?.outputTokens, durationMs: elapsed });
+          // A fallback model that served the session is not remembered: the session stays with the model it names.
+          if (session && candidate.model.id === primaryModel(state)) deps.sticky.remember(session, key);
           return response;
         } catch (err) {
           const e = toGatewayError(err);
@@ -131,9 +153,10 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           state.attempts.push({ provider: candidate.provider.id, model: candidate.model.id, upstreamModel: candidate.endpoint.upstream_model, outcome: 'error', errorType: e.errorType, status: e.status, droppedParameters: dropped });
           if (state.abort.aborted) throw cutShort(state, { c: candidate, isByok: apiKey !== undefined }, gone ? new GatewayError('timeout', 'The client closed the request') : e);
           last = e;
+          hints.push(e.headers?.['retry-after']);
           if (stream && e.metadata?.accepted) accepted = { c: candidate, isByok: apiKey !== undefined };
-          if (!blamesCaller(e)) deps.health.recordFailure(endpointKey(candidate));
-          const remaining = plan.slice(i + 1).filter((c) => !skipped.has(c));
+          if (!blamesCaller(e) && !(apiKey !== undefined && ownKeyFailure(e))) deps.health.recordFailure(endpointKey(candidate));
+          const remaining = order.slice(i + 1).filter((c) => !skipped.has(c));
           // A request the other API style cannot express (chat `n` > 1 for a messages provider, …) may still
           // be served by an endpoint that speaks the client's style: the next one is tried.
           const step: NextStep = e.metadata?.untranslatable
@@ -141,7 +164,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
             : nextStep(e, { retriedSame, lastCandidate: remaining.length === 0, retryWaitMaxMs: deps.routing.retry_wait_max_ms });
           if (step.kind === 'stop') {
             if (accepted) return streamFailedBeforeOutput(state, accepted, e);
-            throw withoutRoutingFlags(e);
+            throw withRetryHint(withoutRoutingFlags(e), hints);
           }
           if (step.kind === 'retry_same' && !retriedSame) {
             if (step.waitMs > 0) {
@@ -162,7 +185,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
     }
     if (last?.metadata?.after_headers && dialect === 'chat_completions' && !stream) return errorAfterHeaders(state, last);
     if (accepted && last) return streamFailedBeforeOutput(state, accepted, last);
-    throw last ? withoutRoutingFlags(last) : new GatewayError('provider_unavailable', 'No provider could serve the request');
+    throw last ? withRetryHint(withoutRoutingFlags(last), hints) : new GatewayError('provider_unavailable', 'No provider could serve the request');
   };
 }
 
@@ -195,6 +218,21 @@ function streamFailedBeforeOutput(state: GatewayState, served: Served, err: Gate
 }
 
 /** The error without the flags routing reads (`after_headers`, `accepted`, `untranslatable`), for the caller to see. */
+/**
+ * The caller's Retry-After (spec 7.10): only when every failed attempt gave a retry hint, the longest of them
+ * (a wait that serves the first endpoint may not serve the others); otherwise none. It had been the last
+ * attempt's, even when another endpoint had given none, or a longer one.
+ */
+function withRetryHint(err: GatewayError, hints: readonly (string | undefined)[]): GatewayError {
+  const own = err.headers?.['retry-after'];
+  if (own === undefined) return err;
+  const seconds = hints.map((h) => (h !== undefined && /^\d+$/.test(h.trim()) ? Number(h) : Number.NaN));
+  const every = hints.every((h) => h !== undefined);
+  const { 'retry-after': _drop, ...rest } = err.headers!;
+  const headers = every ? { ...rest, 'retry-after': seconds.every((n) => !Number.isNaN(n)) ? String(Math.max(...seconds)) : own } : rest;
+  return new GatewayError(err.errorType, err.message, { status: err.status, metadata: err.metadata, headers: Object.keys(headers).length > 0 ? headers : undefined, details: err.details, cause: err.cause ?? err });
+}
+
 function withoutRoutingFlags(err: GatewayError): GatewayError {
   const m = err.metadata;
   if (!m || (!('after_headers' in m) && !('accepted' in m) && !('untranslatable' in m))) return err;
@@ -241,6 +279,16 @@ class CallFor implements UpstreamCall {
     const bytes = this.#state.clientBytes;
     return bytes ? bytes.encode(this.body) : JSON.stringify(this.body);
   }
+}
+
+/**
+ * A failure of a workspace's own provider key (BYOK), not of the endpoint: the provider refused that key
+ * (401, 403) or limited that account (429, 402). It is not counted in the endpoint's shared health: one
+ * tenant's bad or exhausted key opened the breaker for every tenant (found by a routing audit).
+ */
+function ownKeyFailure(e: GatewayError): boolean {
+  const status = e.metadata?.provider_code;
+  return status === 401 || status === 402 || status === 403 || status === 429;
 }
 
 /** Adds the time since `since` to the request's upstream waiting time (which starts at -1: no call yet). */

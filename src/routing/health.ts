@@ -88,6 +88,15 @@ export class EndpointHealth {
     e.failures = 0;
     e.openUntil = null;
     e.probeSince = null;
+    this.observe(key, sample);
+  }
+
+  /**
+   * Folds a sample into the moving averages without judging the attempt: a stream's time to its first output
+   * (whether it succeeded is known only when it ends, which reports success or failure).
+   */
+  observe(key: string, sample: { latencyMs?: number; outputTokens?: number; durationMs?: number }): void {
+    const e = this.entry(key);
     const { latencyMs, outputTokens, durationMs } = sample;
     if (typeof latencyMs === 'number' && Number.isFinite(latencyMs) && latencyMs >= 0) {
       e.latencyMs = ewma(e.latencyMs, latencyMs);

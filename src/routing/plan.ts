@@ -1,7 +1,7 @@
 import type { ModelConfig } from '../config/types';
 import type { GatewayState } from '../pipeline/types';
 import type { Dialect, Provider } from '../providers/types';
-import { candidatesFor, type Candidate } from './candidates';
+import { candidatesFor, requestedModels, type Candidate } from './candidates';
 import type { EndpointHealth } from './health';
 import { requestedParameters, supportedThrough } from './parameters';
 import { planRoute, type ProviderPreferences } from './preferences';
@@ -16,9 +16,19 @@ export interface PlanDeps {
 /** An endpoint's key in health and sticky-session records: `<provider>/<upstream model>`. */
 export const endpointKey = (c: Candidate): string => `${c.provider.id}/${c.endpoint.upstream_model}`;
 
-/** The sticky-routing key of a request: its session, per key (sessions of different keys never mix). */
+/**
+ * The sticky-routing key of a request: its session, per key (sessions of different keys never mix) and per
+ * requested model (the first it names): an agent that mixes a main model and a helper in one session keeps
+ * each one's endpoint, where the helper's request had overwritten the main model's.
+ */
 export function sessionKey(state: GatewayState): string | null {
-  return state.session ? `${state.key?.id ?? ''}:${state.session}` : null;
+  if (!state.session) return null;
+  return `${state.key?.id ?? ''}:${state.session}\n${requestedModels(state.body ?? {})[0] ?? ''}`;
+}
+
+/** The model a session's sticky record is for: the first the request names (a fallback that served it is not remembered). */
+export function primaryModel(state: GatewayState): string | undefined {
+  return requestedModels(state.body ?? {})[0];
 }
 
 const NONE: readonly string[] = [];
@@ -57,7 +67,8 @@ export function planFor(state: GatewayState, deps: PlanDeps, stuck: string | und
   });
   if (stuck === undefined || preferences?.order) return plan;
   const index = plan.findIndex((c) => endpointKey(c) === stuck);
-  if (index <= 0 || deps.health.state(stuck!) === 'open') return plan;
+  // Within its own model only: the session's endpoint never jumps ahead of the model the request names first.
+  if (index <= 0 || plan[index].model.id !== plan[0].model.id || deps.health.state(stuck!) === 'open') return plan;
   return [plan[index], ...plan.slice(0, index), ...plan.slice(index + 1)];
 }
 

@@ -23,7 +23,10 @@ export function endAttempt(span: Span, err?: GatewayError, cancelled = false): v
 
 /** What a stream reports when it ends: throughput for endpoint health, and the attempt's outcome for metrics. */
 export interface StreamEnd {
+  /** The stream ended whole: the endpoint's health records a success (with its throughput when usage is known). */
   throughput(outputTokens: number, durationMs: number): void;
+  /** The provider failed the stream after its answer began (a cut, a stall, an in-band error): a failure of the endpoint's. */
+  failed(err: GatewayError): void;
   counted(outcome: string): void;
 }
 
@@ -156,6 +159,7 @@ export async function* relay(
     // A client that left is no failure of the provider's (the abort surfaces as a timeout otherwise).
     endAttempt(attempt, failure, state.abort.aborted);
     onStreamEnd.counted(state.outcome === 'completed' ? 'success' : state.outcome === 'cancelled' ? 'cancelled' : (failure?.errorType ?? 'stream_failed'));
-    if (completed && state.usage) onStreamEnd.throughput(state.usage.outputTokens, performance.now() - streamStarted);
+    if (completed) onStreamEnd.throughput(state.usage?.outputTokens ?? 0, performance.now() - streamStarted);
+    else if (state.outcome === 'failed') onStreamEnd.failed(failure ?? new GatewayError('provider_unavailable', 'The provider reported a failure in its stream'));
   }
 }

@@ -126,6 +126,24 @@ describe('requests with a workspace provider key', () => {
     expect(m.json.gateway_metadata.is_byok).toBe(false);
   });
 
+  it("a workspace key the provider refuses (401) or limits (429) does not count against the endpoint's shared health (one tenant opened the breaker for all)", async () => {
+    const g = await start();
+    await storeOwnKey(g, 'fake-openai', OWN_OPENAI);
+    for (const status of [401, 429, 401, 429]) {
+      t.upstream.scripts.set('gpt-upstream', [{ kind: 'status', status }]);
+      await post(`${g.url}/chat/completions`, g.key, chat());
+    }
+    expect(g.gateway.health.snapshot()['fake-openai/gpt-upstream']?.failures ?? 0).toBe(0);
+    expect(g.gateway.health.state('fake-openai/gpt-upstream')).toBe('closed');
+    // The operator's own key refused is the endpoint's failure, as before.
+    const other = await otherWorkspaceKey(g);
+    for (let i = 0; i < 3; i++) {
+      t.upstream.scripts.set('gpt-upstream', [{ kind: 'status', status: 401 }]);
+      await post(`${g.url}/chat/completions`, other.secret, chat());
+    }
+    expect(g.gateway.health.state('fake-openai/gpt-upstream')).toBe('open');
+  });
+
   it('a failover is flagged by the endpoint that answered', async () => {
     const g = await start();
     await storeOwnKey(g, 'fake-openai', OWN_OPENAI);

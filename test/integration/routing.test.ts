@@ -236,6 +236,74 @@ describe('circuit breaker and sticky sessions', () => {
     expect((await ask({ model: 'r/pair', session_id: 's2' })).json.provider).toBe('pa');
     expect((await ask({ model: 'r/pair', session_id: 's1', provider: { order: ['pa'] } })).json.provider).toBe('pa'); // order wins
   });
+
+  it('a half-open breaker lets one probe through; the requests meanwhile go to the other endpoint (all had waited on the dead one)', async () => {
+    gw = await startTestGateway({ yaml: yaml(upstream.url).replace('cooldown_ms: 60000', 'cooldown_ms: 50') });
+    upstream.always.set('up-a', { kind: 'status', status: 503 });
+    await ask({ model: 'r/pair' });
+    await ask({ model: 'r/pair' }); // the breaker of pa/up-a opens
+    upstream.always.clear();
+    await new Promise((r) => setTimeout(r, 80)); // past the cooldown: half-open
+    expect(gw.gateway.health.state('pa/up-a')).toBe('half_open');
+    let release!: () => void;
+    upstream.scripts.set('up-a', [{ kind: 'hold', until: new Promise<void>((r) => (release = r)) }]);
+    const n = upstream.received.length;
+    const probe = ask({ model: 'r/pair' });
+    const others = await Promise.all([ask({ model: 'r/pair' }), ask({ model: 'r/pair' })]);
+    // While the probe is held, the two others were served by pb; pa saw the probe alone.
+    expect(others.map((r) => r.json.provider)).toEqual(['pb', 'pb']);
+    expect(seen(n).filter((m) => m === 'up-a')).toEqual(['up-a']);
+    release();
+    expect((await probe).json.provider).toBe('pa');
+    expect(gw.gateway.health.state('pa/up-a')).toBe('closed');
+  });
+
+  it('a stream the provider cuts after its answer began counts against the endpoint (it was recorded a success at its first token)', async () => {
+    await fresh();
+    upstream.always.set('up-a', { kind: 'midstream' });
+    for (let i = 0; i < 2; i++) {
+      const r = await ask({ model: 'r/pair', stream: true });
+      expect(r.status).toBe(200);
+      expect(sseEvents(r.text).some((e) => e.data.includes('"finish_reason":"error"'))).toBe(true);
+    }
+    expect(gw.gateway.health.state('pa/up-a')).toBe('open');
+    const n = upstream.received.length;
+    const r = await ask({ model: 'r/pair', stream: true });
+    expect(r.text).toContain('"provider":"pb"');
+    expect(seen(n)).toEqual(['up-b']);
+  });
+
+  it('a session sticks per model it names, and a fallback model that served it is not remembered', async () => {
+    await fresh();
+    // r/small fails once: r/big (the fallback) serves the session; then r/small works again and serves it.
+    upstream.scripts.set('up-small', [{ kind: 'status', status: 503 }]);
+    expect((await ask({ model: 'r/small', models: ['r/big'], session_id: 'm1' })).json.model).toBe('r/big');
+    expect((await ask({ model: 'r/small', models: ['r/big'], session_id: 'm1' })).json.model).toBe('r/small');
+    // r/pair's session endpoint survives a request of another model in the same session.
+    upstream.scripts.set('up-a', [{ kind: 'status', status: 503 }]);
+    expect((await ask({ model: 'r/pair', session_id: 'm2' })).json.provider).toBe('pb');
+    expect((await ask({ model: 'r/solo', session_id: 'm2' })).json.provider).toBe('pa');
+    expect((await ask({ model: 'r/pair', session_id: 'm2' })).json.provider).toBe('pb');
+  });
+
+  it("Retry-After only when every failed endpoint gave one (spec 7.10), the longest; an operator's account error fails over", async () => {
+    await fresh();
+    upstream.always.set('up-a', { kind: 'status', status: 429, headers: { 'retry-after': '30' } });
+    upstream.always.set('up-b', { kind: 'status', status: 429 });
+    const none = await ask({ model: 'r/pair' });
+    expect(none.status).toBe(429);
+    expect(none.headers.get('retry-after')).toBeNull();
+    upstream.always.set('up-b', { kind: 'status', status: 429, headers: { 'retry-after': '20' } });
+    const both = await ask({ model: 'r/pair' });
+    expect(both.status).toBe(429);
+    expect(both.headers.get('retry-after')).toBe('30');
+    upstream.always.clear();
+    // Anthropic words an empty operator account as a 400; it is no caller mistake: the next endpoint serves.
+    upstream.always.set('up-a', { kind: 'status', status: 400, body: { type: 'error', error: { type: 'invalid_request_error', message: 'Your credit balance is too low to access the Anthropic API.' } } });
+    const served = await ask({ model: 'r/pair' });
+    expect(served.status).toBe(200);
+    expect(served.json.provider).toBe('pb');
+  });
 });
 
 describe('sticky sessions in Redis', () => {

@@ -25,3 +25,20 @@ describe('a prompt too long for the model is context_length_exceeded (spec 7.4),
     expect(upstreamErrorType(400, 'invalid_value', "Invalid value for 'temperature'")).toBe('invalid_request');
   });
 });
+
+describe("the operator's provider account (credit, quota, billing) is provider_unavailable, not the caller's mistake or a rate limit", () => {
+  it.each([
+    ['Anthropic, 400', 400, 'invalid_request_error', 'Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.'],
+    ['OpenAI, 429 insufficient_quota', 429, 'insufficient_quota', 'You exceeded your current quota, please check your plan and billing details.'],
+    ['OpenAI, billing not active', 429, 'billing_not_active', 'Your account is not active, please check your billing details on our website.'],
+  ])('%s', (_who, status, code, message) => {
+    expect(upstreamErrorType(status, code, message)).toBe('provider_unavailable');
+    // Its text is not the caller's to read: the message names the provider and status only.
+    const e = classifyUpstreamError(status, JSON.stringify({ error: { message, code } }), 'p');
+    expect(e.message).toBe(`Provider p returned HTTP ${status}`);
+  });
+
+  it('an ordinary rate limit stays rate_limit_exceeded', () => {
+    expect(upstreamErrorType(429, 'rate_limit_exceeded', 'Rate limit reached for requests')).toBe('rate_limit_exceeded');
+  });
+});
