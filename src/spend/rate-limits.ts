@@ -9,6 +9,15 @@ import type { LedgerWriter } from './ledger';
 import { asRejection } from './rejections';
 import { windowEnd, windowStart } from './windows';
 
+const modelIds = new WeakMap<GatewayConfig, Set<string>>();
+
+/** The first of `names` that is a configured model (chat or video), else the first of them (routing answers it 404). */
+function firstKnownModel(config: GatewayConfig, names: string[]): string | undefined {
+  let ids = modelIds.get(config);
+  if (!ids) modelIds.set(config, (ids = new Set([...config.models, ...config.video_models].map((m) => m.id))));
+  return names.find((n) => ids.has(n)) ?? names[0];
+}
+
 /** A free model variant (spec 8.3.2): the id ends with `:free`. */
 export const isFreeModel = (id: string): boolean => id.endsWith(':free');
 
@@ -82,7 +91,9 @@ export class RateLimiter {
   }
 
   private async tryCheck(config: GatewayConfig, gw: GatewayState, now: number): Promise<string | null> {
-    const model = gw.body ? requestedModels(gw.body)[0] : undefined;
+    // The first model the request names that this gateway has: a name routing skips (unknown) must not stand
+    // in front of the one that serves (`{"model": "no/such", "models": ["m/limited"]}` passed every limit).
+    const model = gw.body ? firstKnownModel(config, requestedModels(gw.body)) : undefined;
     // Spec 8.3.2: requests served with the caller's own provider keys are not gated by the free-model limits;
     // nor is a model this gateway does not have (routing answers 404).
     const free = model !== undefined && isFreeModel(model) && config.models.some((m) => m.id === model) && !(await this.ownKeysOnly(config, model, gw));

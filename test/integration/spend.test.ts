@@ -454,6 +454,21 @@ describe('rate limits', () => {
     expect(r.status).toBe(429);
     expect(r.json.error.metadata).toMatchObject({ scope: 'model' });
     expect((await post(`${g.url}/chat/completions`, other.secret, chat({ model: 'fake/failover' }))).status).not.toBe(429);
+    // A name this gateway does not have, put first, does not stand in for the model that serves (it passed every limit).
+    const dodge = await post(`${g.url}/chat/completions`, other.secret, chat({ model: 'no/such', models: ['fake/gpt'] }));
+    expect(dodge.status).toBe(429);
+    expect(dodge.json.error.metadata).toMatchObject({ scope: 'model' });
+  });
+
+  it('free models: an unknown first model does not lift the per-minute limit', async () => {
+    const now = Date.UTC(2026, 10, 22, 10, 0, 0);
+    const g = await start('free_models: { per_minute: 2, daily_requests: 50, daily_requests_purchased: 50, purchase_threshold_usd: 10 }\n', () => now);
+    const free = () => post(`${g.url}/chat/completions`, g.key, chat({ model: 'no/such', models: ['fake/free:free'] }));
+    expect((await free()).status).toBe(200);
+    expect((await free()).status).toBe(200);
+    const third = await free();
+    expect(third.status).toBe(429);
+    expect(third.json.error.metadata.scope).toBe('free_model_per_minute');
   });
 
   it('free models: per-minute limit, and a daily tier chosen by credits purchased (GET /key reports it)', async () => {
