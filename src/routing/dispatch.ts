@@ -111,6 +111,9 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
               { defaultMaxTokens: candidate.model.max_output_tokens ?? DEFAULT_MAX_TOKENS },
             ),
           );
+          // The model's `max_output_tokens` is its ceiling: the spend estimate holds no more, so no more is asked.
+          const cap = candidate.model.max_output_tokens;
+          if (cap !== undefined) upstreamBody = withOutputCap(upstreamBody, candidate.dialect, cap);
           // An endpoint that lists its parameters is sent only those; one that lists none, everything (README "Routing").
           const listed = candidate.endpoint.supported_parameters;
           if (listed !== undefined) {
@@ -279,6 +282,27 @@ class CallFor implements UpstreamCall {
     const bytes = this.#state.clientBytes;
     return bytes ? bytes.encode(this.body) : JSON.stringify(this.body);
   }
+}
+
+/**
+ * `body` with its output limit lowered to the model's `max_output_tokens` where it asks for more (chat
+ * `max_completion_tokens` / `max_tokens`, messages `max_tokens`; a thinking budget kept below it, or thinking
+ * left off when that leaves under the Messages API's least budget, 1024). The spend estimate and a key's limit
+ * hold the model's ceiling, and the provider had been asked for whatever the client wrote: 90 000 tokens
+ * billed against a hold of 100 (found by a billing audit).
+ */
+export function withOutputCap(body: Record<string, unknown>, dialect: Dialect, cap: number): Record<string, unknown> {
+  const fields = dialect === 'messages' ? ['max_tokens'] : ['max_completion_tokens', 'max_tokens'];
+  let out = body;
+  for (const f of fields) {
+    const v = out[f];
+    if (typeof v === 'number' && v > cap) out = { ...out, [f]: cap };
+  }
+  const thinking = out.thinking as { type?: unknown; budget_tokens?: unknown } | undefined;
+  if (out !== body && dialect === 'messages' && thinking?.type === 'enabled' && typeof thinking.budget_tokens === 'number' && thinking.budget_tokens >= cap) {
+    out = cap - 1 >= 1024 ? { ...out, thinking: { ...thinking, budget_tokens: cap - 1 } } : { ...out, thinking: { type: 'disabled' } };
+  }
+  return out;
 }
 
 /**

@@ -27,6 +27,9 @@ models:
     endpoints: [{ provider: pb, upstream_model: up-big, pricing: { prompt: 2, completion: 2 } }]
   - id: r/solo
     endpoints: [{ provider: pa, upstream_model: up-solo, pricing: { prompt: 1, completion: 1 } }]
+  - id: r/capped
+    max_output_tokens: 100
+    endpoints: [{ provider: pa, upstream_model: up-capped, pricing: { prompt: 1, completion: 1 } }]
   - id: r/speedy
     endpoints:
       - { provider: pa, upstream_model: up-plain, pricing: { prompt: 1, completion: 1 } }
@@ -284,6 +287,14 @@ describe('circuit breaker and sticky sessions', () => {
     expect((await ask({ model: 'r/pair', session_id: 'm2' })).json.provider).toBe('pb');
     expect((await ask({ model: 'r/solo', session_id: 'm2' })).json.provider).toBe('pa');
     expect((await ask({ model: 'r/pair', session_id: 'm2' })).json.provider).toBe('pb');
+  });
+
+  it("asks the provider for no more than the model's max_output_tokens (the spend hold held that much; 90 000 were billed)", async () => {
+    await fresh();
+    const n = upstream.received.length;
+    expect((await ask({ model: 'r/capped', max_tokens: 100000 })).status).toBe(200);
+    expect((await ask({ model: 'r/capped', max_completion_tokens: 50 })).status).toBe(200);
+    expect(upstream.received.slice(n).map((r) => r.body.max_tokens ?? r.body.max_completion_tokens)).toEqual([100, 50]);
   });
 
   it("Retry-After only when every failed endpoint gave one (spec 7.10), the longest; an operator's account error fails over", async () => {
