@@ -13,7 +13,7 @@ import { clientClosed } from '../pipeline/request-abort';
 import type { GatewayResponse, GatewayState, NormalizedUsage } from '../pipeline/types';
 import { batched, batchesOf } from '../providers/sse';
 import type { Dialect, Provider, UpstreamCall, UpstreamReply } from '../providers/types';
-import { billedByDelivery, estimatedAnswerUsage, type StreamDialect } from '../spend/delivered';
+import { ABSURD_TOKENS, billedByDelivery, boundedUsage, estimatedAnswerUsage, type StreamDialect, type UsageBounds } from '../spend/delivered';
 import { pendingRowOf, type LedgerJournal } from '../spend/journal';
 import { costOf } from '../spend/pricing';
 import { blamesCaller, nextStep, type NextStep } from './attempt-policy';
@@ -400,6 +400,22 @@ function finishInfo(state: GatewayState, { c, isByok }: Served): FinishInfo {
   };
 }
 
+/**
+ * What the provider can have used for this request (see boundedUsage): output up to the limit it was given
+ * (the client's, lowered to the model's `max_output_tokens`; the model's when the client set none; else
+ * unknown) times chat `n`, input up to the model's `context_length`; ABSURD_TOKENS where nothing says.
+ */
+function usageBounds(state: GatewayState, c: Candidate): UsageBounds {
+  const b = state.body ?? {};
+  const whole = (v: unknown) => (typeof v === 'number' && Number.isInteger(v) && v > 0 ? v : undefined);
+  // The larger when both are set, as the spend estimate takes it (providers differ in which they honour).
+  const asked = Math.max(whole(b.max_completion_tokens) ?? 0, whole(b.max_tokens) ?? 0) || undefined;
+  const cap = c.model.max_output_tokens;
+  const limit = asked !== undefined ? Math.min(asked, cap ?? asked) : cap;
+  const n = whole(b.n) ?? 1;
+  return { maxOutputTokens: limit !== undefined ? limit * n : ABSURD_TOKENS, maxInputTokens: c.model.context_length ?? ABSURD_TOKENS };
+}
+
 function jsonResponse(state: GatewayState, served: Served, reply: UpstreamReply, attempt: Span): GatewayResponse {
   const { c } = served;
   if (reply.stream) throw new GatewayError('provider_unavailable', `Provider ${c.provider.id} answered with a stream`);
@@ -407,11 +423,22 @@ function jsonResponse(state: GatewayState, served: Served, reply: UpstreamReply,
   const body = translateResponse(c.dialect, dialect, reply.body);
   const info = finishInfo(state, served);
   let { usage, cost } = DIALECTS[dialect].finishBody(body, info);
+  const reported = usage;
   if (!usage || (usage.inputTokens === 0 && usage.outputTokens === 0)) {
     // No usage from the provider (or a translation's zeros): billed from the request and the answer.
     usage = estimatedAnswerUsage(dialect as StreamDialect, body, state.body);
+  } else {
+    usage = boundedUsage(usage, usageBounds(state, c));
+    // No output (or a count that is no number, or negative) for an answer with text: its output from the text.
+    if (usage.outputTokens === 0) {
+      const fromText = estimatedAnswerUsage(dialect as StreamDialect, body, null).outputTokens;
+      if (fromText > 0) usage = { ...usage, outputTokens: fromText };
+    }
+  }
+  if (usage !== reported) {
     cost = info.costOf(usage);
-    // The answer says what is billed (it said zeros, or nothing, while the ledger had the estimate).
+    if (reported) attempt.setAttribute('gateway.usage_corrected', true);
+    // The answer says what is billed (it said zeros, nothing, or more than the request allowed; the ledger differed).
     if (!body.error) body.usage = { ...(dialect === 'chat_completions' ? chatUsageBody(usage) : messagesUsageBody(usage)), cost, is_byok: info.isByok };
   }
   choose(state, served);
@@ -456,7 +483,7 @@ async function streamResponse(
   const info = finishInfo(state, served);
   // Messages style: the routing metadata rides in message_start (a new event name could upset SDKs).
   if (state.metadataOptIn && dialect === 'messages') info.metadata = routingMetadata(state);
-  const rewriter = billedByDelivery(DIALECTS[dialect].streamRewriter(info), { dialect, info, body: state.body, reported: () => seen.reported() });
+  const rewriter = billedByDelivery(DIALECTS[dialect].streamRewriter(info), { dialect, info, body: state.body, reported: () => seen.reported(), bounds: usageBounds(state, c) });
   const before = dialect === 'chat_completions' ? sideChunks(state, c) : [];
   return { kind: 'sse', status: 200, events: batched(() => relay(state, iterator, first, rewriter, attempt, before, onStreamEnd)) };
 }

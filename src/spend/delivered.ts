@@ -59,7 +59,7 @@ function escaped(data: string, quote: number): boolean {
  */
 export function billedByDelivery(
   inner: StreamRewriter,
-  o: { dialect: StreamDialect; info: FinishInfo; body: Record<string, unknown> | null; reported?: () => NormalizedUsage | null },
+  o: { dialect: StreamDialect; info: FinishInfo; body: Record<string, unknown> | null; reported?: () => NormalizedUsage | null; bounds?: UsageBounds },
 ): StreamRewriter {
   let chars = 0;
   // Relayed events not counted yet. Why not count each at once: a stream that ends with the provider's usage
@@ -74,11 +74,13 @@ export function billedByDelivery(
   let estimated: NormalizedUsage | null | undefined;
   const usage = (): NormalizedUsage | null => {
     if (estimated !== undefined) return estimated;
-    const reported = inner.usage();
-    if (ended && reported) return reported;
+    const provided = inner.usage();
+    const reported = provided && o.bounds ? boundedUsage(provided, o.bounds) : provided;
+    // A whole stream keeps the provider's figures (within bounds), unless it says no output for relayed text.
+    if (ended && reported && reported.outputTokens > 0) return reported;
     countUncounted();
     const output = Math.ceil(chars / CHARS_PER_TOKEN);
-    if (reported) return reported.outputTokens >= output ? reported : { ...reported, outputTokens: output };
+    if (reported) return reported.outputTokens >= output ? reported : { ...reported, outputTokens: o.bounds ? Math.min(output, o.bounds.maxOutputTokens) : output };
     if (chars === 0) return null;
     // The provider reported usage the client's stream could not carry yet (a translated message_start's input
     // count): its figures, not the tokenizer's.
@@ -144,4 +146,33 @@ export function estimatedAnswerUsage(dialect: StreamDialect, answer: Record<stri
     }
   }
   return { inputTokens: request ? inputTokens(request) : 0, outputTokens: Math.ceil(chars / CHARS_PER_TOKEN), cachedTokens: 0, cacheWriteTokens: 0, reasoningTokens: 0 };
+}
+
+/** The most a provider can have used for one request: output by the limit it was given, input by the model's context. */
+export interface UsageBounds {
+  maxOutputTokens: number;
+  maxInputTokens: number;
+}
+
+/** The ceiling when the request and the model say nothing (no model has a context or an output of 100 M tokens). */
+export const ABSURD_TOKENS = 100_000_000;
+
+/**
+ * `u` within what the request allowed: output at most the output limit the provider was given (times chat `n`),
+ * input at most the model's context, the parts (cached, cache writes, reasoning) at most their whole. A
+ * provider that reports more (a bug, or a hostile upstream: 10^15 output tokens were billed as $3·10^10 and
+ * took any balance with them) is billed the bound. Returns `u` itself when it is within.
+ */
+export function boundedUsage(u: NormalizedUsage, b: UsageBounds): NormalizedUsage {
+  if (u.outputTokens <= b.maxOutputTokens && u.inputTokens <= b.maxInputTokens && u.reasoningTokens <= u.outputTokens && u.cachedTokens + u.cacheWriteTokens <= u.inputTokens) return u;
+  const inputTokens = Math.min(u.inputTokens, b.maxInputTokens);
+  const outputTokens = Math.min(u.outputTokens, b.maxOutputTokens);
+  const cachedTokens = Math.min(u.cachedTokens, inputTokens);
+  return {
+    inputTokens,
+    outputTokens,
+    cachedTokens,
+    cacheWriteTokens: Math.min(u.cacheWriteTokens, inputTokens - cachedTokens),
+    reasoningTokens: Math.min(u.reasoningTokens, outputTokens),
+  };
 }

@@ -1,0 +1,95 @@
+import { describe, expect, it } from 'vitest';
+import { post, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+import { perTestGateways } from '../fixtures/per-test';
+
+/**
+ * What a provider reports as used is billed only within what the request allowed, and an answer with text is
+ * never billed as no output (found by a billing audit: 10^15 output tokens were billed $3·10^10; a negative
+ * or zero output count gave 2 000 characters away).
+ */
+const t = perTestGateways();
+
+const MODELS = `
+  - id: b/capped
+    max_output_tokens: 100
+    context_length: 1000
+    endpoints: [{ provider: fake-openai, upstream_model: up-capped, pricing: { prompt: 10, completion: 30 } }]
+  - id: b/open
+    endpoints: [{ provider: fake-openai, upstream_model: up-open, pricing: { prompt: 10, completion: 30 } }]
+`;
+const yaml = () => testConfigYaml(t.upstream.url).replace('pipelines:', `${MODELS}pipelines:`);
+
+const TEXT = 'word '.repeat(400); // 2 000 characters
+const answer = (model: string, usage: Record<string, unknown>) => ({
+  id: 'chatcmpl-x', object: 'chat.completion', created: 1, model,
+  choices: [{ index: 0, message: { role: 'assistant', content: TEXT }, finish_reason: 'stop' }],
+  usage,
+});
+const chunk = (o: Record<string, unknown>) => `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'm', ...o })}\n\n`;
+
+async function rowOf(g: TestGateway, res: { json: any; headers: Headers }) {
+  const id = res.json?.id ?? res.headers.get('x-request-id');
+  return g.ledgerRow(id);
+}
+
+describe('provider usage is billed within what the request allowed', () => {
+  it('JSON: output above the limit the provider was given (the client max_tokens within the model ceiling) is billed at that limit; input at the context', async () => {
+    const g = await t.start({ yaml: yaml() });
+    t.upstream.scripts.set('up-capped', [{ kind: 'status', status: 200, body: answer('up-capped', { prompt_tokens: 5000, completion_tokens: 1e15 }) }]);
+    const res = await post(`${g.url}/chat/completions`, g.key, { model: 'b/capped', max_tokens: 50, messages: [{ role: 'user', content: 'hi' }] });
+    expect(res.status).toBe(200);
+    const row = await rowOf(g, res);
+    expect(row).toMatchObject({ promptTokens: 1000, completionTokens: 50 });
+    expect(row!.costUsd).toBeCloseTo((1000 * 10 + 50 * 30) / 1e6, 12);
+    // The answer says what is billed.
+    expect(res.json.usage).toMatchObject({ prompt_tokens: 1000, completion_tokens: 50, cost: row!.costUsd });
+  });
+
+  it('JSON: with no limit anywhere, the absurd is still cut (100 M tokens)', async () => {
+    const g = await t.start({ yaml: yaml() });
+    t.upstream.scripts.set('up-open', [{ kind: 'status', status: 200, body: answer('up-open', { prompt_tokens: 10, completion_tokens: 1e15 }) }]);
+    const res = await post(`${g.url}/chat/completions`, g.key, { model: 'b/open', messages: [{ role: 'user', content: 'hi' }] });
+    expect((await rowOf(g, res))!.completionTokens).toBe(100_000_000);
+  });
+
+  it('JSON: a negative, non-numeric or zero output count for an answer with text is billed from the text', async () => {
+    const g = await t.start({ yaml: yaml() });
+    for (const completion of [-1_000_000, '500', 0]) {
+      t.upstream.scripts.set('up-open', [{ kind: 'status', status: 200, body: answer('up-open', { prompt_tokens: 10, completion_tokens: completion }) }]);
+      const res = await post(`${g.url}/chat/completions`, g.key, { model: 'b/open', messages: [{ role: 'user', content: 'hi' }] });
+      const row = await rowOf(g, res);
+      expect(row, String(completion)).toMatchObject({ promptTokens: 10, completionTokens: 500 });
+      expect(res.json.usage.completion_tokens).toBe(500);
+    }
+  });
+
+  it('streams: a reported zero output for relayed text is billed from the text; output above the limit is billed at it', async () => {
+    const g = await t.start({ yaml: yaml() });
+    const stream = (usage: Record<string, unknown>) =>
+      chunk({ choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }] }) +
+      chunk({ choices: [{ index: 0, delta: { content: TEXT }, finish_reason: null }] }) +
+      chunk({ choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] }) +
+      chunk({ choices: [], usage }) +
+      'data: [DONE]\n\n';
+    t.upstream.scripts.set('up-open', [{ kind: 'raw-stream', text: stream({ prompt_tokens: 10, completion_tokens: 0 }) }]);
+    const zero = await post(`${g.url}/chat/completions`, g.key, { model: 'b/open', stream: true, messages: [{ role: 'user', content: 'hi' }] });
+    expect(zero.status).toBe(200);
+    const zeroRow = await waitRow(g, zero.headers.get('x-request-id')!);
+    expect(zeroRow).toMatchObject({ status: 'completed', promptTokens: 10, completionTokens: 500 });
+
+    t.upstream.scripts.set('up-capped', [{ kind: 'raw-stream', text: stream({ prompt_tokens: 10, completion_tokens: 1e12 }) }]);
+    const big = await post(`${g.url}/chat/completions`, g.key, { model: 'b/capped', stream: true, messages: [{ role: 'user', content: 'hi' }] });
+    const bigRow = await waitRow(g, big.headers.get('x-request-id')!);
+    expect(bigRow).toMatchObject({ status: 'completed', completionTokens: 100 });
+    expect(bigRow!.costUsd).toBeCloseTo((10 * 10 + 100 * 30) / 1e6, 12);
+  });
+});
+
+async function waitRow(g: TestGateway, id: string) {
+  for (let i = 0; i < 200; i++) {
+    const row = await g.ledgerRow(id);
+    if (row) return row;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  return null;
+}
