@@ -252,7 +252,8 @@ function withPipelineRecords(state: GatewayState, body: unknown): unknown {
 function finish(runtime: Runtime, state: GatewayState, span: Span, status: number, errorType?: string): void {
   const { logger, ledger } = runtime.services;
   try {
-    const row = ledgerRowOf(state, runtime.services.spend.clock());
+    // Dated when it was admitted, if its spend was held: the window its cost was counted in (Admission.admittedAt).
+    const row = ledgerRowOf(state, state.spendHold?.admission?.admittedAt ?? runtime.services.spend.clock());
     // The row releases the request's journal entry when it is written (README "Ledger durability").
     const pendingId = state.pendingLedger?.id ?? null;
     if (row) ledger.add(row, pendingId);

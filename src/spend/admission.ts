@@ -23,6 +23,12 @@ export interface Admission {
   settlementMs: number;
   /** When the hold expires (epoch ms): settlement retries stop before it (SettleRetries). */
   holdUntil: number;
+  /**
+   * When the request was admitted (epoch ms, the spend clock): its ledger row is dated then, so the row and
+   * the budget counters its cost is added to are of the same window (a stream that ran past midnight had
+   * its cost in yesterday's counter and its row in today's, and today's limit let a whole request more through).
+   */
+  admittedAt: number;
 }
 
 export interface SpendDeps {

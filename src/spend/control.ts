@@ -142,6 +142,7 @@ export class SpendControl {
         inFlightGroup: inFlight?.group ?? null,
         settlementMs: f.settlement_ms,
         holdUntil: input.holdUntil,
+        admittedAt: now,
       };
     }
     if (result.reason === 'in_flight') {

@@ -350,6 +350,28 @@ describe('holds and windows', () => {
     expect((await post(`${g.url}/chat/completions`, a.secret, chat())).status).toBe(200);
   });
 
+  it('a request running past midnight is dated when it was admitted: its ledger row and its counted cost are in the same window', async () => {
+    const today = new Date();
+    let now = Date.UTC(today.getUTCFullYear(), today.getUTCMonth(), today.getUTCDate(), 23, 59, 50);
+    const g = await start('', () => now);
+    await credit(g, 100);
+    const a = await g.createKey({ limitUsd: 1, limitReset: 'daily' });
+    const release = holdUpstream();
+    const before = t.upstream.received.length;
+    const running = post(`${g.url}/chat/completions`, a.secret, chat());
+    // Admitted and waiting at the provider: the fake has its request.
+    while (t.upstream.received.length === before) await new Promise((r) => setTimeout(r, 5));
+    now += 20_000; // past midnight
+    release();
+    const res = await running;
+    expect(res.status).toBe(200);
+    const row = await g.ledgerRow(res.json.id);
+    expect(row!.createdAt < new Date(Date.UTC(today.getUTCFullYear(), today.getUTCMonth(), today.getUTCDate() + 1)).toISOString()).toBe(true);
+    // Today's figures (GET /key reads the ledger) hold nothing of it, as today's counter does not.
+    const info = await keyInfo(g, a.secret);
+    expect(info.data.usage_daily).toBe(0);
+  });
+
   it('a daily key limit resets at 00:00 UTC (injected clock)', async () => {
     const today = new Date();
     let now = Date.UTC(today.getUTCFullYear(), today.getUTCMonth(), today.getUTCDate(), 23, 59, 30);
