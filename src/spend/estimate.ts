@@ -188,7 +188,9 @@ function callEstimate(models: ModelConfig[], input: number, asked: number | unde
   for (const m of models) {
     const out = choices * Math.min(asked ?? defaultCompletionTokens, m.max_output_tokens ?? Number.POSITIVE_INFINITY);
     completion = Math.max(completion, out);
-    for (const pr of m.endpoints.flatMap(pricings)) usd = Math.max(usd, (input * pr.prompt + out * pr.completion) / 1_000_000);
+    // Input at the dearer of the prompt and cache-write prices: a prompt written to the cache is billed at the
+    // latter (Anthropic's 1.25×), which the hold had left out.
+    for (const pr of m.endpoints.flatMap(pricings)) usd = Math.max(usd, (input * Math.max(pr.prompt, pr.cache_write ?? 0) + out * pr.completion) / 1_000_000);
   }
   return { completion, usd };
 }

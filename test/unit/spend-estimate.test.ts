@@ -115,6 +115,12 @@ describe('estimate', () => {
     expect(estimate({ ...body, model: 'dear' }, models, 4096).completionTokens).toBe(1000);
   });
 
+  it('input at the cache-write price when it is dearer than the prompt price (a prompt written to the cache is billed so)', () => {
+    const cached = new Map([...models, ['cw', model('cw', { prompt: 3, completion: 15, cache_write: 3.75 })]]);
+    const e = estimate({ ...body, model: 'cw', max_tokens: 10 }, cached, 4096);
+    expect(e.usd).toBeCloseTo((7 * 3.75 + 10 * 15) / 1e6, 12);
+  });
+
   it('the most expensive endpoint among the requested models and fallbacks', () => {
     const e = estimate({ ...body, max_tokens: 10, models: ['cheap', 'dear'] }, models, 4096);
     expect(e.usd).toBeCloseTo((7 * 10 + 10 * 30) / 1e6, 12);
