@@ -65,7 +65,44 @@ export function planFor(state: GatewayState, deps: PlanDeps, stuck: string | und
     requestedParameters: requested,
     allowedRegions,
   });
-  if (stuck === undefined || preferences?.order) return plan;
+  // The caller's own provider order stands as given; `require_parameters` has filtered already.
+  if (preferences?.order) return plan;
+  const sticky = stuck === undefined ? plan : withStuckFirst(plan, stuck, deps);
+  return requireAll ? sticky : withShapingFirst(sticky, body, state.endpoint as Dialect);
+}
+
+/**
+ * The parameters that decide what an answer is (tools, a forced tool choice, structured output): an endpoint
+ * whose `supported_parameters` leaves one out would be sent the request without it and answer with prose
+ * (found by a routing audit: tools and `tool_choice: "required"` dropped for the cheapest endpoint while
+ * the next took them).
+ */
+const SHAPING: Readonly<Record<Dialect, readonly string[]>> = {
+  chat_completions: ['tools', 'tool_choice', 'response_format'],
+  messages: ['tools', 'tool_choice', 'output_config'],
+};
+
+/**
+ * `plan` with, within each model, the endpoints that take every answer-shaping parameter the request sets
+ * ahead of those that would drop one (otherwise in plan order; none is left out: without
+ * `provider.require_parameters` an endpoint that drops a parameter still serves when nothing else can).
+ */
+function withShapingFirst(plan: Candidate[], body: Record<string, unknown>, client: Dialect): Candidate[] {
+  const asked = SHAPING[client].filter((p) => body[p] !== undefined && body[p] !== null);
+  if (asked.length === 0 || plan.length < 2 || plan.every((c) => c.endpoint.supported_parameters === undefined && c.dialect === client)) return plan;
+  const takesAll = (c: Candidate) => (supportedThrough({ dialect: c.dialect, list: c.endpoint.supported_parameters }, client, asked) ?? asked).length === asked.length;
+  const out: Candidate[] = [];
+  for (let i = 0; i < plan.length; ) {
+    let j = i;
+    while (j < plan.length && plan[j].model.id === plan[i].model.id) j++;
+    const group = plan.slice(i, j);
+    out.push(...group.filter(takesAll), ...group.filter((c) => !takesAll(c)));
+    i = j;
+  }
+  return out;
+}
+
+function withStuckFirst(plan: Candidate[], stuck: string, deps: PlanDeps): Candidate[] {
   const index = plan.findIndex((c) => endpointKey(c) === stuck);
   // Within its own model only: the session's endpoint never jumps ahead of the model the request names first.
   if (index <= 0 || plan[index].model.id !== plan[0].model.id || deps.health.state(stuck!) === 'open') return plan;

@@ -27,6 +27,10 @@ models:
     endpoints: [{ provider: pb, upstream_model: up-big, pricing: { prompt: 2, completion: 2 } }]
   - id: r/solo
     endpoints: [{ provider: pa, upstream_model: up-solo, pricing: { prompt: 1, completion: 1 } }]
+  - id: r/tools
+    endpoints:
+      - { provider: pa, upstream_model: up-notools, pricing: { prompt: 1, completion: 1 }, supported_parameters: [temperature, max_tokens] }
+      - { provider: pb, upstream_model: up-tools, pricing: { prompt: 5, completion: 5 } }
   - id: r/capped
     max_output_tokens: 100
     endpoints: [{ provider: pa, upstream_model: up-capped, pricing: { prompt: 1, completion: 1 } }]
@@ -287,6 +291,18 @@ describe('circuit breaker and sticky sessions', () => {
     expect((await ask({ model: 'r/pair', session_id: 'm2' })).json.provider).toBe('pb');
     expect((await ask({ model: 'r/solo', session_id: 'm2' })).json.provider).toBe('pa');
     expect((await ask({ model: 'r/pair', session_id: 'm2' })).json.provider).toBe('pb');
+  });
+
+  it('puts the endpoints that take the tools, tool_choice or response_format a request sets ahead of those that would drop them', async () => {
+    await fresh();
+    const tools = [{ type: 'function', function: { name: 'get', parameters: { type: 'object' } } }];
+    const n = upstream.received.length;
+    expect((await ask({ model: 'r/tools' })).json.provider).toBe('pa'); // the cheaper, when nothing would be dropped
+    expect((await ask({ model: 'r/tools', tools, tool_choice: 'required' })).json.provider).toBe('pb');
+    expect((await ask({ model: 'r/tools', response_format: { type: 'json_object' } })).json.provider).toBe('pb');
+    // The caller's own order still stands (and the endpoint then drops what it does not list).
+    expect((await ask({ model: 'r/tools', tools, provider: { order: ['pa'] } })).json.provider).toBe('pa');
+    expect(upstream.received.slice(n).map((r) => r.body.model)).toEqual(['up-notools', 'up-tools', 'up-tools', 'up-notools']);
   });
 
   it("asks the provider for no more than the model's max_output_tokens (the spend hold held that much; 90 000 were billed)", async () => {
