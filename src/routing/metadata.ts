@@ -26,7 +26,7 @@ export function routingMetadata(state: GatewayState): Record<string, unknown> {
     strategy: 'ordered',
     region: served?.region ?? null,
     summary: route
-      ? `served by ${route.provider} (${route.model}) on attempt ${attempt} of ${state.candidates.length} candidate endpoint(s)`
+      ? `served by ${route.provider} (${route.model}) on attempt ${attempt} (${state.candidates.length} candidate endpoint(s); an endpoint may be tried twice)`
       : `no endpoint answered after ${state.attempts.length} attempt(s)`,
     attempt,
     generation_time: Math.round(performance.now() - state.startedAt),

@@ -46,6 +46,7 @@ describe('X-Gateway-Metadata', () => {
     ]);
     expect(meta.generation_time).toBeGreaterThanOrEqual(0);
     expect(typeof meta.summary).toBe('string');
+    expect(meta.summary).toMatch(/^served by \S+ \(\S+\) on attempt \d+ \(\d+ candidate endpoint\(s\); an endpoint may be tried twice\)$/);
     // Only the attempt that answered is billed.
     expect((await gw.ledgerRow(res.json.id))?.provider).toBe('fake-openai');
   });
