@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { post, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+import { ledgerRowSoon, post, testConfigYaml, type TestGateway } from '../fixtures/gateway';
 import { perTestGateways } from '../fixtures/per-test';
 
 /**
@@ -74,22 +74,13 @@ describe('provider usage is billed within what the request allowed', () => {
     t.upstream.scripts.set('up-open', [{ kind: 'raw-stream', text: stream({ prompt_tokens: 10, completion_tokens: 0 }) }]);
     const zero = await post(`${g.url}/chat/completions`, g.key, { model: 'b/open', stream: true, messages: [{ role: 'user', content: 'hi' }] });
     expect(zero.status).toBe(200);
-    const zeroRow = await waitRow(g, zero.headers.get('x-request-id')!);
+    const zeroRow = await ledgerRowSoon(g, zero.headers.get('x-request-id')!);
     expect(zeroRow).toMatchObject({ status: 'completed', promptTokens: 10, completionTokens: 500 });
 
     t.upstream.scripts.set('up-capped', [{ kind: 'raw-stream', text: stream({ prompt_tokens: 10, completion_tokens: 1e12 }) }]);
     const big = await post(`${g.url}/chat/completions`, g.key, { model: 'b/capped', stream: true, messages: [{ role: 'user', content: 'hi' }] });
-    const bigRow = await waitRow(g, big.headers.get('x-request-id')!);
+    const bigRow = await ledgerRowSoon(g, big.headers.get('x-request-id')!);
     expect(bigRow).toMatchObject({ status: 'completed', completionTokens: 100 });
     expect(bigRow!.costUsd).toBeCloseTo((10 * 10 + 100 * 30) / 1e6, 12);
   });
 });
-
-async function waitRow(g: TestGateway, id: string) {
-  for (let i = 0; i < 200; i++) {
-    const row = await g.ledgerRow(id);
-    if (row) return row;
-    await new Promise((r) => setTimeout(r, 10));
-  }
-  return null;
-}
