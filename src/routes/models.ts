@@ -1,4 +1,4 @@
-import { GatewayError } from '../errors/gateway-error';
+import { GatewayError, quoted } from '../errors/gateway-error';
 import type { Stage } from '../pipeline/types';
 import type { Services } from '../services';
 
@@ -32,9 +32,6 @@ export function modelsStage(services: Services): Stage {
   };
 }
 
-/** The longest model id an error message quotes (a client may send any path). */
-const SHOWN_ID_CHARS = 200;
-
 /**
  * GET /models/{id}: one model of the list, as the SDKs' `models.retrieve(id)` asks for it (the OpenAI SDK sends
  * `simulated%2Fchat`, a path of segments works too); an unknown id is a 404 `not_found`.
@@ -45,8 +42,7 @@ export function modelGetStage(services: Services): Stage {
     const id = String((ctx as unknown as { params?: { id?: unknown } }).params?.id ?? '');
     const entry = entries.get(id);
     if (!entry) {
-      const shown = id.length > SHOWN_ID_CHARS ? `${id.slice(0, SHOWN_ID_CHARS)}…` : id;
-      throw new GatewayError('not_found', `Model \`${shown}\` is not available on this gateway (see GET /models)`);
+      throw new GatewayError('not_found', `Model \`${quoted(id)}\` is not available on this gateway (see GET /models)`);
     }
     ctx.state.gateway.response = { kind: 'json', status: 200, body: entry };
   };

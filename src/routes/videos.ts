@@ -1,6 +1,6 @@
 import { requireManagementKey } from '../auth/key-cache';
 import type { VideoModelConfig } from '../config/types';
-import { GatewayError, toGatewayError } from '../errors/gateway-error';
+import { GatewayError, quoted, toGatewayError } from '../errors/gateway-error';
 import type { GatewayContext, Stage } from '../pipeline/types';
 import type { VideoProvider } from '../providers/video-types';
 import { blamesCaller } from '../routing/attempt-policy';
@@ -18,15 +18,10 @@ function jobIdParam(ctx: GatewayContext): string {
   return (ctx as unknown as { params: Record<string, string> }).params.jobId ?? '';
 }
 
-/** A job id as a 404 quotes it: cut at 100 characters (ids are ~42; a client may send a path of any length). */
-function shownId(id: string): string {
-  return id.length > 100 ? `${id.slice(0, 100)}…` : id;
-}
-
 /** The workspace's job, or 404 alike for an unknown id and another workspace's job (nothing to probe). */
 async function workspaceJob(services: Services, id: string, key: KeyRecord): Promise<VideoJob> {
   const job = await services.store.getVideoJob(id, key.workspaceId);
-  if (!job) throw new GatewayError('not_found', `Video job ${shownId(id)} not found`);
+  if (!job) throw new GatewayError('not_found', `Video job ${quoted(id)} not found`);
   return job;
 }
 
@@ -50,7 +45,7 @@ export function videoCreateStage(services: Services): Stage {
     await services.rateLimits.checkVideoJob({ config: services.config, gw: state, model: req.model, now: services.spend.clock() });
     const model = services.videos.models.get(req.model);
     if (!model) {
-      throw new GatewayError('not_found', `Video model \`${req.model}\` is not available on this gateway`, { metadata: { model: req.model } });
+      throw new GatewayError('not_found', `Video model \`${quoted(req.model)}\` is not available on this gateway`, { metadata: { model: quoted(req.model) } });
     }
     const previous = req.previousJobId ? await previousJob(services, req.previousJobId, key) : null;
     const endpoints = previous ? model.endpoints.filter((e) => e.provider === previous.provider) : model.endpoints;
@@ -109,7 +104,7 @@ export function videoCreateStage(services: Services): Stage {
 /** A job continued with `previous_job_id`: the workspace's own (404 otherwise), and completed. */
 async function previousJob(services: Services, id: string, key: KeyRecord): Promise<VideoJob> {
   const job = await services.store.getVideoJob(id, key.workspaceId);
-  if (!job) throw new GatewayError('not_found', `Video job ${shownId(id)} not found`, { metadata: { field: 'previous_job_id' } });
+  if (!job) throw new GatewayError('not_found', `Video job ${quoted(id)} not found`, { metadata: { field: 'previous_job_id' } });
   if (job.status !== 'completed') {
     throw new GatewayError('invalid_request', `Only a completed job can be continued; video job ${id} is ${job.status}`, { metadata: { field: 'previous_job_id' } });
   }

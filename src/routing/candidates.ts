@@ -1,5 +1,5 @@
 import type { ModelConfig, ModelEndpointConfig } from '../config/types';
-import { GatewayError } from '../errors/gateway-error';
+import { GatewayError, quoted } from '../errors/gateway-error';
 import type { Dialect, Provider } from '../providers/types';
 
 export interface Candidate {
@@ -41,7 +41,7 @@ export function candidatesFor(input: {
   const names = requestedModels(input.body);
   const known = names.filter((n) => input.models.has(n));
   if (known.length === 0) {
-    const name = names[0] ?? '';
+    const name = quoted(names[0] ?? '');
     throw new GatewayError('not_found', `Model \`${name}\` is not available on this gateway (see GET /models)`, {
       metadata: { model: name },
     });

@@ -203,6 +203,11 @@ describe('routing errors', () => {
   it('404 not_found for a model the gateway does not serve', async () => {
     expectStandard(await chat(gw.key, { ...chatBody, model: 'nope/nope' }), 404, 'not_found');
     expectMessages(await messages(gw.key, { ...msgBody, model: 'nope/nope' }), 404, 'not_found_error', 'not_found', 'null');
+    // A very long name is quoted cut short (it was echoed whole, in the message and the metadata).
+    const long = await chat(gw.key, { ...chatBody, model: 'y'.repeat(5000) });
+    expect(long.status).toBe(404);
+    expect(long.json.error.message).toBe(`Model \`${'y'.repeat(200)}…\` is not available on this gateway (see GET /models)`);
+    expect(long.json.error.metadata.model).toBe(`${'y'.repeat(200)}…`);
   });
 
   it('400 before any provider call when a request cannot be expressed in the provider\'s style', async () => {

@@ -196,7 +196,7 @@ describe('GET /videos/{jobId}: the statuses of spec 7.11', () => {
     // A very long id is quoted cut short (the whole 5000 characters were echoed).
     const long = await getVideo(g, 'x'.repeat(5000), other.mgmt);
     expect(long.status).toBe(404);
-    expect(long.json.error.message).toBe(`Video job ${'x'.repeat(100)}… not found`);
+    expect(long.json.error.message).toBe(`Video job ${'x'.repeat(200)}… not found`);
   });
 
   it('500 server with the generic message when the store fails', async () => {
