@@ -406,6 +406,32 @@ describe('chatToMessagesStream', () => {
     expect(accumulateMessages(out)).toEqual(chatToMessagesResponse(TOOLS_COMPLETION));
   });
 
+  it('holds text and reasoning that come while a call\'s arguments are still coming: no delta goes to a stopped block', () => {
+    const t = chatToMessagesStream();
+    const all: SseEvent[] = [];
+    const push = (e: SseEvent) => all.push(...t.push(e));
+    push(cc({ role: 'assistant' }));
+    push(cc({ tool_calls: [{ index: 0, id: 'call_A', type: 'function', function: { name: 'get_weather', arguments: '{"location":' } }] }));
+    push(cc({ content: 'interjection' }));
+    push(cc({ reasoning: 'hmm' }));
+    push(cc({ tool_calls: [{ index: 0, function: { arguments: '"Paris"}' } }] }));
+    push(cc({ content: ' after' }));
+    push(cc({}, 'tool_calls'));
+    push(DONE);
+    const stopped = new Set<number>();
+    for (const e of all) {
+      const d = JSON.parse(e.data);
+      if (e.event === 'content_block_stop') stopped.add(d.index);
+      if (e.event === 'content_block_delta') expect(stopped.has(d.index), `delta to stopped block ${d.index}`).toBe(false);
+    }
+    expect(accumulateMessages(all).content).toEqual([
+      { type: 'tool_use', id: 'call_A', name: 'get_weather', input: { location: 'Paris' } },
+      { type: 'text', text: 'interjection' },
+      { type: 'thinking', thinking: 'hmm', signature: '' },
+      { type: 'text', text: ' after' },
+    ]);
+  });
+
   it('holds an interleaved later call until the earlier call\'s arguments are whole, then streams it', () => {
     const call = (index: number, fn: Obj, id?: string) => cc({ tool_calls: [{ index, ...(id ? { id, type: 'function' } : {}), function: fn }] });
     const t = chatToMessagesStream();

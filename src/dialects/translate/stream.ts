@@ -281,6 +281,27 @@ export function chatToMessagesStream(): StreamTranslator {
   };
   /** A named call waiting for its block may open once no tool block is open or the open one's arguments are whole. */
   const mayOpen = (): boolean => openCall === null || open?.kind !== 'tool' || openCall.end.done;
+  const emitReasoning = (out: SseEvent[], text: string): void => {
+    const index = open?.kind === 'thinking' ? open.index : openBlock(out, 'thinking', { type: 'thinking', thinking: '', signature: '' });
+    out.push(delta(index, { type: 'thinking_delta', thinking: text }));
+  };
+  const emitText = (out: SseEvent[], text: string): void => {
+    const index = open?.kind === 'text' ? open.index : openBlock(out, 'text', { type: 'text', text: '' });
+    out.push(delta(index, { type: 'text_delta', text }));
+  };
+  /**
+   * Text and reasoning that arrive while a tool call's arguments are still coming: held until they are whole.
+   * Opening a text block closed the call's, and its later fragments went to a stopped block (the Anthropic
+   * SDK's eager tool runner then ran the tool with `{}`; found by a translation audit).
+   */
+  let held: { thinking: boolean; text: string }[] = [];
+  const holding = (): boolean => !mayOpen();
+  const flushHeld = (out: SseEvent[]): void => {
+    if (held.length === 0 || holding()) return;
+    const pieces = held;
+    held = [];
+    for (const p of pieces) (p.thinking ? emitReasoning : emitText)(out, p.text);
+  };
   /** Opens waiting calls, in the order they began, while the open call's arguments are whole. */
   const openWaiting = (out: SseEvent[]): void => {
     for (const t of tools.values()) {
@@ -360,7 +381,10 @@ export function chatToMessagesStream(): StreamTranslator {
     if (t.block >= 0) {
       // A fragment of a call whose block was closed early (text came between) still names its own block.
       if (args) out.push(delta(t.block, { type: 'input_json_delta', partial_json: args }));
-      if (t === openCall && args && t.end.feed(args)) openWaiting(out);
+      if (t === openCall && args && t.end.feed(args)) {
+        flushHeld(out);
+        openWaiting(out);
+      }
       return;
     }
     t.pending += args;
@@ -401,13 +425,13 @@ export function chatToMessagesStream(): StreamTranslator {
       const d: Obj = isObj(choice.delta) ? choice.delta : {};
       const reasoning = reasoningOf(d);
       if (reasoning) {
-        const index = open?.kind === 'thinking' ? open.index : openBlock(out, 'thinking', { type: 'thinking', thinking: '', signature: '' });
-        out.push(delta(index, { type: 'thinking_delta', thinking: reasoning }));
+        if (holding()) held.push({ thinking: true, text: reasoning });
+        else emitReasoning(out, reasoning);
       }
       const text = contentText(d.content);
       if (text) {
-        const index = open?.kind === 'text' ? open.index : openBlock(out, 'text', { type: 'text', text: '' });
-        out.push(delta(index, { type: 'text_delta', text }));
+        if (holding()) held.push({ thinking: false, text });
+        else emitText(out, text);
       }
       if (typeof d.refusal === 'string') refusal += d.refusal;
       if (Array.isArray(d.tool_calls)) d.tool_calls.forEach((tc: unknown, i: number) => isObj(tc) && toolCall(out, tc, i));
@@ -418,6 +442,7 @@ export function chatToMessagesStream(): StreamTranslator {
         // Calls whose name never arrived still get their block, so their arguments are not lost.
         for (const t of tools.values()) if (t.block < 0) openTool(out, t);
         openCall = null;
+        flushHeld(out);
         close(out);
         finish = choice.finish_reason;
       }
