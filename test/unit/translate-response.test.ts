@@ -1,5 +1,6 @@
 import { describe, it, expect } from 'vitest';
 import { chatToMessagesResponse, DEFAULT_REFUSAL, messagesToChatResponse } from '../../src/dialects/translate/response';
+import { chatToMessagesRequest } from '../../src/dialects/translate/request';
 import { chatUsage } from '../../src/dialects/chat-completions';
 import { messagesUsage } from '../../src/dialects/messages';
 
@@ -331,5 +332,39 @@ describe('usage counts a provider reports', () => {
       inputTokens: 0, outputTokens: 5, cachedTokens: 0, cacheWriteTokens: 0, reasoningTokens: 0,
     });
     expect(messagesUsage({ input_tokens: 7, output_tokens: -1000000, cache_read_input_tokens: -2, cache_creation_input_tokens: '4' })).toMatchObject({ inputTokens: 7, outputTokens: 0 });
+  });
+});
+
+describe('signed thinking round-trips through a chat client (reasoning_details)', () => {
+  it('a messages answer gives reasoning_details; sent back on the assistant turn, they are the thinking blocks again', () => {
+    const answer = messagesToChatResponse({
+      id: 'msg_1', type: 'message', role: 'assistant', model: 'claude', stop_reason: 'tool_use',
+      content: [
+        { type: 'thinking', thinking: 'Plan: call the tool.', signature: 'SIG_abc' },
+        { type: 'redacted_thinking', data: 'ENCRYPTED' },
+        { type: 'thinking', thinking: 'unsigned', signature: '' },
+        { type: 'tool_use', id: 'toolu_1', name: 'get', input: { q: 1 } },
+      ],
+      usage: { input_tokens: 1, output_tokens: 1 },
+    });
+    const message = answer.choices[0].message;
+    expect(message.reasoning_details).toEqual([
+      { type: 'reasoning.text', text: 'Plan: call the tool.', signature: 'SIG_abc', format: 'anthropic-claude-v1', index: 0 },
+      { type: 'reasoning.encrypted', data: 'ENCRYPTED', format: 'anthropic-claude-v1', index: 1 },
+    ]);
+    const next = chatToMessagesRequest(
+      {
+        model: 'claude',
+        reasoning_effort: 'low',
+        max_completion_tokens: 4000,
+        messages: [{ role: 'user', content: 'go' }, message, { role: 'tool', tool_call_id: 'toolu_1', content: 'done' }],
+      },
+      { defaultMaxTokens: 4096 },
+    ) as { messages: { role: string; content: { type: string }[] }[]; thinking?: unknown };
+    expect(next.messages[1].content.slice(0, 2)).toEqual([
+      { type: 'thinking', thinking: 'Plan: call the tool.', signature: 'SIG_abc' },
+      { type: 'redacted_thinking', data: 'ENCRYPTED' },
+    ]);
+    expect(next.thinking).toMatchObject({ type: 'enabled' });
   });
 });

@@ -607,6 +607,17 @@ describe('official SDKs', () => {
     expect(final.usage).toEqual(expected.usage);
   });
 
+  it("a chat client gets the provider's signed thinking as reasoning_details, whole, in one chunk before the finish; the OpenAI SDK keeps it on the message", async () => {
+    const events = run(messagesToChatStream(), messagesEvents(TOOLS_MESSAGE, 2));
+    const withDetails = events.filter((e) => e.data.includes('"reasoning_details"'));
+    expect(withDetails).toHaveLength(1);
+    const details = [{ type: 'reasoning.text', text: 'The user wants weather and time.', signature: 'EqSig', format: 'anthropic-claude-v1', index: 0 }];
+    expect(JSON.parse(withDetails[0].data).choices[0].delta.reasoning_details).toEqual(details);
+    const client = new OpenAI({ apiKey: 'k', baseURL: 'http://gateway.test/v1', fetch: sseFetch(events), maxRetries: 0 });
+    const final = await client.chat.completions.stream({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }).finalChatCompletion();
+    expect((final.choices[0].message as unknown as { reasoning_details: unknown }).reasoning_details).toEqual(details);
+  });
+
   it('the Anthropic SDK accumulates the translated stream into the non-streaming translation', async () => {
     const events = [...run(chatToMessagesStream(), chatChunks(TOOLS_COMPLETION, { size: 1 })), DONE];
     const client = new Anthropic({ apiKey: 'k', baseURL: 'http://gateway.test', fetch: sseFetch(events), maxRetries: 0 });

@@ -132,15 +132,19 @@ export function messagesToChatResponse(body: Record<string, any>): Record<string
   if (body.type === 'error') return { id: body.request_id ?? body.id, error: messagesErrorToChat(body.error) };
   const texts: string[] = [];
   const thinking: string[] = [];
+  const signed: ({ thinking: string; signature: string } | { data: string })[] = [];
   const toolCalls: Obj[] = [];
   for (const block of Array.isArray(body.content) ? body.content : []) {
     if (!isObj(block)) continue;
     if (block.type === 'text' && typeof block.text === 'string') texts.push(block.text);
-    else if (block.type === 'thinking' && typeof block.thinking === 'string') thinking.push(block.thinking);
+    else if (block.type === 'thinking' && typeof block.thinking === 'string') {
+      thinking.push(block.thinking);
+      signed.push({ thinking: block.thinking, signature: typeof block.signature === 'string' ? block.signature : '' });
+    } else if (block.type === 'redacted_thinking' && typeof block.data === 'string') signed.push({ data: block.data });
     else if (block.type === 'tool_use') {
       toolCalls.push({ id: block.id, type: 'function', function: { name: block.name, arguments: argumentsOf(block.input) } });
     }
-    // redacted_thinking, server tool blocks and citations have no chat equivalent and are dropped.
+    // Server tool blocks and citations have no chat equivalent and are dropped.
   }
   const refused = body.stop_reason === 'refusal';
   const message: Obj = {
@@ -149,6 +153,8 @@ export function messagesToChatResponse(body: Record<string, any>): Record<string
     refusal: refused ? refusalText(body.stop_details) : null,
   };
   if (thinking.length > 0) message.reasoning = thinking.join('');
+  const details = reasoningDetailsOf(signed);
+  if (details.length > 0) message.reasoning_details = details;
   if (toolCalls.length > 0) message.tool_calls = toolCalls;
   const out: Obj = {
     id: body.id,
@@ -173,6 +179,22 @@ export function contentText(content: unknown): string {
   if (typeof content === 'string') return content;
   if (!Array.isArray(content)) return '';
   return content.map((p) => (isObj(p) && typeof p.text === 'string' && (p.type === undefined || p.type === 'text') ? p.text : '')).join('');
+}
+
+/**
+ * A messages answer's signed thinking as chat `reasoning_details` (OpenRouter's shape): `reasoning.text` with its
+ * signature, `reasoning.encrypted` for redacted thinking. A chat client that sends them back on the assistant
+ * turn (the OpenAI SDK's tool loops send the message as it came) keeps thinking on across a tool loop: the
+ * Messages API takes a tool loop's thinking only signed, and without them every loop went on with thinking off.
+ * Unsigned thinking (no signature) is left out: it could not be sent back.
+ */
+export function reasoningDetailsOf(blocks: ({ thinking: string; signature: string } | { data: string })[]): Obj[] {
+  const out: Obj[] = [];
+  for (const b of blocks) {
+    if ('data' in b) out.push({ type: 'reasoning.encrypted', data: b.data, format: 'anthropic-claude-v1', index: out.length });
+    else if (b.signature) out.push({ type: 'reasoning.text', text: b.thinking, signature: b.signature, format: 'anthropic-claude-v1', index: out.length });
+  }
+  return out;
 }
 
 /** Chat `reasoning` (or the `reasoning_content` some providers use) of a message or delta. */

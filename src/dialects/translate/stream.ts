@@ -10,6 +10,7 @@ import {
   finishReasonOf,
   messagesErrorToChat,
   messagesUsageToChat,
+  reasoningDetailsOf,
   reasoningOf,
   refusalDetails,
   refusalText,
@@ -64,6 +65,9 @@ interface InBlock {
   /** For tool blocks: the chat tool_calls index, and whether any argument text was sent yet. */
   tool?: number;
   hasArgs?: boolean;
+  /** For thinking blocks: their text and signature, for the chat answer's `reasoning_details`. */
+  thinking?: string;
+  signature?: string;
 }
 
 /** Anthropic-style events in → chat.completion.chunk events out, ending with a usage chunk and `[DONE]`. */
@@ -76,6 +80,8 @@ export function messagesToChatStream(): StreamTranslator {
   let complete = false;
   let tools = 0;
   const blocks = new Map<number, InBlock>();
+  /** Thinking and redacted-thinking blocks, in order (a redacted one keeps its data in `signature`). */
+  const details: InBlock[] = [];
   const usage: Obj = {};
   let stopReason: unknown = null;
   let stopDetails: unknown = null;
@@ -130,8 +136,13 @@ export function messagesToChatStream(): StreamTranslator {
             blocks.set(index, { kind: 'text' });
             if (typeof cb.text === 'string' && cb.text) out.push(chunk({ content: cb.text }));
           } else if (cb.type === 'thinking') {
-            blocks.set(index, { kind: 'thinking' });
-            if (typeof cb.thinking === 'string' && cb.thinking) out.push(chunk({ reasoning: cb.thinking }));
+            const block: InBlock = { kind: 'thinking', thinking: typeof cb.thinking === 'string' ? cb.thinking : '', signature: typeof cb.signature === 'string' ? cb.signature : '' };
+            blocks.set(index, block);
+            details.push(block);
+            if (block.thinking) out.push(chunk({ reasoning: block.thinking }));
+          } else if (cb.type === 'redacted_thinking' && typeof cb.data === 'string') {
+            blocks.set(index, { kind: 'other' });
+            details.push({ kind: 'other', signature: cb.data });
           } else if (cb.type === 'tool_use') {
             const block: InBlock = { kind: 'tool', tool: tools++, hasArgs: false };
             blocks.set(index, block);
@@ -150,11 +161,14 @@ export function messagesToChatStream(): StreamTranslator {
           const block = blocks.get(Number(data.index));
           const d = isObj(data.delta) ? data.delta : {};
           if (d.type === 'text_delta' && typeof d.text === 'string' && d.text) out.push(chunk({ content: d.text }));
-          else if (d.type === 'thinking_delta' && typeof d.thinking === 'string' && d.thinking) out.push(chunk({ reasoning: d.thinking }));
+          else if (d.type === 'thinking_delta' && typeof d.thinking === 'string' && d.thinking) {
+            if (block?.kind === 'thinking') block.thinking += d.thinking;
+            out.push(chunk({ reasoning: d.thinking }));
+          } else if (d.type === 'signature_delta' && block?.kind === 'thinking' && typeof d.signature === 'string') block.signature += d.signature;
           else if (d.type === 'input_json_delta' && block?.kind === 'tool' && typeof d.partial_json === 'string' && d.partial_json) {
             out.push(toolArgs(block, d.partial_json));
           }
-          // signature_delta and citations_delta have no chat equivalent.
+          // citations_delta has no chat equivalent.
           break;
         }
         case 'content_block_stop': {
@@ -174,6 +188,9 @@ export function messagesToChatStream(): StreamTranslator {
         }
         case 'message_stop': {
           start(out);
+          // The signed thinking, whole, in one chunk (SDKs assign a delta's unknown fields rather than append them).
+          const reasoningDetails = reasoningDetailsOf(details.map((b) => (b.kind === 'thinking' ? { thinking: b.thinking ?? '', signature: b.signature ?? '' } : { data: b.signature ?? '' })));
+          if (reasoningDetails.length > 0) out.push(chunk({ reasoning_details: reasoningDetails }));
           const delta = stopReason === 'refusal' ? { refusal: refusalText(stopDetails) } : {};
           out.push(chunk(delta, finishReasonOf(stopReason)));
           out.push({ data: JSON.stringify({ ...base(), choices: [], usage: messagesUsageToChat(usage) }) });
