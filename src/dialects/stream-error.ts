@@ -23,7 +23,9 @@ export function providerStreamError(dialect: Dialect, data: unknown, providerId:
     [type, message] = [m.error_type, m.message];
   }
   const metadata: Record<string, unknown> = { provider_name: providerId };
-  if (typeof code === 'number') metadata.provider_code = code;
+  // A translated error says the provider gave no code (`provider_code: null`): its `code` is not the provider's.
+  const given = error && typeof error === 'object' ? (error as { metadata?: { provider_code?: unknown } }).metadata?.provider_code : undefined;
+  if (typeof code === 'number' && given !== null) metadata.provider_code = code;
   const text = callerFacing(type) ? String(message) : `Provider ${providerId} reported an error in its stream (${type})`;
   return new GatewayError(type, text, { metadata });
 }

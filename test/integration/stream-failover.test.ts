@@ -46,6 +46,18 @@ describe('streams fail over until the answer begins (spec 7.5.2)', () => {
     ]);
   });
 
+  it('a chat client of a messages provider that fails after output: the in-band error names no provider_code (the provider sent none)', async () => {
+    g = await t.start({ yaml: yaml() });
+    const text = sse('content_block_start', { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } }) +
+      sse('content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Partial' } });
+    t.upstream.scripts.set('first-msg', [{ kind: 'raw-stream', text: MESSAGE_START + text + OVERLOADED }]);
+    const r = await post(`${g.url}/chat/completions`, g.key, { model: 'pair/messages', stream: true, messages: [{ role: 'user', content: 'hi' }] });
+    const chunks = sseEvents(r.text).filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+    const failure = chunks.find((c) => c.error)!;
+    expect(failure.error.metadata.error_type).toBe('provider_overloaded');
+    expect(failure.error.metadata).not.toHaveProperty('provider_code');
+  });
+
   it('chat: a role chunk and then a dropped connection, a stream that ends, or [DONE] before any output, fail over', async () => {
     // Each fault is a failure of the first endpoint: its breaker must stay closed for the next fault's turn.
     g = await t.start({ yaml: `${yaml()}routing: { circuit_breaker: { failure_threshold: 100 } }\n` });

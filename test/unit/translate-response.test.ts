@@ -131,7 +131,8 @@ describe('messagesToChatResponse', () => {
 
   it('turns a messages error body into a chat error body', () => {
     const out = messagesToChatResponse({ type: 'error', error: { type: 'overloaded_error', message: 'Busy' }, request_id: 'req_1' });
-    expect(out).toEqual({ id: 'req_1', error: { code: 503, message: 'Busy', metadata: { error_type: 'provider_overloaded' } } });
+    // `code` is the gateway's status for the type; the provider gave none (`provider_code: null`).
+    expect(out).toEqual({ id: 'req_1', error: { code: 503, message: 'Busy', metadata: { error_type: 'provider_overloaded', provider_code: null } } });
     expect(out).not.toHaveProperty('choices');
   });
 });

@@ -347,14 +347,14 @@ describe('messagesToChatStream', () => {
     expect(out.at(-1)).toEqual(DONE);
     const chunk = JSON.parse(out.at(-2)!.data);
     expect(chunk).toMatchObject({ id: 'msg_1', object: 'chat.completion.chunk', model: 'claude-x' });
-    expect(chunk.error).toEqual({ code: 503, message: 'Overloaded', metadata: { error_type: 'provider_overloaded' } });
+    expect(chunk.error).toEqual({ code: 503, message: 'Overloaded', metadata: { error_type: 'provider_overloaded', provider_code: null } });
     expect(chunk.choices).toEqual([{ index: 0, delta: { content: '' }, finish_reason: 'error' }]);
     expect(out.filter((e) => e.data.includes('finish_reason":"stop'))).toHaveLength(0);
   });
 
   it('keeps a gateway error_type carried by the error event', () => {
     const out = run(messagesToChatStream(), [mev('error', { error: { type: 'api_error', message: 'x', error_type: 'timeout' } })]);
-    expect(JSON.parse(out[0].data).error).toEqual({ code: 504, message: 'x', metadata: { error_type: 'timeout' } });
+    expect(JSON.parse(out[0].data).error).toEqual({ code: 504, message: 'x', metadata: { error_type: 'timeout', provider_code: null } });
   });
 
   it.each([

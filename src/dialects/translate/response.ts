@@ -93,7 +93,9 @@ export function messagesErrorToChat(e: unknown): Obj {
   const err = isObj(e) ? e : {};
   const errorType: ErrorType = isErrorType(err.error_type) ? err.error_type : (TYPE_OF_MESSAGES_ERROR[err.type] ?? 'provider_unavailable');
   const message = typeof err.message === 'string' ? err.message : 'Provider error';
-  return { code: ERROR_STATUS[errorType], message, metadata: { error_type: errorType } };
+  // `code` is the status this gateway gives the error type (a chat error carries one); the provider sent none,
+  // so `provider_code` says so (it had been read back as the provider's: an overloaded Anthropic stream showed 503).
+  return { code: ERROR_STATUS[errorType], message, metadata: { error_type: errorType, provider_code: null } };
 }
 
 /** A chat error object (`{code, message, metadata?}`) → the messages-style `error` object. */
