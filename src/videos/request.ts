@@ -41,8 +41,16 @@ export function parseVideoRequest(body: unknown, limits: { default_duration_seco
   const params: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(b)) if (!OWN_FIELDS.has(k)) params[k] = v;
   params.duration_seconds = duration;
+  // Every job is stored with its request and read again by each poll round until it ends: 330 jobs with a 9.5 MB
+  // extra field each ran the process out of memory, at every restart (found by a security audit).
+  if (JSON.stringify(params).length > MAX_PARAMS_CHARS) {
+    throw invalid('body', `The fields other than \`model\`, \`prompt\` and \`previous_job_id\` may hold at most ${MAX_PARAMS_CHARS} characters of JSON in all`);
+  }
   return { model: String(b.model), prompt: String(b.prompt), previousJobId: typeof b.previous_job_id === 'string' ? b.previous_job_id : null, params };
 }
+
+/** The most JSON the provider parameters of one job may take (resolution, seed, negative prompt, a provider's own fields). */
+export const MAX_PARAMS_CHARS = 40_000;
 
 function invalid(field: string, message: string): GatewayError {
   return new GatewayError('invalid_request', message, { metadata: { field } });

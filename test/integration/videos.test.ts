@@ -86,6 +86,8 @@ describe('POST /videos', () => {
       [{ model: 'sim/video', prompt: 'x', duration_seconds: 61 }, 'duration_seconds'],
       [{ model: 'sim/video', prompt: 'x', seed: 1.5 }, 'seed'],
       [[1, 2], 'body'],
+      // Provider parameters beyond 40 000 characters of JSON: each job is stored and read again by every poll round.
+      [{ model: 'sim/video', prompt: 'x', extra: 'z'.repeat(40_000) }, 'body'],
     ];
     for (const [body, field] of cases) {
       const res = await createVideo(g, body);
