@@ -1,4 +1,4 @@
-import { withoutGatewayKeys } from './span-text';
+import { SPAN_VALUE_MAX, withoutGatewayKeys } from './span-text';
 import {
   diag,
   SpanStatusCode,
@@ -196,7 +196,10 @@ export class LeanSpan implements Span, ReadableSpan {
   setStatus(status: SpanStatus): this {
     if (this.ended || status.code === SpanStatusCode.UNSET || this.status.code === SpanStatusCode.OK) return this;
     // Error messages quote what a request named (a model, a preset): a gateway key pasted there is masked.
-    this.status = status.code === SpanStatusCode.ERROR && typeof status.message === 'string' ? { code: status.code, message: withoutGatewayKeys(status.message) } : { code: status.code };
+    this.status =
+      status.code === SpanStatusCode.ERROR && typeof status.message === 'string'
+        ? { code: status.code, message: withoutGatewayKeys(status.message.length > SPAN_VALUE_MAX ? status.message.slice(0, SPAN_VALUE_MAX) : status.message) }
+        : { code: status.code };
     return this;
   }
 

@@ -3,6 +3,7 @@ import type { SpanProcessor } from '@opentelemetry/sdk-trace-base';
 import type { GatewayConfig } from '../config/types';
 import { LeanTracer, type SpanSink } from './lean-tracer';
 import { otlpSink } from './otlp-export';
+import { SPAN_VALUE_MAX } from './span-text';
 
 export interface Telemetry {
   tracer: Tracer;
@@ -50,7 +51,12 @@ export function startTelemetry(config: GatewayConfig['telemetry'], extraProcesso
   }
   const defaults = loadDefaultConfig();
   const sampler = (process.env.OTEL_TRACES_SAMPLER ?? 'parentbased_always_on') === 'parentbased_always_on' ? null : defaults.sampler;
-  const tracer = new LeanTracer({ resource, scope, sampler, limits: defaults.spanLimits as Required<typeof defaults.spanLimits>, sinks });
+  const limits = defaults.spanLimits as Required<typeof defaults.spanLimits>;
+  // At most SPAN_VALUE_MAX characters a value, whatever OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT says (its default is
+  // none): a 3 MB model name in a request was copied into ten spans, and queued spans held gigabytes while a
+  // collector was slow (found by a security audit).
+  limits.attributeValueLengthLimit = Math.min(limits.attributeValueLengthLimit ?? SPAN_VALUE_MAX, SPAN_VALUE_MAX);
+  const tracer = new LeanTracer({ resource, scope, sampler, limits, sinks });
   // Code that asks the API for a tracer (`trace.getTracer(…)`) gets this one too.
   trace.setGlobalTracerProvider({ getTracer: () => tracer });
   // No context manager: no AsyncLocalStorage. On Node 20 it runs promise hooks on every promise of every

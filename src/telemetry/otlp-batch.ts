@@ -37,6 +37,9 @@ export interface OtlpBatchOptions {
  * the first, with at most `maxInFlight` requests in flight. Bounded like the SDK's batch processor was: at
  * most `maxQueue` spans wait, and new spans are dropped beyond that (counted in `dropped`).
  */
+/** The most encoded span bytes that wait for an export (past it new spans are dropped, as past `maxQueue`). */
+export const MAX_PENDING_BYTES = 64 * 1024 * 1024;
+
 export class OtlpBatch implements SpanSink {
   private readonly pending = new ProtoWriter(64 * 1024);
   private count = 0;
@@ -58,7 +61,8 @@ export class OtlpBatch implements SpanSink {
 
   onEnd(span: LeanSpan): void {
     if (this.stopped || (span.spanContext().traceFlags & TraceFlags.SAMPLED) === 0) return;
-    if (this.count >= this.options.maxQueue) {
+    // By count and by bytes: spans waiting for a slow collector must not hold unbounded memory.
+    if (this.count >= this.options.maxQueue || this.pending.pos >= MAX_PENDING_BYTES) {
       // Said in the log (at most once a minute, telemetry/diag-log.ts): spans are being lost.
       if (this.dropped++ % 1000 === 0) diag.warn(`span queue full (telemetry.max_queue ${this.options.maxQueue}): spans dropped`);
       return;

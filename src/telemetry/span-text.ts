@@ -13,6 +13,9 @@ export function withoutGatewayKeys(text: string): string {
   return text.includes('sk-gw-v1-') ? text.replace(GATEWAY_KEY, (k) => `sk-gw-v1-...${k.slice(-4)}`) : text;
 }
 
+/** The longest string a span keeps (an attribute value, a status message): longer ones are cut. */
+export const SPAN_VALUE_MAX = 4096;
+
 /** Text from a request for a span: cut to 256 characters, gateway keys masked. */
 export function spanText(text: string): string {
   return withoutGatewayKeys(text.length > SPAN_TEXT_MAX ? text.slice(0, SPAN_TEXT_MAX) : text);

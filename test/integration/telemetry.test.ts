@@ -153,6 +153,18 @@ describe('the body `trace` object', () => {
     );
   });
 
+  it('keeps at most 4096 characters of any span value and status message (a 3 MB model name was copied into ten spans)', async () => {
+    const span = telemetry.tracer.startSpan('long values');
+    span.setAttribute('long', 'x'.repeat(3_000_000));
+    span.setAttributes({ list: ['y'.repeat(10_000)] });
+    span.setStatus({ code: 2, message: 'z'.repeat(10_000) });
+    span.end();
+    const done = await waitForSpans((all) => all.find((s) => s.name === 'long values'));
+    expect((done.attributes.long as string).length).toBe(4096);
+    expect((done.attributes.list as string[])[0].length).toBe(4096);
+    expect(done.status.message!.length).toBe(4096);
+  });
+
   it('renames the request span (span_name) and the attempt span (generation_name)', async () => {
     const res = await post(`${gw.url}/chat/completions`, gw.key, {
       ...CHAT,
