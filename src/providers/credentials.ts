@@ -34,6 +34,36 @@ export function credentialsIn(headers: Record<string, string>): string[] {
  */
 export function withoutCredentials(text: string, credentials: readonly string[]): string {
   let out = text;
-  for (const c of credentials) if (out.includes(c)) out = out.split(c).join('[redacted]');
+  const prefixes = prefixesOf(credentials);
+  for (let i = 0; i < credentials.length; i++) {
+    const c = credentials[i];
+    // The key's first characters find it whole and cut short alike: a provider that quotes the key it refused
+    // often quotes a part ("sk-proj-abc…"), and the key less its last characters had reached the caller.
+    if (out.includes(prefixes[i])) out = c.length >= SHORTENED_MIN ? withoutPrefixRuns(out, c, prefixes[i]) : out.split(c).join('[redacted]');
+  }
   return out;
+}
+
+/** A credential this long is also found cut short: any run of its first `PREFIX_CHARS` or more characters. */
+const SHORTENED_MIN = 16;
+const PREFIX_CHARS = 12;
+const prefixCache = new WeakMap<readonly string[], string[]>();
+
+function prefixesOf(credentials: readonly string[]): string[] {
+  let p = prefixCache.get(credentials);
+  if (!p) prefixCache.set(credentials, (p = credentials.map((c) => (c.length >= SHORTENED_MIN ? c.slice(0, PREFIX_CHARS) : c))));
+  return p;
+}
+
+/** `text` with every run that starts like `c` and goes on like it for at least `prefix`'s length replaced. */
+function withoutPrefixRuns(text: string, c: string, prefix: string): string {
+  let out = '';
+  let from = 0;
+  for (let at = text.indexOf(prefix); at >= 0; at = text.indexOf(prefix, from)) {
+    let n = prefix.length;
+    while (n < c.length && at + n < text.length && text.charCodeAt(at + n) === c.charCodeAt(n)) n++;
+    out += `${text.slice(from, at)}[redacted]`;
+    from = at + n;
+  }
+  return from === 0 ? text : out + text.slice(from);
 }

@@ -108,7 +108,10 @@ export function classifyUpstreamError(status: number, bodyText: string, provider
   // `x-should-retry` before the status).
   if (type === 'provider_unavailable' && (status === 401 || status === 403 || status === 404)) headers = { 'x-should-retry': 'false' };
   const metadata: Record<string, unknown> = { provider_name: providerId, provider_code: status };
-  if (body.raw !== undefined) metadata.raw = body.raw;
+  // Not for a refusal of the operator's credentials (401, 403 that is no content policy): the caller has
+  // nothing to read there, and a provider's error quoting the refused key in another form (upper-cased,
+  // encoded) would carry it past the scrubbing.
+  if (body.raw !== undefined && !((status === 401 || status === 403) && type === 'provider_unavailable')) metadata.raw = body.raw;
   // The details of an error that is the caller's to fix go to a messages client as the provider sent them
   // (the Anthropic SDK's typed errors read `error.details.error_code`); not for errors this gateway maps to
   // another status (a provider's 401/404 is the operator's, answered 502).

@@ -66,3 +66,23 @@ describe('keys a provider writes back with JSON escapes (found by a telemetry au
     expect(err.message).toBe('Incorrect API key provided: [redacted]');
   });
 });
+
+describe('a key quoted cut short (found by a security audit)', () => {
+  const key = 'sk-provider-OPENAISECRET1234567890abcd';
+  const credentials = credentialsIn({ authorization: `Bearer ${key}` });
+
+  it('is scrubbed like the whole key: the key less its last characters, or its first dozen and more', () => {
+    expect(withoutCredentials(`Incorrect API key provided: ${key.slice(0, -2)}.`, credentials)).toBe('Incorrect API key provided: [redacted].');
+    expect(withoutCredentials(`key ${key.slice(0, 20)}*** is invalid`, credentials)).toBe('key [redacted]*** is invalid');
+    expect(withoutCredentials(`two: ${key} and ${key.slice(0, 30)}`, credentials)).toBe('two: [redacted] and [redacted]');
+    // Fewer characters than the prefix say too little to be the key.
+    expect(withoutCredentials(`${key.slice(0, 10)}`, credentials)).toBe(key.slice(0, 10));
+  });
+
+  it("a provider's 401 has no metadata.raw (it could carry the refused key in a form no scrubbing knows)", () => {
+    const e = classifyUpstreamError(401, JSON.stringify({ error: { message: `bad key ${key.toUpperCase()}`, code: 'invalid_api_key' } }), 'p', undefined, credentials);
+    expect(e.errorType).toBe('provider_unavailable');
+    expect(e.metadata).not.toHaveProperty('raw');
+    expect(JSON.stringify(e)).not.toContain(key.toUpperCase());
+  });
+});
