@@ -162,10 +162,15 @@ export function escapeRegExp(s: string): string {
   return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }
 
-/** One regex for a keyword list: case-insensitive, whole words (Unicode letters and digits count). */
+/**
+ * One regex for a keyword list: case-insensitive, whole words (Unicode letters and digits count); the words of
+ * a phrase may be apart by any run of white space (two spaces, a no-break space and a line break had let
+ * `codename blue` through; found by a security audit).
+ */
 export function keywordRegExp(words: readonly string[]): RegExp | null {
   if (words.length === 0) return null;
-  const alts = [...words].sort((a, b) => b.length - a.length).map(escapeRegExp).join('|');
+  const phrase = (w: string) => w.trim().split(/\s+/).map(escapeRegExp).join('\\s+');
+  const alts = [...words].sort((a, b) => b.length - a.length).map(phrase).join('|');
   return new RegExp(`(?<![\\p{L}\\p{N}_])(?:${alts})(?![\\p{L}\\p{N}_])`, 'giu');
 }
 

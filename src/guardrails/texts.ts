@@ -37,6 +37,13 @@ function blocks(list: unknown[], path: string, system: boolean, out: TextSlot[])
       case 'input_text':
         slot(b, 'text', `${at}.text`, system, out);
         break;
+      case 'refusal':
+        slot(b, 'refusal', `${at}.refusal`, system, out);
+        break;
+      case 'file':
+        // A chat file part of plain text: the model reads its decoded text.
+        if (isObj(b.file)) textDataUrl(b.file, 'file_data', `${at}.file.file_data`, system, out);
+        break;
       case 'tool_result':
       case 'search_result':
         if (typeof b.content === 'string') slot(b, 'content', `${at}.content`, system, out);
@@ -45,6 +52,7 @@ function blocks(list: unknown[], path: string, system: boolean, out: TextSlot[])
       case 'document': {
         const source = b.source;
         if (isObj(source) && source.type === 'text') slot(source, 'data', `${at}.source.data`, system, out);
+        else if (isObj(source) && source.type === 'base64' && source.media_type === 'text/plain') base64Text(source, 'data', `${at}.source.data`, system, out);
         else if (isObj(source) && source.type === 'content' && Array.isArray(source.content)) blocks(source.content, `${at}.source.content`, system, out);
         break;
       }
@@ -55,6 +63,36 @@ function blocks(list: unknown[], path: string, system: boolean, out: TextSlot[])
 function content(holder: Obj, path: string, system: boolean, out: TextSlot[]): void {
   if (typeof holder.content === 'string') slot(holder, 'content', `${path}.content`, system, out);
   else if (Array.isArray(holder.content)) blocks(holder.content, `${path}.content`, system, out);
+}
+
+/** Base64 text in `holder[field]`: checked decoded, written back encoded. */
+function base64Text(holder: Obj, field: string, path: string, system: boolean, out: TextSlot[]): void {
+  const data = holder[field];
+  if (typeof data !== 'string' || data === '') return;
+  const text = Buffer.from(data, 'base64').toString('utf8');
+  out.push({ text, path, system, set: (v) => (holder[field] = Buffer.from(v, 'utf8').toString('base64')) });
+}
+
+/** A `data:text/plain;base64,…` URL in `holder[field]`: its text, checked decoded, written back encoded. */
+function textDataUrl(holder: Obj, field: string, path: string, system: boolean, out: TextSlot[]): void {
+  const url = holder[field];
+  const m = typeof url === 'string' ? /^data:text\/plain[^,]*;base64,/i.exec(url) : null;
+  if (!m) return;
+  const head = m[0];
+  const text = Buffer.from((url as string).slice(head.length), 'base64').toString('utf8');
+  out.push({ text, path, system, set: (v) => (holder[field] = head + Buffer.from(v, 'utf8').toString('base64')) });
+}
+
+/** Every `description` and `title` in a JSON schema the model is given (the answer format): it reads them. */
+function schemaTexts(schema: unknown, path: string, out: TextSlot[], depth = 0): void {
+  if (depth > 32) return;
+  if (Array.isArray(schema)) schema.forEach((v, i) => schemaTexts(v, `${path}[${i}]`, out, depth + 1));
+  else if (isObj(schema)) {
+    for (const [k, v] of Object.entries(schema)) {
+      if ((k === 'description' || k === 'title') && typeof v === 'string') slot(schema, k, `${path}.${k}`, false, out);
+      else schemaTexts(v, `${path}.${k}`, out, depth + 1);
+    }
+  }
 }
 
 /**
@@ -75,7 +113,15 @@ export function requestTexts(body: Obj, endpoint: EndpointId): TextSlot[] {
       if (!isObj(m)) return;
       const system = endpoint === 'chat_completions' && (m.role === 'system' || m.role === 'developer');
       content(m, `messages[${i}]`, system, out);
+      // The other texts of a chat message the model reads: the speaker's name, an assistant turn's refusal and reasoning.
+      for (const field of ['name', 'refusal', 'reasoning', 'reasoning_content']) slot(m, field, `messages[${i}].${field}`, system, out);
     });
   }
+  // What else the model reads: a predicted output, and the answer format's schema.
+  if (isObj(body.prediction)) content(body.prediction, 'prediction', false, out);
+  const format = body.response_format;
+  if (isObj(format) && isObj(format.json_schema)) schemaTexts(format.json_schema, 'response_format.json_schema', out);
+  const output = body.output_config;
+  if (isObj(output) && isObj(output.format)) schemaTexts(output.format, 'output_config.format', out);
   return out;
 }

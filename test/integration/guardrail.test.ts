@@ -85,6 +85,38 @@ describe('block', () => {
     expect(t.upstream.received).toHaveLength(0);
   });
 
+  it('also reads what else the model reads: a message name, an assistant refusal and reasoning, a predicted output, the answer schema, plain-text files; a keyword phrase across any white space', async () => {
+    const g = await start('  - { id: g, action: block, pii: [email], keywords: ["codename blue"] }');
+    const plain = Buffer.from('mail jane@example.com').toString('base64');
+    const asked = [
+      chat('hi', { messages: [{ role: 'user', content: 'hi', name: 'alice@example.com' }] }),
+      chat('hi', { messages: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: [{ type: 'refusal', refusal: 'jane@example.com' }] }, { role: 'user', content: 'ok' }] }),
+      chat('hi', { messages: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'x', reasoning: 'codename blue' }, { role: 'user', content: 'ok' }] }),
+      chat('hi', { prediction: { type: 'content', content: 'codename blue' } }),
+      chat('hi', { response_format: { type: 'json_schema', json_schema: { name: 'o', schema: { type: 'object', description: 'email bob@corp.com' } } } }),
+      chat([{ type: 'file', file: { file_data: `data:text/plain;base64,${plain}` } }]),
+      chat('the codename  blue plan'),
+      chat('the codename\u00a0blue plan'),
+      chat('the codename\nblue plan'),
+    ];
+    for (const body of asked) {
+      const r = await post(`${g.url}/chat/completions`, g.key, body);
+      expect(r.status, JSON.stringify(body).slice(0, 200)).toBe(403);
+    }
+    const doc = await post(`${g.url}/messages`, g.key, messages([{ type: 'document', source: { type: 'base64', media_type: 'text/plain', data: plain } }, { type: 'text', text: 'read it' }]));
+    expect(doc.status).toBe(403);
+    expect(t.upstream.received).toHaveLength(0);
+  });
+
+  it('redacts a plain-text file in place, written back encoded', async () => {
+    const g = await start('  - { id: g, action: redact, pii: [email] }');
+    const plain = Buffer.from('mail jane@example.com now').toString('base64');
+    const r = await post(`${g.url}/chat/completions`, g.key, chat([{ type: 'file', file: { file_data: `data:text/plain;base64,${plain}` } }]));
+    expect(r.status).toBe(200);
+    const sent = t.upstream.received.at(-1)!.body.messages[0].content[0].file.file_data as string;
+    expect(Buffer.from(sent.slice('data:text/plain;base64,'.length), 'base64').toString('utf8')).toBe('mail [REDACTED:email] now');
+  });
+
   it('a clean request passes; with metadata it carries a "no match" record', async () => {
     const g = await start(rules);
     const r = await post(`${g.url}/chat/completions`, g.key, chat('hello there'), META);
