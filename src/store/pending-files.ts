@@ -188,9 +188,10 @@ export class PendingFiles {
     const seg = this.current.get(owner);
     if (seg && now - seg.openedAt < SEGMENT_MAX_AGE_MS && seg.bytes < SEGMENT_MAX_BYTES) return seg;
     if (seg) this.retire(seg);
-    if (this.byFile.size === 0) mkdirSync(this.dir, { recursive: true });
+    // The owner's alone, as the database is: pending rows name keys, accounts and models.
+    if (this.byFile.size === 0) mkdirSync(this.dir, { recursive: true, mode: 0o700 });
     const file = path.join(this.dir, `${encodeURIComponent(owner)}-${Date.now()}-${++this.seq}.jsonl`);
-    const next: Segment = { file, owner, fd: openSync(file, 'a'), openedAt: now, bytes: 0, outstanding: 0 };
+    const next: Segment = { file, owner, fd: openSync(file, 'a', 0o600), openedAt: now, bytes: 0, outstanding: 0 };
     this.current.set(owner, next);
     this.byFile.set(file, next);
     return next;
@@ -263,7 +264,7 @@ function unlinkQuietly(file: string): void {
 
 function appendQuietly(file: string, text: string): void {
   try {
-    const fd = openSync(file, 'a');
+    const fd = openSync(file, 'a', 0o600);
     try {
       writeSync(fd, text);
     } finally {

@@ -1,6 +1,6 @@
 import Database from 'better-sqlite3';
 import { randomUUID } from 'node:crypto';
-import { mkdirSync, statSync } from 'node:fs';
+import { chmodSync, mkdirSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { MIGRATIONS_TABLE, newerThanBuild, pendingMigrations } from './migrations';
 import {
@@ -193,7 +193,12 @@ export class SqliteStore implements Store {
       this.pendingFiles = files;
       this.insertPendingLedgerNow = (rows) => files.append(rows);
     }
+    const created = options.path !== ':memory:' && options.path !== '' && !statSync(options.path, { throwIfNoEntry: false });
     this.db = new Database(options.path);
+    // A new database is the owner's alone (0600; SQLite gives its -wal and -shm files the same mode): it holds
+    // the ledger, preset prompts and sealed provider keys, and the umask had made it readable by every local
+    // user (found by a security audit). An existing file keeps the mode its operator gave it.
+    if (created) chmodSync(options.path, 0o600);
     // Busy timeout first: switching to WAL needs a lock that another process may be holding.
     this.db.pragma('busy_timeout = 5000');
     this.db.pragma('journal_mode = WAL');

@@ -1,6 +1,6 @@
 import Database from 'better-sqlite3';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client } from 'pg';
@@ -486,6 +486,28 @@ describe('engine specifics', () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-store-'));
     try {
       await expect(openStore({ driver: 'sqlite', path: dir })).rejects.toThrow(`storage.path ${dir}: is a folder; name the database file in it`);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('sqlite: a new database, its WAL and the ledger journal are the owner\'s alone (0600 / 0700); an existing file keeps its mode', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-store-'));
+    try {
+      const path = join(dir, 'gw.db');
+      const store = await openStore({ driver: 'sqlite', path });
+      await store.ensureAccount('default');
+      store.insertPendingLedgerNow?.([{ generationId: 'gen-1', keyId: 'k', userId: 'u', workspaceId: 'w', accountId: 'a', endpoint: 'chat_completions', model: 'm', provider: 'p', upstreamModel: 'um', isByok: false, owner: 'o', createdAt: new Date().toISOString() }]);
+      const mode = (p: string) => statSync(p).mode & 0o777;
+      expect(mode(path)).toBe(0o600);
+      expect(mode(`${path}-wal`)).toBe(0o600);
+      expect(mode(`${path}-pending`)).toBe(0o700);
+      for (const f of readdirSync(`${path}-pending`)) expect(mode(join(`${path}-pending`, f))).toBe(0o600);
+      await store.close();
+      chmodSync(path, 0o640);
+      const again = await openStore({ driver: 'sqlite', path });
+      expect(mode(path)).toBe(0o640);
+      await again.close();
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
