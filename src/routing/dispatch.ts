@@ -220,7 +220,6 @@ function streamFailedBeforeOutput(state: GatewayState, served: Served, err: Gate
   })() };
 }
 
-/** The error without the flags routing reads (`after_headers`, `accepted`, `untranslatable`), for the caller to see. */
 /**
  * The caller's Retry-After (spec 7.10): only when every failed attempt gave a retry hint, the longest of them
  * (a wait that serves the first endpoint may not serve the others); otherwise none. It had been the last
@@ -236,6 +235,7 @@ function withRetryHint(err: GatewayError, hints: readonly (string | undefined)[]
   return new GatewayError(err.errorType, err.message, { status: err.status, metadata: err.metadata, headers: Object.keys(headers).length > 0 ? headers : undefined, details: err.details, cause: err.cause ?? err });
 }
 
+/** The error without the flags routing reads (`after_headers`, `accepted`, `untranslatable`), for the caller to see. */
 function withoutRoutingFlags(err: GatewayError): GatewayError {
   const m = err.metadata;
   if (!m || (!('after_headers' in m) && !('accepted' in m) && !('untranslatable' in m))) return err;
