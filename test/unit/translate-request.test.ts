@@ -251,6 +251,17 @@ describe('chat → messages: tools and tool choice', () => {
     ]);
   });
 
+  it('makes tool call ids the Messages API takes ([a-zA-Z0-9_-]), the same for a call and its result', () => {
+    const out = toMessages({
+      messages: [
+        { role: 'assistant', content: null, tool_calls: [{ id: 'functions.get_weather:0', type: 'function', function: { name: 'get_weather', arguments: '{}' } }] },
+        { role: 'tool', tool_call_id: 'functions.get_weather:0', content: 'sunny' },
+      ],
+    });
+    expect(out.messages[0].content[0]).toMatchObject({ type: 'tool_use', id: 'functions_get_weather_0' });
+    expect(out.messages[1].content).toEqual([{ type: 'tool_result', tool_use_id: 'functions_get_weather_0', content: 'sunny' }]);
+  });
+
   it('puts tool results first in the user turn they are merged into (the Messages API refuses text before them)', () => {
     const out = toMessages({
       messages: [

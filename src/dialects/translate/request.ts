@@ -146,7 +146,7 @@ function chatMessagesToMessages(list: unknown): { system: string | Obj[] | undef
       case 'tool': {
         const blocks = chatTextBlocks(m.content, where);
         const content = blocks.length === 1 && isPlainText(blocks[0]) ? blocks[0].text : blocks.length ? blocks : '';
-        push('user', [{ type: 'tool_result', tool_use_id: String(m.tool_call_id ?? ''), content }]);
+        push('user', [{ type: 'tool_result', tool_use_id: toolUseIdOf(m.tool_call_id), content }]);
         break;
       }
       default:
@@ -168,6 +168,15 @@ function chatMessagesToMessages(list: unknown): { system: string | Obj[] | undef
 }
 
 const isPlainText = (b: Obj) => b.type === 'text' && b.cache_control === undefined;
+
+/**
+ * A chat tool call id as a messages `tool_use` id: the Messages API takes `[a-zA-Z0-9_-]` only, and some chat
+ * providers make ids of other characters (Kimi's `functions.get_weather:0`); each other character becomes `_`,
+ * the same way for the call and its result, so they still pair.
+ */
+function toolUseIdOf(id: unknown): string {
+  return String(id ?? '').replace(/[^a-zA-Z0-9_-]/g, '_');
+}
 
 function userBlocks(content: unknown, where: string): Obj[] {
   if (content == null) return [];
@@ -198,7 +207,7 @@ function assistantBlocks(m: Obj, i: number): Obj[] {
     m.tool_calls.forEach((c: unknown, j: number) => {
       if (!isObj(c) || (c.type !== undefined && c.type !== 'function')) return; // custom tools: no messages form
       const fn = isObj(c.function) ? c.function : {};
-      blocks.push({ type: 'tool_use', id: String(c.id ?? ''), name: String(fn.name ?? ''), input: parseArguments(fn.arguments, i, j) });
+      blocks.push({ type: 'tool_use', id: toolUseIdOf(c.id), name: String(fn.name ?? ''), input: parseArguments(fn.arguments, i, j) });
     });
   }
   return blocks;
