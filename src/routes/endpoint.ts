@@ -150,6 +150,8 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       }
       const style = spec.style;
       ctx.status = statusFor(e, style);
+      // Node has no reason phrase for Anthropic's 529 (the status line read "529 unknown").
+      if (ctx.status === 529) ctx.message = 'Overloaded';
       if (e.headers) ctx.set(e.headers);
       if (state?.requestId) ctx.set(requestIdHeader(style), state.requestId);
       if (drain?.started) ctx.set('Connection', 'close');

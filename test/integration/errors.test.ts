@@ -283,6 +283,12 @@ describe('upstream errors are classified once (spec 7.4)', () => {
       const m = await messages(gw.key, { ...msgBody, model: 'fake/claude' });
       // Messages style answers an overloaded provider with 529 (spec 7.2).
       expectMessages(m, upstreamStatus === 503 ? 529 : status, messagesType, errorType, 'gen');
+      if (upstreamStatus === 503) {
+        // The status line has a reason phrase ("529 unknown" before).
+        fail();
+        const raw = await fetch(`${gw.url}/messages`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${gw.key}` }, body: JSON.stringify({ ...msgBody, model: 'fake/claude' }) });
+        expect([raw.status, raw.statusText]).toEqual([529, 'Overloaded']);
+      }
     });
   }
 
