@@ -105,7 +105,7 @@ function answerable(err: GatewayError): boolean {
  * A client's text (a model or job id) as an error message quotes it: cut at `max` characters with an ellipsis
  * (a 5 000-character path segment had been echoed whole).
  *
- * @example quoted('x'.repeat(5000)) // 'xxx…' (200 x's and the ellipsis)
+ * @example quoted('y'.repeat(5000)) // 200 y's and an ellipsis
  */
 export function quoted(text: string, max = 200): string {
   return text.length > max ? `${text.slice(0, max)}…` : text;

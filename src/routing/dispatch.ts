@@ -3,6 +3,7 @@ import type { Span, Tracer } from '@opentelemetry/api';
 import type { OwnKeys } from '../auth/byok-keys';
 import type { GatewayConfig, ModelConfig } from '../config/types';
 import { DIALECTS, type FinishInfo } from '../dialects';
+import { choiceCount } from '../dialects/common';
 import { translateRequest, translateResponse, translateStream } from '../dialects/translate';
 import { chatUsageBody } from '../dialects/chat-completions';
 import { inBandError } from '../dialects/in-band-error';
@@ -15,6 +16,7 @@ import { batched, batchesOf } from '../providers/sse';
 import type { Dialect, Provider, UpstreamCall, UpstreamReply } from '../providers/types';
 import { ABSURD_TOKENS, billedByDelivery, boundedUsage, estimatedAnswerUsage, type StreamDialect, type UsageBounds } from '../spend/delivered';
 import { pendingRowOf, type LedgerJournal } from '../spend/journal';
+import { requestedMaxTokens } from '../spend/estimate';
 import { costOf } from '../spend/pricing';
 import { blamesCaller, nextStep, type NextStep } from './attempt-policy';
 import type { Candidate } from './candidates';
@@ -407,13 +409,11 @@ function finishInfo(state: GatewayState, { c, isByok }: Served): FinishInfo {
  */
 function usageBounds(state: GatewayState, c: Candidate): UsageBounds {
   const b = state.body ?? {};
-  const whole = (v: unknown) => (typeof v === 'number' && Number.isInteger(v) && v > 0 ? v : undefined);
-  // The larger when both are set, as the spend estimate takes it (providers differ in which they honour).
-  const asked = Math.max(whole(b.max_completion_tokens) ?? 0, whole(b.max_tokens) ?? 0) || undefined;
+  // The larger when both names are set, as the spend estimate reads it.
+  const asked = requestedMaxTokens(b) || undefined;
   const cap = c.model.max_output_tokens;
   const limit = asked !== undefined ? Math.min(asked, cap ?? asked) : cap;
-  const n = whole(b.n) ?? 1;
-  return { maxOutputTokens: limit !== undefined ? limit * n : ABSURD_TOKENS, maxInputTokens: c.model.context_length ?? ABSURD_TOKENS };
+  return { maxOutputTokens: limit !== undefined ? limit * choiceCount(b) : ABSURD_TOKENS, maxInputTokens: c.model.context_length ?? ABSURD_TOKENS };
 }
 
 function jsonResponse(state: GatewayState, served: Served, reply: UpstreamReply, attempt: Span): GatewayResponse {

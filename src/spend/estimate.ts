@@ -141,7 +141,7 @@ export function inputTokens(body: Record<string, unknown>, countText: (text: str
  * honour, and the translation and simulated provider take `max_completion_tokens`): the larger one is held,
  * so that setting a small `max_tokens` beside a large `max_completion_tokens` does not shrink the hold.
  */
-function requestedMaxTokens(body: Record<string, unknown>): number | undefined {
+export function requestedMaxTokens(body: Record<string, unknown>): number | undefined {
   let max: number | undefined;
   for (const f of ['max_tokens', 'max_completion_tokens']) {
     const v = body[f];

@@ -1,6 +1,6 @@
 import type { NormalizedUsage, SseEvent } from '../../pipeline/types';
 import type { Dialect } from '../../providers/types';
-import { chatToMessagesRequest, messagesToChatRequest } from './request';
+import { chatToMessagesRequest, messagesToChatRequest, posInt } from './request';
 import { chatToMessagesResponse, messagesToChatResponse } from './response';
 import { chatToMessagesStream, messagesToChatStream } from './stream';
 import { endedIncomplete } from '../stream-error';
@@ -18,7 +18,7 @@ export function translateRequest(
   body: Record<string, unknown>,
   options: { defaultMaxTokens: number },
 ): Record<string, unknown> {
-  if (from === to) return to === 'messages' && !positiveInteger(body.max_tokens) ? { ...body, max_tokens: defaultMessagesMax(body, options.defaultMaxTokens) } : body;
+  if (from === to) return to === 'messages' && !posInt(body.max_tokens) ? { ...body, max_tokens: defaultMessagesMax(body, options.defaultMaxTokens) } : body;
   return from === 'chat_completions' ? chatToMessagesRequest(body, options) : messagesToChatRequest(body);
 }
 
@@ -56,13 +56,9 @@ export async function* translateStream(
   }
 }
 
-function positiveInteger(v: unknown): v is number {
-  return typeof v === 'number' && Number.isInteger(v) && v > 0;
-}
-
 /** `max_tokens` for a messages request that set none: the default, or above an enabled thinking budget. */
 function defaultMessagesMax(body: Record<string, unknown>, defaultMax: number): number {
   const thinking = body.thinking as { type?: unknown; budget_tokens?: unknown } | undefined;
-  const budget = thinking?.type === 'enabled' && positiveInteger(thinking.budget_tokens) ? thinking.budget_tokens : 0;
+  const budget = thinking?.type === 'enabled' && posInt(thinking.budget_tokens) ? thinking.budget_tokens : 0;
   return budget >= defaultMax ? budget + defaultMax : defaultMax;
 }

@@ -71,7 +71,7 @@ export function budgetToEffort(budget: number): 'low' | 'medium' | 'high' {
   return budget <= 2048 ? 'low' : budget <= 8192 ? 'medium' : 'high';
 }
 
-const posInt = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v) && v > 0;
+export const posInt = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v) && v > 0;
 
 // ───────────────────────────── chat → messages ─────────────────────────────
 
