@@ -114,7 +114,9 @@ export function requestTexts(body: Obj, endpoint: EndpointId): TextSlot[] {
       const system = endpoint === 'chat_completions' && (m.role === 'system' || m.role === 'developer');
       content(m, `messages[${i}]`, system, out);
       // The other texts of a chat message the model reads: the speaker's name, an assistant turn's refusal and reasoning.
-      for (const field of ['name', 'refusal', 'reasoning', 'reasoning_content']) slot(m, field, `messages[${i}].${field}`, system, out);
+      for (const field of ['refusal', 'reasoning', 'reasoning_content']) slot(m, field, `messages[${i}].${field}`, system, out);
+      // A redacted name is left out: `[REDACTED:email]` is no name OpenAI takes (letters, digits, `_`, `-`).
+      if (typeof m.name === 'string' && m.name !== '') out.push({ text: m.name, path: `messages[${i}].name`, system, set: () => delete m.name });
     });
   }
   // What else the model reads: a predicted output, and the answer format's schema.

@@ -108,6 +108,15 @@ describe('block', () => {
     expect(t.upstream.received).toHaveLength(0);
   });
 
+  it('redacts a message name by leaving it out (a redaction marker is no name OpenAI takes)', async () => {
+    const g = await start('  - { id: g, action: redact, pii: [email] }');
+    const r = await post(`${g.url}/chat/completions`, g.key, chat('hi', { messages: [{ role: 'user', content: 'hi', name: 'alice@example.com' }, { role: 'user', content: 'again', name: 'bob' }] }));
+    expect(r.status).toBe(200);
+    const sent = t.upstream.received.at(-1)!.body.messages;
+    expect(sent[0]).not.toHaveProperty('name');
+    expect(sent[1].name).toBe('bob');
+  });
+
   it('redacts a plain-text file in place, written back encoded', async () => {
     const g = await start('  - { id: g, action: redact, pii: [email] }');
     const plain = Buffer.from('mail jane@example.com now').toString('base64');
