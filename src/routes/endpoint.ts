@@ -14,10 +14,8 @@ import { readJsonBytes, refuseUnreadBody } from './body';
 import { ClientBytes, REUSED_MIN_BYTES } from './client-bytes';
 import { RequestState } from './request-state';
 import { parentContext, refusedSpan, spanAttributes, spanName } from './request-span';
-import { requestIdHeader, setJsonBody, sseHead, writeJson, writeSse } from './respond';
+import { inBandSse, requestIdHeader, setJsonBody, sseHead, writeJson, writeSse } from './respond';
 import { StreamKeepalive } from './stream-keepalive';
-import { inBandError } from '../dialects/in-band-error';
-import { formatSse } from '../providers/sse';
 
 export interface EndpointSpec {
   id: EndpointId;
@@ -141,7 +139,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       // error ends that stream in-band, as a provider failing before any output does.
       if (keepalive?.wroteHead && state && span) {
         ctx.respond = false;
-        if (!ctx.res.destroyed) ctx.res.end(inBandError(state, e).map(formatSse).join(''));
+        if (!ctx.res.destroyed) ctx.res.end(inBandSse(state, e));
         span.setStatus({ code: SpanStatusCode.ERROR, message: e.message });
         span.setAttribute('gateway.error_type', e.errorType);
         finish(runtime, state, span, ctx.res.statusCode, e.errorType);

@@ -9,7 +9,7 @@ import type { AbortWatch } from '../pipeline/request-abort';
 import type { GatewayContext, GatewayState, SseEvent } from '../pipeline/types';
 import { inBandError } from '../dialects/in-band-error';
 import { shutdownCut } from '../drain';
-import { toGatewayError } from '../errors/gateway-error';
+import { toGatewayError, type GatewayError } from '../errors/gateway-error';
 import { batchesOf, formatSse } from '../providers/sse';
 
 const JSON_TYPE = 'application/json; charset=utf-8';
@@ -62,6 +62,11 @@ export function writeJson(ctx: GatewayContext, body: unknown): void {
 export function requestIdHeader(style: ApiStyle): string {
   return style === 'messages' ? 'request-id' : 'x-request-id';
 }
+/** The dialect's in-band error that ends a stream whose headers are out, in wire form (spec 7.5.3). */
+export function inBandSse(state: GatewayState, err: GatewayError): string {
+  return inBandError(state, err).map(formatSse).join('');
+}
+
 /** The headers of an SSE answer (written by writeSse, or earlier by the stream's keep-alive). */
 export function sseHead(state: GatewayState): Record<string, string> {
   const head: Record<string, string> = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' };
@@ -121,13 +126,13 @@ export async function writeSse(ctx: GatewayContext, status: number, events: Asyn
     const failure = toGatewayError(err);
     if (failure.errorType === 'server') logger.error({ err, generation_id: state.requestId }, 'stream failed after headers were sent');
     // (A shutdown's cut writes its own, below.)
-    if (!res.destroyed && !shutdownCut(state.abort)) pending += inBandError(state, failure).map(formatSse).join('');
+    if (!res.destroyed && !shutdownCut(state.abort)) pending += inBandSse(state, failure);
   } finally {
     // Cut at the drain timeout (shutdown): the stream ends with its dialect's in-band error, billed as failed.
     const cut = shutdownCut(state.abort);
     if (cut && state.outcome !== 'completed' && !res.destroyed) {
       state.outcome = 'failed';
-      pending += inBandError(state, cut).map(formatSse).join('');
+      pending += inBandSse(state, cut);
     }
     flush();
     if (!res.destroyed) res.end();

@@ -23,7 +23,7 @@ export const endpointKey = (c: Candidate): string => `${c.provider.id}/${c.endpo
  */
 export function sessionKey(state: GatewayState): string | null {
   if (!state.session) return null;
-  return `${state.key?.id ?? ''}:${state.session}\n${requestedModels(state.body ?? {})[0] ?? ''}`;
+  return `${state.key?.id ?? ''}:${state.session}\n${primaryModel(state) ?? ''}`;
 }
 
 /** The model a session's sticky record is for: the first the request names (a fallback that served it is not remembered). */
