@@ -201,6 +201,7 @@ export const chatCompletions: DialectAdapter = {
       cost: () => cost,
       failed: () => failed,
       complete: () => done,
+      answered: () => finished,
     };
   },
 

@@ -2,6 +2,9 @@ import { messagesErrorType, publicMessage } from '../errors/envelope';
 import { GatewayError } from '../errors/gateway-error';
 import type { NormalizedUsage, SseEvent } from '../pipeline/types';
 import { DONE } from '../providers/sse';
+
+/** The terminal event a provider that stopped after its message_delta still owes the client. */
+const MESSAGE_STOP = { event: 'message_stop', data: '{"type":"message_stop"}' };
 import { num, stripGatewayFields } from './common';
 import { endedBeforeOutput, endedIncomplete, eventData, providerStreamError } from './stream-error';
 import type { DialectAdapter, FinishInfo, StreamRewriter } from './types';
@@ -110,6 +113,7 @@ export const messages: DialectAdapter = {
     let failed = false;
     let ended = false;
     let stopped = false; // message_stop seen
+    let answered = false; // a message_delta gave the stop reason: the answer is whole
     let reasoning = 0;
     const read = (data: string) => {
       try {
@@ -129,7 +133,12 @@ export const messages: DialectAdapter = {
     return {
       rewrite(ev: SseEvent): SseEvent | null {
         if (ev.data === '[DONE]') {
-          // `[DONE]` before message_stop: the answer was cut, never a clean end (spec 7.5).
+          // `[DONE]` before message_stop: after the stop reason the answer is whole (message_stop is owed and
+          // sent now, `[DONE]` by end()); before it, the answer was cut, never a clean end (spec 7.5).
+          if (!stopped && answered) {
+            stopped = true;
+            return MESSAGE_STOP;
+          }
           if (!stopped) throw endedIncomplete(info.provider);
           ended = true;
           return DONE;
@@ -151,6 +160,7 @@ export const messages: DialectAdapter = {
             // Zeros here too are not usage (a translated stream whose provider reported none): the stream is
             // then billed from what it relayed, as a chat client's is.
             if (counts(data.usage)) take(data.usage);
+            if (data.delta?.stop_reason != null) answered = true;
             const usage = current();
             if (usage) data.usage = { ...data.usage, cost: info.costOf(usage), is_byok: info.isByok };
             return { event: ev.event, data: JSON.stringify(data) };
@@ -172,11 +182,16 @@ export const messages: DialectAdapter = {
         const data = { type: 'error', error: { type: messagesErrorType(err.errorType), message: publicMessage(err), error_type: err.errorType } };
         return [{ event: 'error', data: JSON.stringify(data) }, DONE];
       },
-      // Spec 4.1: a messages stream ends with the `[DONE]` sentinel after message_stop. Without
-      // message_stop the provider stopped early: that ends with the in-band error, never a clean end.
+      // Spec 4.1: a messages stream ends with the `[DONE]` sentinel after message_stop. A provider that
+      // stopped after its message_delta (stop reason, final usage) gave a whole answer: message_stop is owed.
+      // Before that it stopped early: that ends with the in-band error, never a clean end.
       end() {
         if (ended) return [];
         if (stopped) return [DONE];
+        if (answered) {
+          stopped = true;
+          return [MESSAGE_STOP, DONE];
+        }
         return this.failure(endedIncomplete(info.provider));
       },
       usage: current,
@@ -186,6 +201,7 @@ export const messages: DialectAdapter = {
       },
       failed: () => failed,
       complete: () => stopped || ended,
+      answered: () => answered,
     };
   },
 

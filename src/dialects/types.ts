@@ -33,6 +33,13 @@ export interface StreamRewriter {
    * after it is read, so a provider that keeps its connection open cannot hold the client's stream open.
    */
   complete(): boolean;
+  /**
+   * True once the answer is whole though the terminal event has not come yet (chat: a `finish_reason` was
+   * relayed, the usage chunk and `[DONE]` are still owed; messages: never, `message_stop` is the terminal
+   * event). A provider that stalls or drops the connection after that has still answered: the stream ends as
+   * `end()` ends it, not with an error after a complete answer.
+   */
+  answered(): boolean;
 }
 
 export interface DialectAdapter {

@@ -120,9 +120,11 @@ export async function* relay(
   const streamStarted = performance.now();
   let failure: GatewayError | undefined;
   let completed = false;
+  /** The relay is waiting for the provider's next events (not rewriting them). */
+  let reading = false;
   try {
     if (before.length > 0) yield before;
-    for (let r = first; !r.done; r = await iterator.next()) {
+    for (let r = first; !r.done; reading = true, r = await iterator.next(), reading = false) {
       const out: SseEvent[] = [];
       let bad: unknown;
       for (const ev of r.value) {
@@ -148,9 +150,19 @@ export async function* relay(
     if (end.length > 0) yield end;
     completed = true;
   } catch (err) {
-    failure = toGatewayError(err);
-    const told = state.abort.aborted ? [] : rewriter.failure(failure);
-    if (told.length > 0) yield told;
+    if (reading && !state.abort.aborted && rewriter.answered()) {
+      // The answer was whole (chat: its finish_reason relayed) when the provider stalled or dropped the
+      // connection before its usage chunk or `[DONE]`: the client gets the normal end, the request is billed
+      // from what was relayed (spend/delivered.ts), and the span says what happened to the tail.
+      attempt.setAttribute('gateway.stream_tail', toGatewayError(err).message);
+      const end = rewriter.end();
+      completed = true;
+      if (end.length > 0) yield end;
+    } else {
+      failure = toGatewayError(err);
+      const told = state.abort.aborted ? [] : rewriter.failure(failure);
+      if (told.length > 0) yield told;
+    }
   } finally {
     state.usage = rewriter.usage();
     state.costUsd = rewriter.cost();

@@ -114,6 +114,7 @@ export function billedByDelivery(
     },
     failed: () => inner.failed(),
     complete: () => inner.complete(),
+    answered: () => inner.answered(),
   };
 }
 

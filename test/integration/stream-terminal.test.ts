@@ -73,6 +73,54 @@ describe('a stream ends at its terminal event, even if the provider keeps the co
   });
 });
 
+describe('a provider that stalls after the answer finished, before its usage and end', () => {
+  // Until the idle timeout (1.5 s here) a stalled tail is waited for; then the whole answer ends as a
+  // normal stream, billed from what it relayed (it had ended with an in-band timeout error, billed failed).
+  const CHAT_TAIL_STALLED = CHAT_ANSWER.slice(0, CHAT_ANSWER.indexOf('data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"held-chat","choices":[],"usage"'));
+  const MESSAGES_TAIL_STALLED = MESSAGES_ANSWER.slice(0, MESSAGES_ANSWER.indexOf('event: message_stop'));
+  it.each([
+    ['chat from a chat provider', 'chat/completions', 'held/chat', 'held-chat', CHAT_TAIL_STALLED],
+    ['chat from a messages provider (translated)', 'chat/completions', 'held/messages', 'held-msg', MESSAGES_TAIL_STALLED],
+    ['messages from a messages provider', 'messages', 'held/messages', 'held-msg', MESSAGES_TAIL_STALLED],
+    ['messages from a chat provider (translated)', 'messages', 'held/chat', 'held-chat', CHAT_TAIL_STALLED],
+  ] as const)('%s', async (_name, path, model, upstreamModel, text) => {
+    expect(text.length).toBeGreaterThan(0);
+    expect(text).toContain('Hi there');
+    g = await t.start({ yaml: yaml() });
+    t.upstream.always.set(upstreamModel, { kind: 'raw-stream', text, hold: true });
+    const r = await ask(path, model);
+    expect(r.status).toBe(200);
+    const events = sseEvents(r.text);
+    expect(events.at(-1)!.data).toBe('[DONE]');
+    const data = events.filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+    expect(data.filter((d) => d.error || d.type === 'error')).toEqual([]);
+    if (path === 'chat/completions') {
+      expect(data.map((d) => d.choices?.[0]?.delta?.content ?? '').join('')).toBe('Hi there');
+      expect(data.some((d) => d.choices?.[0]?.finish_reason === 'stop')).toBe(true);
+    } else {
+      expect(data.filter((d) => d.type === 'content_block_delta').map((d) => d.delta.text).join('')).toBe('Hi there');
+      expect(data.find((d) => d.type === 'message_delta')?.delta.stop_reason).toBe('end_turn');
+      expect(data.at(-1).type).toBe('message_stop');
+      expect(data.filter((d) => d.type === 'message_stop')).toHaveLength(1);
+    }
+    const first = data[0];
+    const row = await rowOf(first.id ?? first.message.id);
+    expect(row?.status).toBe('completed');
+    expect(row?.completionTokens).toBe(2);
+  });
+
+  it('a stall before any finish_reason still ends with the in-band error', async () => {
+    g = await t.start({ yaml: yaml() });
+    const unfinished = CHAT_ANSWER.slice(0, CHAT_ANSWER.indexOf('"finish_reason":"stop"'));
+    t.upstream.always.set('held-chat', { kind: 'raw-stream', text: unfinished.slice(0, unfinished.lastIndexOf('data:')), hold: true });
+    const r = await ask('chat/completions', 'held/chat');
+    const data = sseEvents(r.text).filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+    expect(data.at(-1).error.metadata.error_type).toBe('timeout');
+    expect(data.at(-1).choices[0].finish_reason).toBe('error');
+    expect((await rowOf(data[0].id))?.status).toBe('failed');
+  });
+});
+
 describe('a translated stream whose chat provider reported no usage', () => {
   it('is billed from what it relayed (as a chat client is), not as zero tokens', async () => {
     g = await t.start({ yaml: yaml() });

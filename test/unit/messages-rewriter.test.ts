@@ -27,6 +27,30 @@ describe('messages stream rewriter', () => {
     expect(rw.failed()).toBe(true);
   });
 
+  it('a stream that stops after its message_delta (the stop reason) gets the message_stop it is owed, at its end or at [DONE]', () => {
+    const info = { generationId: 'gen-1', model: 'gw/m', provider: 'p', isByok: false, costOf: () => 0, clientWantsUsage: false };
+    const delta = { event: 'message_delta', data: JSON.stringify({ type: 'message_delta', delta: { stop_reason: 'end_turn' }, usage: { output_tokens: 4 } }) };
+    const start = { event: 'message_start', data: JSON.stringify({ type: 'message_start', message: { id: 'x', usage: { input_tokens: 1 } } }) };
+    const atEnd = messages.streamRewriter(info);
+    atEnd.rewrite(start);
+    expect(atEnd.answered()).toBe(false);
+    atEnd.rewrite(delta);
+    expect(atEnd.answered()).toBe(true);
+    expect(atEnd.end()).toEqual([{ event: 'message_stop', data: '{"type":"message_stop"}' }, { data: '[DONE]' }]);
+    expect(atEnd.failed()).toBe(false);
+    const atDone = messages.streamRewriter(info);
+    atDone.rewrite(start);
+    atDone.rewrite(delta);
+    expect(atDone.rewrite({ data: '[DONE]' })).toEqual({ event: 'message_stop', data: '{"type":"message_stop"}' });
+    expect(atDone.complete()).toBe(true);
+    expect(atDone.end()).toEqual([{ data: '[DONE]' }]);
+    // A message_delta without a stop reason is no end.
+    const noStop = messages.streamRewriter(info);
+    noStop.rewrite({ event: 'message_delta', data: JSON.stringify({ type: 'message_delta', delta: {}, usage: { output_tokens: 4 } }) });
+    expect(noStop.answered()).toBe(false);
+    expect(() => noStop.rewrite({ data: '[DONE]' })).toThrow();
+  });
+
   it('a malformed message_delta fails the stream', () => {
     const rw = messages.streamRewriter({ generationId: 'gen-1', model: 'gw/m', provider: 'p', isByok: false, costOf: () => 0, clientWantsUsage: false });
     expect(() => rw.rewrite({ event: 'message_delta', data: '{not json' })).toThrow(/malformed/);

@@ -359,8 +359,19 @@ describe('messagesToChatStream', () => {
 
   it.each([
     ['without message_stop', (e: SseEvent[]) => e.slice(0, -2)],
-    ['cut mid-block', (e: SseEvent[]) => e.slice(0, 5)],
     ['with [DONE] but no message_stop', (e: SseEvent[]) => [...e.slice(0, -2), DONE]],
+  ])('an input %s but with its message_delta (stop reason, usage) ends as a whole answer', (_name, cut) => {
+    const t = messagesToChatStream();
+    const whole = run(messagesToChatStream(), messagesEvents(message()));
+    const out = run(t, cut(messagesEvents(message())));
+    expect(t.complete).toBe(true);
+    expect(out).toEqual(whole);
+  });
+
+  it.each([
+    ['without message_delta and message_stop', (e: SseEvent[]) => e.slice(0, -3)],
+    ['cut mid-block', (e: SseEvent[]) => e.slice(0, 5)],
+    ['with [DONE] but no message_delta', (e: SseEvent[]) => [...e.slice(0, -3), DONE]],
   ])('an input %s is not complete and gets no successful ending', (_name, cut) => {
     const t = messagesToChatStream();
     const out = run(t, cut(messagesEvents(message())));

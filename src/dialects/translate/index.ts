@@ -44,11 +44,20 @@ export async function* translateStream(
   const translator = from === 'messages' ? messagesToChatStream() : chatToMessagesStream();
   // What the provider reported before the translated stream can carry it (for the bill of a stream cut short).
   if (seen && translator.reported) seen.reported = () => translator.reported!();
-  for await (const ev of events) {
-    yield* translator.push(ev);
-    // Its terminal event seen, the answer is whole: a provider that keeps the connection open after it (or
-    // sends more) must not hold the client's stream open until a timeout turns a whole answer into a failure.
-    if (translator.complete) break;
+  try {
+    for await (const ev of events) {
+      yield* translator.push(ev);
+      // Its terminal event seen, the answer is whole: a provider that keeps the connection open after it (or
+      // sends more) must not hold the client's stream open until a timeout turns a whole answer into a failure.
+      if (translator.complete) break;
+    }
+  } catch (err) {
+    // The provider stalled or dropped the connection: after the answer's finish (a chat finish_reason, a
+    // messages stop_reason) the answer is whole and ends as it would have; before it, the failure stands.
+    const tail = translator.complete ? [] : translator.end();
+    if (!translator.complete) throw err;
+    yield* tail;
+    return;
   }
   yield* translator.end();
   if (!translator.complete) {

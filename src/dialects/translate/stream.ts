@@ -100,6 +100,18 @@ export function messagesToChatStream(): StreamTranslator {
     started = true;
     out.push(chunk({ role: 'assistant', content: '' }));
   };
+  /** The finish chunk (after the signed thinking, whole), the usage chunk and `[DONE]`. */
+  const finishAnswer = (out: SseEvent[]): void => {
+    start(out);
+    // The signed thinking, whole, in one chunk (SDKs assign a delta's unknown fields rather than append them).
+    const reasoningDetails = reasoningDetailsOf(details.map((b) => (b.kind === 'thinking' ? { thinking: b.thinking ?? '', signature: b.signature ?? '' } : { data: b.signature ?? '' })));
+    if (reasoningDetails.length > 0) out.push(chunk({ reasoning_details: reasoningDetails }));
+    const delta = stopReason === 'refusal' ? { refusal: refusalText(stopDetails) } : {};
+    out.push(chunk(delta, finishReasonOf(stopReason)));
+    out.push({ data: JSON.stringify({ ...base(), choices: [], usage: messagesUsageToChat(usage) }) });
+    out.push(DONE);
+    complete = true;
+  };
   const toolArgs = (block: InBlock, args: string): SseEvent => {
     block.hasArgs = true;
     return chunk({ tool_calls: [{ index: block.tool, function: { arguments: args } }] });
@@ -186,18 +198,9 @@ export function messagesToChatStream(): StreamTranslator {
           mergeUsage(usage, data.usage);
           break;
         }
-        case 'message_stop': {
-          start(out);
-          // The signed thinking, whole, in one chunk (SDKs assign a delta's unknown fields rather than append them).
-          const reasoningDetails = reasoningDetailsOf(details.map((b) => (b.kind === 'thinking' ? { thinking: b.thinking ?? '', signature: b.signature ?? '' } : { data: b.signature ?? '' })));
-          if (reasoningDetails.length > 0) out.push(chunk({ reasoning_details: reasoningDetails }));
-          const delta = stopReason === 'refusal' ? { refusal: refusalText(stopDetails) } : {};
-          out.push(chunk(delta, finishReasonOf(stopReason)));
-          out.push({ data: JSON.stringify({ ...base(), choices: [], usage: messagesUsageToChat(usage) }) });
-          out.push(DONE);
-          complete = true;
+        case 'message_stop':
+          finishAnswer(out);
           break;
-        }
         case 'error': {
           // Spec 7.5.3: the error chunk with finish_reason "error", then the stream ends.
           const error = messagesErrorToChat(data.error);
@@ -212,7 +215,14 @@ export function messagesToChatStream(): StreamTranslator {
       }
       return out;
     },
-    end: () => [],
+    // A provider whose message_delta gave the stop reason (and the final usage) but that closed or stalled
+    // before message_stop gave a whole answer: for a chat client a finish_reason is the end of the answer,
+    // as a chat provider's finish without `[DONE]` is. Without a stop reason it was cut short.
+    end: () => {
+      const out: SseEvent[] = [];
+      if (!complete && stopReason !== null) finishAnswer(out);
+      return out;
+    },
   };
 }
 
