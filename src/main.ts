@@ -6,7 +6,7 @@ import { parseArgs } from 'node:util';
 import { trace } from '@opentelemetry/api';
 import { registry } from '../plugins';
 import { byokContext, maskProviderKey, parseEncryptionKey, sealProviderKey } from './auth/byok-seal';
-import { ConfigError, inConfigFile, loadConfig, unusedPluginSections, warnUnusedPlugins } from './config/load';
+import { ConfigError, inConfigFile, loadConfig, unpricedEndpoints, unusedPluginSections, warnConfigGaps } from './config/load';
 import { configReloader } from './config/reload';
 import type { GatewayConfig } from './config/types';
 import { watchFile } from './config/watch';
@@ -84,6 +84,7 @@ async function main(argv: string[]): Promise<number> {
     const checked = loadConfig(file, { registry });
     inConfigFile(file, () => checkPipelines(checked, registry, trace.getTracer('config-check'), createLogger('silent')));
     for (const section of unusedPluginSections(checked)) process.stderr.write(`warning: ${section} is set, but no pipeline runs that stage: its settings do nothing\n`);
+    for (const endpoint of unpricedEndpoints(checked)) process.stderr.write(`warning: ${endpoint} has no pricing: its requests are billed $0 (set pricing, or name the model …:free)\n`);
     process.stdout.write(`${file}: ok\n`);
     return 0;
   }
@@ -280,7 +281,7 @@ async function serve(file: string): Promise<number> {
   const logger = createLogger(config.logging.level);
   // Every stage's checks of its config, before anything is opened or created (a refused config leaves no store behind).
   inConfigFile(file, () => checkPipelines(config, registry, trace.getTracer('config-check'), logger));
-  warnUnusedPlugins(config, logger);
+  warnConfigGaps(config, logger);
   routeDiagToLog(logger);
   const telemetry = startTelemetry(config.telemetry);
   const store = await openStore(config.storage);

@@ -268,8 +268,27 @@ export function unusedPluginSections(config: GatewayConfig): string[] {
   return Object.keys(config.plugins).filter((id) => !running.has(id)).map((id) => `plugins.${id}`);
 }
 
-/** Logs `unusedPluginSections` (at start and on a reload). */
-export function warnUnusedPlugins(config: GatewayConfig, logger: Logger): void {
+/**
+ * The model endpoints with no price at all (every price 0 or left out: `pricing` defaults to zeros) of models
+ * not named `…:free`: every request they serve is billed $0, and no credit, budget or spend limit ever sees
+ * it. Not refused (a local model may be free on purpose); `serve`, a reload and `config check` warn, naming them.
+ */
+export function unpricedEndpoints(config: GatewayConfig): string[] {
+  const out: string[] = [];
+  config.models.forEach((m, i) => {
+    if (m.id.endsWith(':free')) return;
+    m.endpoints.forEach((e, j) => {
+      const p = e.pricing;
+      if (!(p.prompt || p.completion || p.request || p.cached_read || p.cache_write)) out.push(`models[${i}].endpoints[${j}] (${m.id} via ${e.provider})`);
+    });
+  });
+  return out;
+}
+
+/** Logs `unusedPluginSections` and `unpricedEndpoints` (at start and on a reload). */
+export function warnConfigGaps(config: GatewayConfig, logger: Logger): void {
   const sections = unusedPluginSections(config);
   if (sections.length > 0) logger.warn({ sections }, 'plugin settings for stages no pipeline runs: they do nothing');
+  const endpoints = unpricedEndpoints(config);
+  if (endpoints.length > 0) logger.warn({ endpoints }, 'model endpoints without pricing: their requests are billed $0 (set pricing, or name the model …:free)');
 }

@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import type { StageRegistry } from '../pipeline/types';
 import type { Gateway } from '../server';
-import { inConfigFile, loadConfig, warnUnusedPlugins } from './load';
+import { inConfigFile, loadConfig, warnConfigGaps } from './load';
 import { checkPipelines } from '../runtime';
 import { trace } from '@opentelemetry/api';
 
@@ -20,7 +20,7 @@ export function configReloader(input: { file: string; registry: StageRegistry; g
       // a service): a config a restart would refuse is refused here too, not taken and found out at the restart.
       inConfigFile(input.file, () => checkPipelines(config, input.registry, trace.getTracer('config-check'), input.logger));
       input.gateway.reload(config);
-      warnUnusedPlugins(config, input.logger);
+      warnConfigGaps(config, input.logger);
     } catch (err) {
       input.logger.error({ reason: (err as Error).message, why }, 'config reload refused; the previous config keeps serving');
       return false;

@@ -81,6 +81,15 @@ describe('config check', () => {
     expect(r.stdout).toBe(`${file}: ok\n`);
   });
 
+  it('exits 0 on a model endpoint without pricing, with a warning naming it (billed $0)', async () => {
+    const { dir, file } = configDir();
+    writeFileSync(file, readFileSync(file, 'utf8').replace(', pricing: { prompt: 1, completion: 2 }', ''));
+    const r = await runCli(['config', 'check', '--config', file], { cwd: dir });
+    expect(r.code).toBe(0);
+    expect(r.stderr).toBe('warning: models[0].endpoints[0] (simulated/chat via local) has no pricing: its requests are billed $0 (set pricing, or name the model …:free)\n');
+    expect(r.stdout).toBe(`${file}: ok\n`);
+  });
+
   it('reads ./gateway.yaml by default, and --config wins over GATEWAY_CONFIG', async () => {
     const dir = tempDir();
     writeConfig(path.join(dir, 'gateway.yaml'));

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { trace } from '@opentelemetry/api';
 import { describe, it, expect } from 'vitest';
-import { ConfigError, inConfigFile, interpolateEnv, loadConfig, parseConfigText, unusedPluginSections } from '../../src/config/load';
+import { ConfigError, inConfigFile, interpolateEnv, loadConfig, parseConfigText, unpricedEndpoints, unusedPluginSections } from '../../src/config/load';
 import { checkPipelines } from '../../src/runtime';
 import { createLogger } from '../../src/telemetry/log';
 import type { GatewayConfig } from '../../src/config/types';
@@ -402,6 +402,19 @@ describe('values the schema coercion would hide, and other operator mistakes', (
     expect(unusedPluginSections(c)).toEqual(['plugins.max-tokens-cap']);
     const used = parse(config({ pipelines: '  default: [auth, validate, upstream]\n  messages: [auth, validate, max-tokens-cap, upstream]', extra: 'plugins:\n  max-tokens-cap: { max: 100 }' }));
     expect(unusedPluginSections(used)).toEqual([]);
+  });
+
+  it('names the endpoints without any price of models not named …:free (billed $0; serve, reload and config check warn)', () => {
+    const c = parse(
+      config({
+        models: [
+          '  - { id: m1, endpoints: [{ provider: local, upstream_model: sim-1 }, { provider: local, upstream_model: sim-2, pricing: { completion: 0.5 } }] }',
+          '  - { id: m2, endpoints: [{ provider: local, upstream_model: sim-3, pricing: { prompt: 0, completion: 0 } }, { provider: local, upstream_model: sim-4, pricing: { request: 0.01 } }] }',
+          '  - { id: m3:free, endpoints: [{ provider: local, upstream_model: sim-5 }] }',
+        ].join('\n'),
+      }),
+    );
+    expect(unpricedEndpoints(c)).toEqual(['models[0].endpoints[0] (m1 via local)', 'models[1].endpoints[0] (m2 via local)']);
   });
 
   it("a stage's own section may be empty: that stage with its defaults", () => {
