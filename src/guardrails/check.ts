@@ -1,4 +1,5 @@
 import type { GatewayConfig, GuardrailConfig, PiiKind } from '../config/types';
+import { operatorRegExp, operatorRegExpProblem } from '../operator-regexp';
 import { pipelineOf } from '../pipeline/request-plugins';
 import { detectPii, injectionHeuristics, keywordRegExp, matchAll, redact, type Engine, type Finding } from './detectors';
 import type { TextSlot } from './texts';
@@ -24,13 +25,10 @@ export interface CompiledGuardrail {
 export function guardrailConfigProblem(g: GuardrailConfig, index: number): string | null {
   for (const [j, p] of (g.patterns ?? []).entries()) {
     const at = `guardrails[${index}].patterns[${j}].regex`;
-    let re: RegExp;
-    try {
-      re = new RegExp(p.regex, `${p.flags ?? ''}g`);
-    } catch (err) {
-      return `${at}: invalid regular expression (${(err as Error).message})`;
-    }
-    if (re.test('')) return `${at}: matches the empty string`;
+    const flags = `${p.flags ?? ''}g`;
+    const problem = operatorRegExpProblem(p.regex, flags);
+    if (problem) return `${problem.startsWith('flag') ? at.replace(/regex$/, 'flags') : at}: ${problem}`;
+    if (operatorRegExp(p.regex, flags).test('')) return `${at}: matches the empty string`;
   }
   return null;
 }
@@ -53,7 +51,7 @@ export function guardrailStageProblem(config: GatewayConfig): string | null {
 
 /** Compiles a guardrail's content rules (call after `guardrailConfigProblem` said it is fine). */
 export function compileGuardrail(g: GuardrailConfig): CompiledGuardrail {
-  const patterns = (g.patterns ?? []).map((p) => ({ name: p.name, re: new RegExp(p.regex, `${p.flags ?? ''}g`) }));
+  const patterns = (g.patterns ?? []).map((p) => ({ name: p.name, re: operatorRegExp(p.regex, `${p.flags ?? ''}g`) }));
   const keywords = keywordRegExp(g.keywords ?? []);
   const pii = new Set(g.pii ?? []);
   const pi = g.prompt_injection;

@@ -1,4 +1,5 @@
 import type { GatewayConfig, ModerationEngineConfig } from '../config/types';
+import { operatorRegExp, operatorRegExpProblem } from '../operator-regexp';
 import { pipelineOf } from '../pipeline/request-plugins';
 
 /**
@@ -42,13 +43,9 @@ function engineProblem(e: ModerationEngineConfig, at: string): string | null {
     const rat = `${at}.rules[${j}]`;
     if ((r.regex === undefined) === (r.keywords === undefined)) return `${rat}: give exactly one of regex and keywords`;
     if (r.regex === undefined) continue;
-    let re: RegExp;
-    try {
-      re = new RegExp(r.regex, r.flags ?? '');
-    } catch (err) {
-      return `${rat}.regex: invalid regular expression (${(err as Error).message})`;
-    }
-    if (re.test('')) return `${rat}.regex: matches the empty string`;
+    const problem = operatorRegExpProblem(r.regex, r.flags ?? '');
+    if (problem) return `${rat}.${problem.startsWith('flag') ? 'flags' : 'regex'}: ${problem}`;
+    if (operatorRegExp(r.regex, r.flags ?? '').test('')) return `${rat}.regex: matches the empty string`;
   }
   return null;
 }

@@ -1,5 +1,6 @@
 import type { ModerationEngineConfig } from '../config/types';
 import { keywordRegExp } from '../guardrails/detectors';
+import { operatorRegExp } from '../operator-regexp';
 
 /** What an engine found in a request's texts. */
 export interface ModerationVerdict {
@@ -34,7 +35,7 @@ export function compileEngine(e: ModerationEngineConfig): ModerationEngine {
 
 /** Local rules: a regex (flags as configured) or keywords (case-insensitive, whole words, as guardrails). */
 function rulesCheck(e: ModerationEngineConfig): ModerationEngine['check'] {
-  const rules = e.rules.map((r) => ({ name: r.name, re: r.regex !== undefined ? new RegExp(r.regex, r.flags ?? '') : keywordRegExp(r.keywords ?? [])! }));
+  const rules = e.rules.map((r) => ({ name: r.name, re: r.regex !== undefined ? operatorRegExp(r.regex, r.flags ?? '') : keywordRegExp(r.keywords ?? [])! }));
   return async (texts) => {
     const reasons = new Set<string>();
     let flaggedIndex = -1;

@@ -172,10 +172,22 @@ describe('guardrail checks', () => {
     expect(parse('{ name: bad, regex: "a(" }')).toThrow(/^guardrails\[1\]\.patterns\[0\]\.regex: invalid regular expression/);
     expect(parse('{ name: empty, regex: "a*" }')).toThrow('guardrails[1].patterns[0].regex: matches the empty string');
     expect(parse('{ name: f, regex: "a", flags: "g" }')).toThrow(/guardrails\[1\]\.patterns\[0\]\.flags/);
+    // No linear-time engine for Unicode mode: refused, naming the flags.
+    expect(parse('{ name: u, regex: "\\\\p{L}x", flags: "u" }')).toThrow(/^guardrails\[1\]\.patterns\[0\]\.flags: flag "u" is not accepted/);
+    expect(parse('{ name: i, regex: "[Z-a]", flags: "i" }')).toThrow(/^guardrails\[1\]\.patterns\[0\]\.flags: flag "i" cannot be applied/);
     // Content rules need the stage in every inference pipeline; budget-only guardrails do not.
     expect(parse('{ name: ok, regex: "a+" }', '[auth, validate, upstream]')).toThrow(
       'guardrails[1]: has content rules, but pipelines.default does not run the "guardrail" stage',
     );
+  });
+
+  it('a pattern written with "i" finds either case in linear time, and redacts at the text\'s own positions', async () => {
+    const g = compileGuardrail({ id: 'g', action: 'redact', patterns: [{ name: 'evil', regex: '(a+)+b', flags: 'i' }, { name: 'px', regex: 'project\\s+x', flags: 'i' }] });
+    const body = { messages: [{ role: 'user', content: `İ ${'A'.repeat(40)}! PROJECT X` }] };
+    const outcome = await checkGuardrail(g, requestTexts(body, 'chat_completions'), async () => 0);
+    expect(outcome.patterns).toEqual(['px']);
+    outcome.redactAll();
+    expect(body.messages[0].content).toBe(`İ ${'A'.repeat(40)}! [REDACTED:px]`);
   });
 
   it('assignment order: workspace default, member, key; a guardrail assigned twice runs once', () => {
