@@ -30,6 +30,7 @@ import { ensureDeclared } from './store/declared';
 import type { Store } from './store/types';
 import { GatewayMetrics } from './telemetry/metrics';
 import { metricsRoute } from './routes/metrics';
+import { restoreVideoHolds } from './videos/billing';
 import { VideoPoller } from './videos/poller';
 import { Drain } from './drain';
 import { LedgerJournal } from './spend/journal';
@@ -131,7 +132,10 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   let current = build(options.config);
   const runtime = () => current;
   journal?.start();
-  // Started at once: jobs left unfinished by an earlier process are resumed from the store.
+  // Started at once: jobs left unfinished by an earlier process are resumed from the store, their holds first
+  // put back into in-process state (which starts empty).
+  const restored = await restoreVideoHolds(store, state);
+  if (restored > 0) logger.info({ holds: restored }, 'video jobs: holds of unfinished jobs put back');
   const videos = new VideoPoller(() => current.services, spend.clock);
   videos.start();
 

@@ -207,7 +207,7 @@ export class SpendControl {
     if (result.ok) {
       state.span.setAttribute('gateway.spend.estimate_usd', estimateUsd);
       if (estimateNano === 0) return null; // checked, but nothing was held
-      return { id: input.holdId, groups: [...new Set(lines.map((l) => l.group))], inFlightGroup: inFlight?.group ?? null, until: input.holdUntil };
+      return { id: input.holdId, groups: [...new Set(lines.map((l) => l.group))], inFlightGroup: inFlight?.group ?? null, until: input.holdUntil, amountNano: estimateNano };
     }
     if (result.reason === 'in_flight') throw videoCreditsRejection(fromNano(result.heldNano), estimateUsd, balance);
     throw refusal(result, budgets, balance, date);

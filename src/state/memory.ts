@@ -1,6 +1,6 @@
 import { LRUCache } from 'lru-cache';
 import { HoldGroup } from './hold-group';
-import type { RateLine, RateResult, ReserveInput, ReserveResult, SettleInput, SharedState } from './types';
+import type { RateLine, RateResult, ReserveInput, ReserveResult, RestoredHold, SettleInput, SharedState } from './types';
 
 interface Counter {
   paid: number;
@@ -52,6 +52,14 @@ export class MemoryState implements SharedState {
     if (input.estimateNano > 0) for (const g of new Set(input.lines.map((l) => l.group))) this.group(g).set(input.holdId, input.estimateNano, input.holdUntil);
     if (input.inFlight && inFlightNano > 0) this.group(input.inFlight.group).set(input.holdId, inFlightNano, input.holdUntil);
     return { ok: true };
+  }
+
+  async restoreHolds(holds: readonly RestoredHold[]): Promise<void> {
+    const now = this.clock();
+    for (const h of holds) {
+      if (h.until <= now || !(h.amountNano > 0)) continue;
+      for (const g of new Set(h.groups)) this.group(g).set(h.id, h.amountNano, h.until);
+    }
   }
 
   async settle(input: SettleInput): Promise<void> {

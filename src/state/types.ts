@@ -22,6 +22,14 @@ export interface BudgetLine {
   includeByok: boolean;
 }
 
+/** A hold to put back: see `SharedState.restoreHolds`. */
+export interface RestoredHold {
+  id: string;
+  groups: readonly string[];
+  amountNano: number;
+  until: number;
+}
+
 export interface ReserveInput {
   /** Fresh for every reserve (a random UUID): a hold id is added to its groups, never replaced there. */
   holdId: string;
@@ -86,6 +94,12 @@ export type RateResult =
 export interface SharedState {
   readonly driver: 'memory' | 'redis';
   reserve(input: ReserveInput): Promise<ReserveResult>;
+  /**
+   * Puts holds back as they were (each `amountNano` in each of its groups, until `until`; lapsed ones skipped),
+   * without checking any limit: what a restarted process lost of the holds stored elsewhere (video jobs').
+   * Only the in-process driver has it: it starts empty, where Redis keeps its holds across a gateway restart.
+   */
+  restoreHolds?(holds: readonly RestoredHold[]): Promise<void>;
   settle(input: SettleInput): Promise<void>;
   /** Sets a spend counter unless it exists (first writer wins); `expiresAt` null for lifetime counters. */
   initCounter(counter: string, paidNano: number, byokNano: number, expiresAt: number | null): Promise<void>;

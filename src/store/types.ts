@@ -229,6 +229,8 @@ export interface VideoJobHold {
   groups: string[];
   inFlightGroup: string | null;
   until: number;
+  /** What is held in each group (nano-USD), to put it back after a restart of in-process state; absent on jobs from before it was stored. */
+  amountNano?: number;
 }
 
 export type NewVideoJob = Omit<VideoJob, 'generationId' | 'urls' | 'costUsd' | 'error' | 'expiresAt' | 'completedAt' | 'billed' | 'updatedAt'>;

@@ -3,8 +3,8 @@ import type { VideoModelConfig } from '../config/types';
 import type { Services } from '../services';
 import { applicableBudgets, counterId } from '../spend/budgets';
 import { roundUsd } from '../spend/pricing';
-import { toNano } from '../state/types';
-import type { LedgerRow, VideoJob } from '../store/types';
+import { toNano, type RestoredHold, type SharedState } from '../state/types';
+import type { LedgerRow, Store, VideoJob, VideoJobCursor } from '../store/types';
 
 /**
  * What a video job is held at before it is submitted: the largest `per_job + per_second × duration` over the
@@ -18,6 +18,32 @@ export function videoEstimate(endpoints: VideoModelConfig['endpoints'], duration
   for (const { pricing } of endpoints) most = Math.max(most, pricing.per_job + pricing.per_second * durationSeconds);
   return roundUsd(most);
 }
+
+/**
+ * Puts the holds of unfinished video jobs back into in-process shared state, which a restart empties (Redis
+ * keeps them): without it the money a job's estimate held was free again after a restart, and a key's limit,
+ * a budget or a prepaid balance could be committed twice over. Run once at start, before the poller's first
+ * round can release any of them; returns how many holds were put back.
+ */
+export async function restoreVideoHolds(store: Store, state: SharedState): Promise<number> {
+  if (!state.restoreHolds) return 0;
+  const holds: RestoredHold[] = [];
+  let after: VideoJobCursor | undefined;
+  for (;;) {
+    const jobs = await store.listUnfinishedVideoJobs(RESTORE_PAGE, after);
+    for (const job of jobs) {
+      const h = job.request.hold;
+      if (h?.amountNano) holds.push({ id: h.id, groups: h.inFlightGroup ? [...h.groups, h.inFlightGroup] : h.groups, amountNano: h.amountNano, until: h.until });
+    }
+    if (jobs.length < RESTORE_PAGE) break;
+    const last = jobs[jobs.length - 1];
+    after = { updatedAt: last.updatedAt, id: last.id };
+  }
+  await state.restoreHolds(holds);
+  return holds.length;
+}
+
+const RESTORE_PAGE = 500;
 
 /** A job that ended unbilled (failed, cancelled, timed out): its hold, if it has one, is released. Never throws. */
 export async function releaseVideoHold(services: Services, job: VideoJob): Promise<void> {

@@ -1,4 +1,8 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { openStore, type StorageConfig } from '../../src/store';
 import { toNano, type SettleInput } from '../../src/state/types';
 import { deleteRedisKeys, REDIS_URL, uniquePrefix } from '../fixtures/backing';
 import { startFakeVideoUpstream, type FakeVideoJob, type FakeVideoUpstream } from '../fixtures/fake-video-upstream';
@@ -96,6 +100,41 @@ describe.each(['memory', 'redis'] as const)('video job spend checks and holds (%
     expect((await g.store.getVideoJob(unpriced.json.id, g.keyRecord.workspaceId))!.request.hold).toBeUndefined();
     // Other keys of the workspace are not limited by it.
     expect((await createVideo(g, JOB)).status).toBe(200);
+  });
+
+  it.runIf(driver === 'memory')('a restart puts the holds of unfinished jobs back (in-process state starts empty): the limit still counts them', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-vidhold-'));
+    const store = await openStore({ driver: 'sqlite', path: join(dir, 'gateway.db') } as StorageConfig);
+    try {
+      const yaml = videoConfigYaml({ upstreamUrl: upstream.url, upstreamPricing: PRICE, pipeline: '[auth, validate, budget-check, upstream]' });
+      const first = await startTestGateway({ yaml, store });
+      open.push(first);
+      await fund(first, 100);
+      const limited = await first.createKey({ name: 'limited', limitUsd: 1.5, limitReset: 'monthly' });
+      const group = `key:${limited.record.id}`;
+      for (let i = 0; i < 3; i++) expect((await createVideo(first, JOB, limited.secret)).status).toBe(200);
+      expect((await createVideo(first, JOB, limited.secret)).status).toBe(403);
+      await first.close();
+      open = open.filter((g) => g !== first);
+
+      const second = await startTestGateway({ yaml, store });
+      open.push(second);
+      // The three unfinished jobs' estimates are held again: a fourth job is still refused (it was admitted,
+      // and so were two more, committing 3.30 against a 1.50 limit).
+      expect(await held(second, group)).toBeCloseTo(3 * EST, 9);
+      const refused = await createVideo(second, JOB, limited.secret);
+      expect(refused.status).toBe(403);
+      expect(refused.json.error.metadata).toMatchObject({ limit_source: 'gateway_key_limit' });
+      // A job that ends after the restart releases its restored hold.
+      const [first_] = await store.listUnfinishedVideoJobs(1);
+      expect((await cancelVideo(second, first_.id)).status).toBe(200);
+      await expect.poll(() => held(second, group), { timeout: 5000 }).toBeCloseTo(2 * EST, 9);
+      await second.close();
+      open = open.filter((g) => g !== second);
+    } finally {
+      await store.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('a spent workspace budget refuses video jobs too (403 gateway_workspace_budget)', async () => {
