@@ -14,7 +14,7 @@ import { capYoungGeneration, collectStartupGarbage, tuneHeap } from './heap-tuni
 import { recentBodyBytes } from './routes/body';
 import { checkPipelines } from './runtime';
 import { routeDiagToLog } from './telemetry/diag-log';
-import { closeUpstreamPool, createGateway } from './server';
+import { closeUpstreamPool, createGateway, type Gateway } from './server';
 import { generateKey, hashKey, maskKey } from './store/key-secret';
 import { openStore } from './store';
 import { ensureDeclared } from './store/declared';
@@ -280,7 +280,8 @@ async function serve(file: string): Promise<number> {
   tuneHeap();
   const logger = createLogger(config.logging.level);
   // Every stage's checks of its config, before anything is opened or created (a refused config leaves no store behind).
-  inConfigFile(file, () => checkPipelines(config, registry, trace.getTracer('config-check'), logger));
+  let gateway: Gateway | undefined;
+  inConfigFile(file, () => checkPipelines(config, registry, trace.getTracer('config-check'), logger, () => gateway?.resources()));
   warnConfigGaps(config, logger);
   routeDiagToLog(logger);
   const telemetry = startTelemetry(config.telemetry);
@@ -291,21 +292,33 @@ async function serve(file: string): Promise<number> {
   if (await store.createFirstKey({ hash: hashKey(secret), label: maskKey(secret), name: 'bootstrap', workspaceId: workspace.id, creatorUserId: 'bootstrap', isManagement: true })) {
     process.stdout.write(`\nFirst start: created a management key. It is shown only this once:\n\n  ${secret}\n\n`);
   }
-  const gateway = await createGateway({ config, registry, store, logger, tracer: telemetry.tracer });
+  gateway = await createGateway({ config, registry, store, logger, tracer: telemetry.tracer });
   // Signal handlers go in before the listening line is printed: a supervisor may act on that line at once.
   const reload = configReloader({ file, registry, gateway, logger });
   process.on('SIGHUP', () => reload('SIGHUP'));
   if (takeEarlyHup()) reload('SIGHUP during start-up');
   // The first SIGTERM/SIGINT turns readiness to 503 at once (before anything else) and starts the drain; a
   // second one cuts what is still in flight without waiting for the drain timeout.
+  let exitCode = 0;
   const stopped = new Promise<void>((resolve) => {
     const stop = () => {
-      if (gateway.drain.started) return gateway.drain.cutNow();
-      gateway.drain.begin();
+      if (gateway!.drain.started) return gateway!.drain.cutNow();
+      gateway!.drain.begin();
       resolve();
     };
     process.on('SIGTERM', stop);
     process.on('SIGINT', stop);
+    // A stage's stray error (README "Writing a plugin"): a promise rejection nothing awaited is logged and the
+    // gateway keeps serving (the throw unwound its own async function, nothing else); an exception thrown
+    // outside any request (a timer's, an event handler's) may have left anything half done, so it is logged
+    // and the process drains and stops as on SIGTERM, exit code 1, for its supervisor to restart it. Either
+    // had ended the process at once, streams cut without their in-band error and nothing drained.
+    process.on('unhandledRejection', (reason) => logger.error({ err: reason }, 'unhandled promise rejection (a promise nothing awaited, e.g. in a stage); the gateway keeps serving'));
+    process.on('uncaughtException', (err) => {
+      logger.fatal({ err }, 'uncaught exception outside any request (e.g. a stage\'s timer): draining and stopping');
+      exitCode = 1;
+      stop();
+    });
   });
   const stopWatching = config.server.watch_config ? watchFile(file, () => reload('file changed')) : () => undefined;
   // Everything is loaded: free what start-up left behind before the first request (README, Performance).
@@ -327,7 +340,7 @@ async function serve(file: string): Promise<number> {
   await store.close();
   await closeUpstreamPool();
   await telemetry.shutdown();
-  return 0;
+  return exitCode;
 }
 
 main(process.argv.slice(2)).then(

@@ -113,36 +113,53 @@ export function buildRuntime(input: RuntimeInput): Runtime {
   };
 }
 
+/** The process resources a checked stage may reach after the check (`checkPipelines`' `later`). */
+export type LateServices = Partial<Pick<RuntimeInput, 'store' | 'ledger' | 'keys' | 'health' | 'sticky' | 'state' | 'rateLimits' | 'byok' | 'presets'>>;
+
 /**
  * Builds every pipeline of `config` as `serve` does, with no store, state or other process resources behind
  * the services (none is touched while stages are created; a stage that did would fail the check, naming
  * it), so each stage's own checks of its operator config run: fusion's models, web's backend, … A mistake
  * throws the stage's error (a `ConfigError` naming `plugins.<id>.<field>`). `gateway config check` and the
  * start of `serve` (before the store is opened) run it.
+ *
+ * A stage may keep its `services` for later (README "Writing a plugin"), and the copies made here are never
+ * told they are not used: once the check is over, what such a copy reaches goes to `later()`'s resources
+ * (the running gateway's) when there are any. It had thrown there too: a stage whose timer used its store
+ * took the gateway down ~200 ms after start, or after a reload.
  */
-export function checkPipelines(config: GatewayConfig, registry: StageRegistry, tracer: Tracer, logger: Logger): void {
-  const absent = <T extends object>(name: string): T =>
+export function checkPipelines(config: GatewayConfig, registry: StageRegistry, tracer: Tracer, logger: Logger, later?: () => LateServices | undefined): void {
+  let checking = true;
+  const absent = <T extends object>(name: keyof LateServices): T =>
     new Proxy({} as T, {
       get(_target, prop) {
-        throw new Error(`a stage used services.${name}.${String(prop)} while being created from the config`);
+        if (checking) throw new Error(`a stage used services.${name}.${String(prop)} while being created from the config`);
+        const real = later?.()?.[name] as Record<string | symbol, unknown> | undefined;
+        if (!real) throw new Error(`a stage used services.${name}.${String(prop)} of a copy made to check the config, with no gateway running`);
+        const value = real[prop];
+        return typeof value === 'function' ? value.bind(real) : value;
       },
     });
-  buildRuntime({
-    config,
-    registry,
-    tracer,
-    logger,
-    store: absent('store'),
-    ledger: absent('ledger'),
-    keys: absent('keys'),
-    health: absent('health'),
-    sticky: absent('sticky'),
-    state: absent('state'),
-    spend: { clock: Date.now } as SpendControl,
-    rateLimits: absent('rateLimits'),
-    byok: absent('byok'),
-    presets: absent('presets'),
-    hashUser: (user) => user,
-    metrics: null,
-  });
+  try {
+    buildRuntime({
+      config,
+      registry,
+      tracer,
+      logger,
+      store: absent('store'),
+      ledger: absent('ledger'),
+      keys: absent('keys'),
+      health: absent('health'),
+      sticky: absent('sticky'),
+      state: absent('state'),
+      spend: { clock: Date.now } as SpendControl,
+      rateLimits: absent('rateLimits'),
+      byok: absent('byok'),
+      presets: absent('presets'),
+      hashUser: (user) => user,
+      metrics: null,
+    });
+  } finally {
+    checking = false;
+  }
 }

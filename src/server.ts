@@ -15,7 +15,7 @@ import type { StageRegistry } from './pipeline/types';
 import { closeUpstreamPool } from './providers/http';
 import { Presets } from './presets/lookup';
 import { endpoint, type EndpointSpec } from './routes/endpoint';
-import { buildRuntime, type Runtime } from './runtime';
+import { buildRuntime, type LateServices, type Runtime } from './runtime';
 import { applyServerLimits, InFlightLimit, refuseLargeBodiesBeforeContinue } from './server-limits';
 import type { KeyLookup } from './services';
 import { EndpointHealth } from './routing/health';
@@ -63,6 +63,8 @@ export interface Gateway {
   videos: VideoPoller;
   /** The runtime new requests get. */
   runtime(): Runtime;
+  /** The process resources behind every runtime's services (what the stage copies of a config check reach afterwards). */
+  resources(): LateServices;
   /** Graceful shutdown (README "Shutdown and probes"): `drain.begin()` turns /readyz to 503 at once; close() drains. */
   drain: Drain;
   /** Pending ledger rows of requests in flight (README "Ledger durability"); null with `ledger.journal: false`. */
@@ -238,6 +240,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     spend,
     videos,
     runtime,
+    resources: () => ({ store, ledger, keys, health, sticky, state, rateLimits, byok, presets }),
     drain,
     journal,
     inFlight: () => inFlight.inFlight,

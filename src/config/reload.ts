@@ -18,7 +18,7 @@ export function configReloader(input: { file: string; registry: StageRegistry; g
       const config = loadConfig(input.file, { registry: input.registry });
       // The checks `serve` and `gateway config check` make (every stage created from the config, none touching
       // a service): a config a restart would refuse is refused here too, not taken and found out at the restart.
-      inConfigFile(input.file, () => checkPipelines(config, input.registry, trace.getTracer('config-check'), input.logger));
+      inConfigFile(input.file, () => checkPipelines(config, input.registry, trace.getTracer('config-check'), input.logger, () => input.gateway.resources()));
       input.gateway.reload(config);
       warnConfigGaps(config, input.logger);
     } catch (err) {

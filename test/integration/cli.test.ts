@@ -118,6 +118,32 @@ describe('config check', () => {
 });
 
 describe('serve', () => {
+  /** A preload that misbehaves as a stage might, once serve has its process handlers in place. */
+  function strayPreload(dir: string, what: 'reject' | 'throw'): Record<string, string> {
+    const file = path.join(dir, `stray-${what}.cjs`);
+    const act = what === 'reject' ? "Promise.reject(new Error('stray rejection'))" : "setTimeout(() => { throw new Error('stray throw'); }, 0)";
+    writeFileSync(file, `const t = setInterval(() => { if (process.listenerCount('unhandledRejection') === 0) return; clearInterval(t); ${act}; }, 5);\n`);
+    return { NODE_OPTIONS: `--require ${file}` };
+  }
+
+  it("a promise rejection nothing awaited (a stage's) is logged and the gateway keeps serving (the process had died)", async () => {
+    const { dir, file } = configDir({ level: 'error' });
+    const { proc, url } = await startServe(['--config', file], { cwd: dir, env: strayPreload(dir, 'reject') });
+    await proc.waitFor(/unhandled promise rejection/);
+    expect(proc.stdout).toContain('stray rejection');
+    const chat = await post(`${url}/chat/completions`, KEY.exec(proc.stdout)![0], CHAT);
+    expect(chat.status).toBe(200);
+    expect(await proc.stop()).toBe(0);
+  });
+
+  it('an exception thrown outside any request (a timer\'s) is logged, and the process drains and exits 1 (it died at once)', async () => {
+    const { dir, file } = configDir({ level: 'error' });
+    const proc = spawnCli(['serve', '--config', file], { cwd: dir, env: strayPreload(dir, 'throw') });
+    expect(await within(proc.exited, WAIT_MS, 'serve to stop after the uncaught exception')).toBe(1);
+    const line = proc.stdout.split('\n').find((l) => l.includes('uncaught exception outside any request'));
+    expect(JSON.parse(line!)).toMatchObject({ level: 60, err: { message: 'stray throw' } });
+  });
+
   it('exits non-zero on a bad config and names the field path', async () => {
     const { dir, file } = configDir({ stages: 'auth, nope, upstream' });
     const r = await runCli(['serve', '--config', file], { cwd: dir });

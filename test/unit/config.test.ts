@@ -4,7 +4,9 @@ import path from 'node:path';
 import { trace } from '@opentelemetry/api';
 import { describe, it, expect } from 'vitest';
 import { ConfigError, inConfigFile, interpolateEnv, loadConfig, parseConfigText, unpricedEndpoints, unusedPluginSections } from '../../src/config/load';
-import { checkPipelines } from '../../src/runtime';
+import { checkPipelines, type LateServices } from '../../src/runtime';
+import type { Services } from '../../src/services';
+import type { Store } from '../../src/store/types';
 import { createLogger } from '../../src/telemetry/log';
 import type { GatewayConfig } from '../../src/config/types';
 import { registry } from '../../plugins/index';
@@ -511,6 +513,30 @@ describe("stages' own checks of their config (run when the pipelines are built: 
       const err = configError(() => checkPipelines(c, withThrower, trace.getTracer('t'), createLogger('silent')));
       expect(err.message).toBe(thrown === 'boom' ? 'plugins.thrower: boom' : `plugins.thrower: the stage's create() threw ${String(thrown)} (not an Error with a message)`);
     }
+  });
+
+  it("a stage copy made by the check that kept its services reaches the running gateway's resources afterwards (it threw, and a timer's throw took the gateway down)", async () => {
+    const keeper = new Map(registry);
+    let kept: Services | undefined;
+    keeper.set('keeper', {
+      id: 'keeper',
+      configSchema: { type: 'object' },
+      create: (_c: unknown, services: Services) => {
+        kept = services;
+        return async (_ctx: unknown, next: () => Promise<void>) => next();
+      },
+    });
+    const c = parseConfigText(config({ pipelines: '  default: [auth, keeper, upstream]' }), { registry: keeper, env: {} });
+    const store = { listKeys: async function (this: unknown) { return this === store ? ['k1'] : []; } };
+    let running: LateServices | undefined;
+    checkPipelines(c, keeper, trace.getTracer('t'), createLogger('silent'), () => running);
+    // No gateway yet: said so, naming what was used.
+    expect(() => kept!.store.listKeys()).toThrow('a stage used services.store.listKeys of a copy made to check the config, with no gateway running');
+    running = { store: store as unknown as Store };
+    expect(await kept!.store.listKeys()).toEqual(['k1']);
+    // Without a running gateway to hand over to (config check), the same message.
+    checkPipelines(c, keeper, trace.getTracer('t'), createLogger('silent'));
+    expect(() => kept!.store.listKeys()).toThrow(/of a copy made to check the config/);
   });
 
   it('inConfigFile names the file in a stage check\'s error, as loadConfig does for the schema\'s (serve, config check and a reload use it)', () => {
