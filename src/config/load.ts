@@ -115,7 +115,10 @@ export function validateConfig(raw: unknown, options: LoadOptions): GatewayConfi
     for (const id of list ?? []) {
       if (config.plugins[id] !== undefined) continue;
       const value = {};
-      ajv.compile(options.registry.get(id)!.configSchema)(value);
+      // Checked as a written section is: a stage whose schema requires a field must get it (it had been
+      // created without it, where `plugins.<id>:` with nothing under it was refused).
+      const check = ajv.compile(options.registry.get(id)!.configSchema);
+      if (!check(value)) throw new ConfigError(describe(check.errors ?? [], `plugins.${id}`));
       config.plugins[id] = value;
     }
   }

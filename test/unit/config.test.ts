@@ -419,6 +419,18 @@ describe('values the schema coercion would hide, and other operator mistakes', (
     expect(unpricedEndpoints(c)).toEqual(['models[0].endpoints[0] (m1 via local)', 'models[1].endpoints[0] (m2 via local)']);
   });
 
+  it("a stage whose schema requires a field is refused without it when its section is left out, as when it is empty (it was created without it)", () => {
+    const withRequired = new Map(registry);
+    withRequired.set('tagger', { id: 'tagger', configSchema: { type: 'object', required: ['tag'], properties: { tag: { type: 'string' }, n: { type: 'integer', default: 3 } } }, create: () => async (_ctx: unknown, next: () => Promise<void>) => next() });
+    const pipelines = '  default: [auth, tagger, upstream]';
+    const left = configError(() => parseConfigText(config({ pipelines }), { registry: withRequired, env: {} })).message;
+    const empty = configError(() => parseConfigText(config({ pipelines, extra: 'plugins:\n  tagger:' }), { registry: withRequired, env: {} })).message;
+    expect(left).toBe(empty);
+    expect(left).toMatch(/^plugins\.tagger/);
+    expect(left).toMatch(/tag/);
+    expect(parseConfigText(config({ pipelines, extra: 'plugins:\n  tagger: { tag: x }' }), { registry: withRequired, env: {} }).plugins.tagger).toEqual({ tag: 'x', n: 3 });
+  });
+
   it("a stage's own section may be empty: that stage with its defaults", () => {
     const c = parse(config({ pipelines: '  default: [auth, validate, upstream]', extra: 'plugins:\n  validate:' }));
     expect(c.plugins.validate).toBeTypeOf('object');
