@@ -153,10 +153,21 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       if (e.headers) ctx.set(e.headers);
       if (state?.requestId) ctx.set(requestIdHeader(style), state.requestId);
       if (drain?.started) ctx.set('Connection', 'close');
-      setJsonBody(ctx, errorBody(e, style, state?.requestId ?? null));
+      const body = errorBody(e, style, state?.requestId ?? null);
       if (state?.metadataOptIn && (state.candidates.length > 0 || state.pipeline.length > 0)) {
-        (ctx.body as Record<string, unknown>).gateway_metadata = routingMetadata(state);
+        (body as Record<string, unknown>).gateway_metadata = routingMetadata(state);
       }
+      // What a stage put in an error's metadata or in the pipeline records may not be JSON (a BigInt, a
+      // cycle): Koa's own encoding then failed and the client got a bare text/plain 500, no envelope, no id.
+      let text: string;
+      try {
+        text = JSON.stringify(body);
+      } catch (encodeErr) {
+        runtime.services.logger.error({ err: encodeErr, path: ctx.path, error_type: e.errorType }, 'an error answer could not be encoded as JSON; answered as a server error');
+        ctx.status = statusFor(new GatewayError('server', 'x'), style);
+        text = JSON.stringify(errorBody(new GatewayError('server', 'Internal server error'), style, state?.requestId ?? null));
+      }
+      setJsonBody(ctx, text);
       if (!state) runtime.services.logger.info({ endpoint: spec.id, status: ctx.status, error_type: e.errorType, ms: msSince(started) }, 'request');
       if (span) {
         span.setStatus({ code: SpanStatusCode.ERROR, message: e.message });

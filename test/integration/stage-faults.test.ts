@@ -27,6 +27,12 @@ const misbehave: StageDefinition<{ label: string }> = {
       if (mode === 'bad-type') throw new GatewayError('nonsense' as never, 'x');
       if (mode === 'bad-status') throw new GatewayError('invalid_request', 'x', { status: 42 });
       if (mode === 'bad-header') throw new GatewayError('rate_limit_exceeded', 'x', { headers: { 'Retry-After': 'a\nb' } });
+      if (mode === 'bigint-metadata') throw new GatewayError('invalid_request', 'x', { metadata: { n: 10n } });
+      if (mode === 'cyclic-record') {
+        const record: Record<string, unknown> = { stage: 'misbehave' };
+        record.self = record;
+        ctx.state.gateway.pipeline.push(record as never);
+      }
       await next();
       if (mode === 'throw-after') throw new GatewayError('invalid_request', 'refused after the provider answered');
       if (mode === 'slow-after') await new Promise((r) => setTimeout(r, 600));
@@ -60,6 +66,23 @@ const messages = (mode: string, extra: Record<string, unknown> = {}) =>
   post(`${gw.url}/messages`, gw.key, { model: 'sim/chat', max_tokens: 50, messages: [{ role: 'user', content: 'hi' }], ...extra }, { 'x-mb': mode });
 
 describe('a stage that misbehaves', () => {
+  it('puts what JSON cannot hold (a BigInt, a cycle) in an error or the records: an enveloped 500 with the request id, not a bare text/plain one', async () => {
+    for (const ask of [chat, messages]) {
+      const bigint = await ask('bigint-metadata');
+      expect(bigint.status).toBe(500);
+      expect(bigint.headers.get('content-type')).toMatch(/^application\/json/);
+      expect(bigint.json.error.message).toBe('Internal server error');
+      // A record that cannot be encoded, asked for with the metadata header, after the provider answered.
+      const cyclic = await post(`${gw.url}/${ask === chat ? 'chat/completions' : 'messages'}`, gw.key, { model: 'sim/chat', max_tokens: 50, messages: [{ role: 'user', content: 'hi' }] }, { 'x-mb': 'cyclic-record', 'x-gateway-metadata': 'enabled' });
+      expect(cyclic.status).toBe(500);
+      expect(cyclic.headers.get('content-type')).toMatch(/^application\/json/);
+      expect(cyclic.json.error.message).toBe('Internal server error');
+      const id = cyclic.headers.get(ask === chat ? 'x-request-id' : 'request-id');
+      expect(id).toMatch(/^gen-/);
+      if (ask === messages) expect(cyclic.json.request_id).toBe(id);
+    }
+  });
+
   it('throws an error quoting the key: the log line masks the key, as the error body and spans do', async () => {
     const before = gw.logs.length;
     for (const mode of ['throw-key', 'throw-object']) {
