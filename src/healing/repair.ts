@@ -29,12 +29,28 @@ export type HealResult =
 export interface HealOptions {
   /**
    * What the top-level value must be when it is cut out of surrounding prose: `object` makes the search
-   * start at the first `{` (so "see [1] for details: {…}" yields the object and "see [1]" yields nothing).
+   * try only `{` starts (so "see [1] for details: {…}" yields the object and "see [1]" yields nothing).
    */
   expect?: 'object' | 'array' | 'any';
 }
 
-class Unrepairable extends Error {}
+type Unhealed = Extract<HealResult, { status: 'unrepairable' }>;
+
+/** `final`: the value was read but the text around it rules the reading out (a stray closer): no later start is tried. */
+class Unrepairable extends Error {
+  constructor(
+    message: string,
+    readonly final = false,
+  ) {
+    super(message);
+  }
+}
+
+const NO_VALUE = 'no JSON value found in the text';
+/** Fenced blocks looked at; the whole text is always tried after them. */
+const MAX_FENCES = 32;
+/** `{`/`[` starts tried in one text before giving up (each is tried only past the last one's brackets, so work stays linear). */
+const MAX_STARTS = 64;
 
 /**
  * @example healJson("```json\n{'a': 1,}\n```") // {status: 'repaired', text: '{"a":1}', repairs: ['code_fence', 'single_quotes', 'trailing_comma']}
@@ -45,26 +61,121 @@ export function healJson(input: string, options: HealOptions = {}): HealResult {
   } catch {
     // not strict JSON: try to repair it below
   }
-  const repairs = new Set<Repair>();
-  let source = input;
-  const fenced = /```[ \t]*(?:json[c5]?|javascript|js)?[ \t]*\r?\n?([\s\S]*?)(?:```|$)/i.exec(input);
-  if (fenced && fenced[1].trim() !== '') {
-    source = fenced[1];
-    repairs.add('code_fence');
+  const expect = options.expect ?? 'any';
+  // Where the value may be, best first: ```json blocks, plain ``` blocks, other fenced blocks, then the whole
+  // text (a fence may sit inside a JSON string: `{"code": "```js\nfoo()\n```"}`).
+  const rank = (f: Fence) => (/^json[c5]?$/.test(f.lang) ? 0 : f.lang === '' ? 1 : 2);
+  const fences = fencedBlocks(input)
+    .filter((f) => f.body.trim() !== '')
+    .sort((a, b) => rank(a) - rank(b));
+  let failed: Unhealed | undefined;
+  let cutOff: HealResult | undefined;
+  for (const c of [...fences.map((f) => ({ body: f.body, repairs: ['code_fence'] as Repair[], leftOpen: !f.closed })), { body: input, repairs: [], leftOpen: false }]) {
+    const r = healText(c.body, expect, c.repairs);
+    if (r.status === 'unrepairable') {
+      if (!failed || failed.reason === NO_VALUE) failed = r;
+      continue;
+    }
+    // A closed block (or prose) whose value had to be cut short may not hold the whole value (a fence inside a
+    // string ended the block early): a later reading that needs no truncation wins, else the first cut one.
+    if (!r.repairs.includes('truncated')) return r;
+    // A block left open runs to the end of a cut-off answer: that is the value, cut short.
+    if (c.leftOpen) return r;
+    cutOff ??= r;
   }
-  const start = startOf(source, options.expect ?? 'any');
-  if (start < 0) return { status: 'unrepairable', repairs: [...repairs], reason: 'no JSON value found in the text' };
-  if (source.slice(0, start).trim() !== '') repairs.add('surrounding_text');
-  const parser = new Parser(source, start, repairs);
-  try {
-    const text = parser.document();
-    const value = JSON.parse(text);
-    return { status: 'repaired', text, value, repairs: [...repairs] };
-  } catch (err) {
-    const reason = err instanceof Unrepairable ? err.message : `repair produced invalid JSON: ${(err as Error).message}`;
-    return { status: 'unrepairable', repairs: [...repairs], reason };
-  }
+  return cutOff ?? failed ?? { status: 'unrepairable', repairs: [], reason: NO_VALUE };
 }
+
+interface Fence {
+  body: string;
+  /** The info string after the opening fence (`json`, `python`), lower case; '' when there is none. */
+  lang: string;
+  /** false when the text ends before a closing fence (a cut-off answer). */
+  closed: boolean;
+}
+
+/** A language tag is taken when a newline follows it, or when it is a JSON one (```json {"a": 1}```). */
+const FENCE_HEAD = /[ \t]*(?:(json[c5]?|javascript|js)\b|([\w.+#-]+)[ \t]*(?=\r?\n))?[ \t]*\r?\n?/iy;
+
+/** The ``` blocks of the text in order, each opening fence paired with the next one (at most MAX_FENCES). */
+function fencedBlocks(s: string): Fence[] {
+  const blocks: Fence[] = [];
+  let at = s.indexOf('```');
+  while (at >= 0 && blocks.length < MAX_FENCES) {
+    FENCE_HEAD.lastIndex = at + 3;
+    const head = FENCE_HEAD.exec(s);
+    const from = FENCE_HEAD.lastIndex;
+    const end = s.indexOf('```', from);
+    blocks.push({ body: s.slice(from, end < 0 ? s.length : end), lang: (head?.[1] ?? head?.[2] ?? '').toLowerCase(), closed: end >= 0 });
+    if (end < 0) break;
+    at = s.indexOf('```', end + 3);
+  }
+  return blocks;
+}
+
+/**
+ * Repairs the value in one candidate text. When the reading from one start fails, the next `{`/`[` after that
+ * start's brackets is tried ("use {name} here: {...}"), never one inside them, which would be a fragment of
+ * a broken value.
+ */
+function healText(s: string, expect: 'object' | 'array' | 'any', base: Repair[]): Exclude<HealResult, { status: 'valid' }> {
+  let start = startOf(s, expect);
+  if (start < 0) return { status: 'unrepairable', repairs: base, reason: NO_VALUE };
+  const lead = s.search(/\S/);
+  const openers = expect === 'object' ? /\{/g : expect === 'array' ? /\[/g : /[{[]/g;
+  let first: Unhealed | undefined;
+  for (let tries = 0; tries < MAX_STARTS; tries++) {
+    const repairs = new Set<Repair>(base);
+    if (start > lead) repairs.add('surrounding_text');
+    const parser = new Parser(s, start, repairs);
+    try {
+      const text = parser.document();
+      const value = JSON.parse(text);
+      return { status: 'repaired', text, value, repairs: [...repairs] };
+    } catch (err) {
+      const reason = err instanceof Unrepairable ? err.message : `repair produced invalid JSON: ${(err as Error).message}`;
+      first ??= { status: 'unrepairable', repairs: [...repairs], reason };
+      if (err instanceof Unrepairable && err.final) break;
+      const end = bracketsEnd(s, start);
+      if (end < 0) break;
+      openers.lastIndex = Math.max(end, parser.offset + 1);
+      const next = openers.exec(s);
+      if (!next) break;
+      start = next.index;
+    }
+  }
+  return first ?? { status: 'unrepairable', repairs: base, reason: NO_VALUE };
+}
+
+/** The offset just past the bracket that closes the one at `start`, or -1 when it is not closed or closed by the wrong kind. */
+function bracketsEnd(s: string, start: number): number {
+  // The closers expected, as char codes, in a typed array grown by doubling (an array of strings took 0.1 s
+  // for 300 000 unclosed "{" in a megabyte).
+  let closers = new Uint8Array(64);
+  let depth = 0;
+  let inString = false;
+  for (let i = start; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (inString) {
+      if (c === BACKSLASH) i++;
+      else if (c === QUOTE) inString = false;
+    } else if (c === QUOTE) inString = true;
+    else if (c === OPEN_BRACE || c === OPEN_BRACKET) {
+      if (depth === closers.length) {
+        const grown = new Uint8Array(depth * 2);
+        grown.set(closers);
+        closers = grown;
+      }
+      closers[depth++] = c === OPEN_BRACE ? CLOSE_BRACE : CLOSE_BRACKET;
+    } else if (c === CLOSE_BRACE || c === CLOSE_BRACKET) {
+      if (depth === 0 || closers[--depth] !== c) return -1;
+      if (depth === 0) return i + 1;
+    }
+  }
+  return -1;
+}
+
+const [QUOTE, BACKSLASH, OPEN_BRACE, CLOSE_BRACE, OPEN_BRACKET, CLOSE_BRACKET] = [...'"\\{}[]'].map((c) => c.charCodeAt(0));
 
 /** Where the JSON value starts: the text itself when it already starts like a value, else the first opener. */
 function startOf(s: string, expect: 'object' | 'array' | 'any'): number {
@@ -82,6 +193,10 @@ function startOf(s: string, expect: 'object' | 'array' | 'any'): number {
   }
   return best;
 }
+
+/** String characters that need no escaping or repair inside "…" and '…'. */
+const PLAIN_IN_DOUBLE = /[^"\\\u0000-\u001f]+/y;
+const PLAIN_IN_SINGLE = /[^'"\\\u0000-\u001f]+/y;
 
 const PY: Record<string, string> = { True: 'true', False: 'false', None: 'null' };
 const LITERALS = ['true', 'false', 'null', 'True', 'False', 'None'];
@@ -102,12 +217,17 @@ class Parser {
     if (out === null) throw new Unrepairable('the text ends before any value');
     this.ws();
     if (this.i < this.s.length) {
-      if (this.s[this.i] === '}' || this.s[this.i] === ']') throw new Unrepairable(`unbalanced "${this.s[this.i]}" at offset ${this.i}`);
+      if (this.s[this.i] === '}' || this.s[this.i] === ']') throw new Unrepairable(`unbalanced "${this.s[this.i]}" at offset ${this.i}`, true);
       // "42 apples" is prose that starts with a number, not the number 42.
       if (out[0] !== '{' && out[0] !== '[') throw new Unrepairable(`text after a bare value at offset ${this.i}`);
       this.repairs.add('surrounding_text');
     }
     return out;
+  }
+
+  /** Where reading stopped (where it failed, after a throw). */
+  get offset(): number {
+    return this.i;
   }
 
   private get eof(): boolean {
@@ -231,7 +351,15 @@ class Parser {
     if (quote === "'") this.repairs.add('single_quotes');
     this.i++;
     let out = '';
+    const plain = quote === '"' ? PLAIN_IN_DOUBLE : PLAIN_IN_SINGLE;
     while (this.i < s.length) {
+      // Runs of characters copied as they are, in one step (one character at a time took 0.5 s a megabyte).
+      plain.lastIndex = this.i;
+      if (plain.test(s)) {
+        out += s.slice(this.i, plain.lastIndex);
+        this.i = plain.lastIndex;
+        if (this.i >= s.length) break;
+      }
       const c = s[this.i];
       if (c === quote) {
         this.i++;

@@ -102,6 +102,49 @@ describe('healJson: what must not be "healed" into something else', () => {
   });
 });
 
+describe('healJson: finding the value among fences and prose', () => {
+  const healed = (text: string, expect: 'object' | 'any' = 'object') => {
+    const r = healJson(text, { expect });
+    return r.status === 'repaired' ? r.value : r;
+  };
+
+  it('reads past a code fence inside a JSON string (the first ``` block was taken and nothing else tried)', () => {
+    expect(healed('Result: {"code": "```js\\nfoo()\\n```", "a": 1,}')).toEqual({ code: '```js\nfoo()\n```', a: 1 });
+    expect(healed('Result: {"code": "```js\nfoo()\n```", "a": 1,}')).toEqual({ code: '```js\nfoo()\n```', a: 1 });
+    // Inside a ```json block too: the block ends at the inner fence, which would cut the string short.
+    expect(healed('```json\n{"code": "```js\nfoo()\n```",}\n```')).toEqual({ code: '```js\nfoo()\n```' });
+  });
+
+  it('prefers the ```json block to a fenced block of another language before it', () => {
+    expect(healed('Run this:\n```python\nprint({"x": 1})\n```\nAnswer:\n```json\n{"a": 1,}\n```')).toEqual({ a: 1 });
+    expect(healed('```python\nprint(1)\n```\n```json\n{"a": 1,}\n```', 'any')).toEqual({ a: 1 });
+    expect(healed('```sh\nls {dir}\n```\nthen:\n```\n{"a": 1,}\n```')).toEqual({ a: 1 });
+  });
+
+  it('tries the next { when prose before the value holds {word}', () => {
+    expect(healed('Fill in {name} like this: {"name": "Ada",}')).toEqual({ name: 'Ada' });
+    expect(healed('See [citation needed] and {"a": 1,}', 'any')).toEqual({ a: 1 });
+  });
+
+  it('never takes a fragment from inside a broken value, nor a value after an unbalanced closer', () => {
+    for (const text of ['{"user": {"name": "Ada"}, "age" 36}', '{"a": 1, "x" 5, "z": {"y": 1}', '{"a": 1}} {"b": 2}', '[1, {"a": 2}} {"b": 3}']) {
+      expect(healJson(text, { expect: 'object' }).status, text).toBe('unrepairable');
+    }
+  });
+
+  it('a cut-off answer in an open ```json block is still read from the block', () => {
+    expect(healed('Example: {"x": 1}\n```json\n{"a": 1, "b": "tex')).toEqual({ a: 1, b: 'tex' });
+  });
+
+  it('does bounded work on a max_bytes text (1 MiB) full of starts that do not parse', () => {
+    const texts = ['{x} '.repeat(262_000) + '{"a": 1,}', 'x {'.repeat(350_000) + '{"a": 1,}', '```'.repeat(350_000), `\`\`\`json\n{"a": "${'x'.repeat(1 << 20)}\n\`\`\``];
+    const t0 = performance.now();
+    const statuses = texts.map((t) => healJson(t, { expect: 'object' }).status);
+    expect(statuses).toEqual(['unrepairable', 'unrepairable', 'unrepairable', 'repaired']);
+    expect(performance.now() - t0).toBeLessThan(2000);
+  });
+});
+
 describe('schema check', () => {
   const check = createSchemaCheck(2);
   const schema = { type: 'object', required: ['name'], properties: { name: { type: 'string' }, age: { type: 'integer' } }, additionalProperties: false };
