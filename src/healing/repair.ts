@@ -2,7 +2,8 @@
  * Repairs the JSON text a model wrote when it was asked for JSON: a tolerant recursive-descent parser that
  * re-emits strict, compact JSON text and names every repair it had to make. It fixes only what has one
  * reading (fences, prose around the value, comments, trailing or missing commas, single quotes, unquoted
- * keys, Python literals, raw control characters in strings, a cut-off ending) and refuses the rest
+ * keys, Python literals, raw control characters in strings, a cut-off ending, where a number or literal cut
+ * at the end is dropped rather than completed) and refuses the rest
  * (`undefined`, `NaN`, a missing colon, an unbalanced closer): refusing is better than inventing data.
  */
 
@@ -198,6 +199,19 @@ function startOf(s: string, expect: 'object' | 'array' | 'any'): number {
 const PLAIN_IN_DOUBLE = /[^"\\\u0000-\u001f]+/y;
 const PLAIN_IN_SINGLE = /[^'"\\\u0000-\u001f]+/y;
 
+/** A number as models write it: sign, digits, point, exponent; an exponent without digits is caught after. */
+const NUMBER = /[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d*)?/y;
+
+/**
+ * A number written loosely (`+3`, `.5`, `1.`, `007`) as JSON, keeping its digits as written.
+ * @example jsonNumber('+12345678901234567890') // '12345678901234567890'
+ */
+function jsonNumber(text: string): string {
+  const m = /^([-+]?)(\d*)(?:\.(\d*))?(.*)$/.exec(text) as RegExpExecArray;
+  const whole = m[2].replace(/^0+(?=\d)/, '') || '0';
+  return `${m[1] === '-' ? '-' : ''}${whole}${m[3] ? `.${m[3]}` : ''}${m[4]}`;
+}
+
 const PY: Record<string, string> = { True: 'true', False: 'false', None: 'null' };
 const LITERALS = ['true', 'false', 'null', 'True', 'False', 'None'];
 
@@ -213,7 +227,7 @@ class Parser {
   }
 
   document(): string {
-    const out = this.value();
+    const out = this.value(false);
     if (out === null) throw new Unrepairable('the text ends before any value');
     this.ws();
     if (this.i < this.s.length) {
@@ -257,15 +271,18 @@ class Parser {
     }
   }
 
-  /** One value, or null when the text ended before it began (a truncation the caller closes). */
-  private value(): string | null {
+  /**
+   * One value, or null when the text ended before it began or was cut inside it (a truncation the caller
+   * closes). `inside`: the value is in an array or object (not the whole document).
+   */
+  private value(inside = true): string | null {
     this.ws();
     if (this.eof) return null;
     const c = this.s[this.i];
     if (c === '{') return this.object();
     if (c === '[') return this.array();
     if (c === '"' || c === "'") return this.string();
-    if (/[-+.\d]/.test(c)) return this.number();
+    if (/[-+.\d]/.test(c)) return this.number(inside);
     return this.literal();
   }
 
@@ -399,26 +416,30 @@ class Parser {
     return `"${out}"`;
   }
 
-  private number(): string | null {
-    const m = /^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?/.exec(this.s.slice(this.i, this.i + 512));
-    if (!m) {
-      // A lone sign or "1e" cut off at the very end of the text: drop it as part of the truncation.
-      if (/^[-+]?\.?$/.test(this.s.slice(this.i))) {
-        this.i = this.s.length;
-        return null;
-      }
-      this.fail('malformed number');
+  /**
+   * A number, its digits copied as written (never through a double: `+12345678901234567890` keeps every
+   * digit). Inside an array or object, a number that runs to the very end of the text was cut off ("12" may
+   * have been 1234): it is dropped with its member, like a lone "-" or "1e", never completed. A number that
+   * is the whole text is complete.
+   */
+  private number(inside: boolean): string | null {
+    const s = this.s;
+    NUMBER.lastIndex = this.i;
+    const m = NUMBER.exec(s);
+    const end = m ? NUMBER.lastIndex : this.i;
+    if (inside && (end === s.length || (!m && s.length - this.i <= 2 && /^[-+]?\.?$/.test(s.slice(this.i))))) {
+      this.i = s.length;
+      return null;
     }
+    if (!m || /[eE][-+]?$/.test(m[0])) this.fail('malformed number');
     const text = m[0];
-    this.i += text.length;
+    this.i = end;
     if (/^-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?$/.test(text)) return text;
-    const n = Number(text);
-    if (!Number.isFinite(n)) this.fail('malformed number');
     this.repairs.add('number_format');
-    return JSON.stringify(n);
+    return jsonNumber(text);
   }
 
-  private literal(): string {
+  private literal(): string | null {
     const rest = this.s.slice(this.i, this.i + 8);
     for (const word of LITERALS) {
       if (rest.startsWith(word) && !/[\w$]/.test(rest[word.length] ?? '')) {
@@ -427,16 +448,11 @@ class Parser {
         return PY[word] ?? word;
       }
     }
-    // The text was cut inside a literal ("tr", "fals"): complete it.
+    // The text was cut inside a literal ("tr", "n"): drop it with its member rather than guess the word.
     const tail = this.s.slice(this.i);
-    if (tail.length > 0 && tail.length < 5) {
-      const whole = LITERALS.find((w) => w.startsWith(tail));
-      if (whole) {
-        this.i = this.s.length;
-        this.repairs.add('truncated');
-        if (PY[whole]) this.repairs.add('python_literals');
-        return PY[whole] ?? whole;
-      }
+    if (tail.length > 0 && tail.length < 5 && LITERALS.some((w) => w.startsWith(tail))) {
+      this.i = this.s.length;
+      return null;
     }
     this.fail(`unexpected "${this.s[this.i]}"`);
   }

@@ -14,6 +14,7 @@ const BROKEN = "Sure! ```json {'name': 'Ada', age: 36, 'tags': ['math',], active
 const WRONG_TYPE = '{"name": 42, "age": 36,}';
 const PROSE = 'I am sorry, I cannot produce that.';
 const VALID = '{"name": "Ada", "age": 36}';
+const CUT = '{"name": "Ada", "age": 3';
 
 const SCHEMA = {
   type: 'object',
@@ -22,7 +23,7 @@ const SCHEMA = {
 };
 
 function yaml(plugins = ''): string {
-  const replies: Record<string, string> = { broken: BROKEN, wrongtype: WRONG_TYPE, prose: PROSE, valid: VALID };
+  const replies: Record<string, string> = { broken: BROKEN, wrongtype: WRONG_TYPE, prose: PROSE, valid: VALID, cut: CUT };
   let y = testConfigYaml(t.upstream.url, '[auth, validate, upstream, response-healing]');
   const providers = Object.entries(replies).map(([id, reply]) => `  - { id: sim-${id}, kind: simulated, reply: ${JSON.stringify(reply)} }\n`).join('');
   const models = Object.keys(replies).map((id) => `  - id: heal/${id}\n    endpoints: [{ provider: sim-${id}, upstream_model: s, pricing: { prompt: 1, completion: 1 } }]\n`).join('');
@@ -92,6 +93,13 @@ describe('response-healing through the server', () => {
     });
     const msg = await post(`${g.url}/messages`, g.key, messagesBody('heal/wrongtype'), META);
     expect(healingRecord(msg.json).data).toMatchObject({ schema_valid: false, validation_errors: [{ path: '/name' }] });
+  });
+
+  it('drops a number cut off at the end of the answer, so the schema check sees the member missing (was {age: 3}, schema_valid: true)', async () => {
+    const g = await t.start({ yaml: yaml() });
+    const r = await post(`${g.url}/chat/completions`, g.key, chatBody('heal/cut'), META);
+    expect(JSON.parse(r.json.choices[0].message.content)).toEqual({ name: 'Ada' });
+    expect(healingRecord(r.json).data).toMatchObject({ status: 'repaired', repairs: ['truncated'], schema_valid: false, validation_errors: [{ path: '/' }] });
   });
 
   it('leaves an unrepairable answer as it was and says so', async () => {

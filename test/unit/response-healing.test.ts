@@ -19,8 +19,9 @@ const CORPUS: [string, unknown, Repair[]][] = [
   ['{"a": 1, // the first\n "b": 2 /* the second */}', { a: 1, b: 2 }, ['comments']],
   ['{\n  # a hash comment\n  "a": 1\n}', { a: 1 }, ['comments']],
   ['{"name": "Ada", "bio": "Mathematician and wri', { name: 'Ada', bio: 'Mathematician and wri' }, ['truncated']],
-  ['{"list": [1, 2, 3', { list: [1, 2, 3] }, ['truncated']],
-  ['{"a": {"b": {"c": [true, fal', { a: { b: { c: [true, false] } } }, ['truncated']],
+  ['{"list": [1, 2, 3', { list: [1, 2] }, ['truncated']], // the 3 may have been 30: dropped
+  ['{"list": [1, 2, 3 ', { list: [1, 2, 3] }, ['truncated']],
+  ['{"a": {"b": {"c": [true, fal', { a: { b: { c: [true] } } }, ['truncated']],
   ['{"a": 1, "b":', { a: 1 }, ['truncated']],
   ['{"a": 1, "b', { a: 1 }, ['truncated']],
   ['[{"id": 1}, {"id": 2}, {"id"', [{ id: 1 }, { id: 2 }, {}], ['truncated']],
@@ -68,6 +69,48 @@ describe('healJson: the broken-JSON corpus', () => {
   it('does not rewrite string contents that look like repairs', () => {
     const r = healJson("{'code': 'if x: return None  # True, // not a comment', 'n': 'a,}'}");
     expect(r.status === 'repaired' && r.value).toEqual({ code: 'if x: return None  # True, // not a comment', n: 'a,}' });
+  });
+});
+
+describe('healJson: a cut-off value is dropped, never completed; numbers keep their digits', () => {
+  const healed = (text: string) => {
+    const r = healJson(text);
+    expect(r.status, JSON.stringify(r)).toBe('repaired');
+    return r.status === 'repaired' ? { text: r.text, repairs: r.repairs } : undefined;
+  };
+
+  it('drops a number that runs to the end of a cut-off text (12 was presented as the value where 1234 was being written)', () => {
+    expect(healed('{"a": 1, "b": 12')).toEqual({ text: '{"a":1}', repairs: ['truncated'] });
+    expect(healed('[1, 2, 3')?.text).toBe('[1,2]');
+    for (const cut of ['-', '1.', '1e', '1e-', '1e5', '.5', '+3']) expect(healed(`{"a": 1, "b": ${cut}`)?.text, cut).toBe('{"a":1}');
+    // A number that ended before the cut is whole; so is one that is the whole text.
+    expect(healed('{"a": 1, "b": 12 ')?.text).toBe('{"a":1,"b":12}');
+    expect(healed('{"a": [12]')?.text).toBe('{"a":[12]}');
+    expect(healJson('12')).toMatchObject({ status: 'valid', value: 12 });
+  });
+
+  it('drops a literal cut off at the end instead of completing it', () => {
+    expect(healed('{"a": 1, "b": tr')?.text).toBe('{"a":1}');
+    expect(healed('{"b": n')?.text).toBe('{}');
+    expect(healed('[True, Fal')?.text).toBe('[true]');
+    // Whole literals at the end are kept.
+    expect(healed('{"a": true')?.text).toBe('{"a":true}');
+    expect(healed('{"a": None')?.text).toBe('{"a":null}');
+  });
+
+  it('a cut-off member no longer passes a schema that requires it', () => {
+    const r = healJson('{"name": "Ada", "age": 3');
+    expect(r.status === 'repaired' && r.value).toEqual({ name: 'Ada' });
+    const schema = { type: 'object', required: ['name', 'age'], properties: { age: { type: 'integer' } } };
+    expect(createSchemaCheck(2)(schema, r.status === 'repaired' ? r.value : undefined)).toMatchObject({ valid: false });
+  });
+
+  it('copies the digits of a loosely written number as written, never through a double', () => {
+    expect(healed('{"n": +12345678901234567890}')).toEqual({ text: '{"n":12345678901234567890}', repairs: ['number_format'] });
+    expect(healed('{"a": +0.10, "b": -.5e-3, "c": 007, "d": 1.E+05, "e": -00, "f": 1.}')?.text).toBe('{"a":0.10,"b":-0.5e-3,"c":7,"d":1E+05,"e":-0,"f":1}');
+    const long = `1${'0'.repeat(600)}`;
+    expect(healed(`{"n": +${long}}`)?.text).toBe(`{"n":${long}}`);
+    expect(healJson('{"a": 1e, "b": 2}').status).toBe('unrepairable');
   });
 });
 
