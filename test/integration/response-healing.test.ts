@@ -177,8 +177,10 @@ describe('response-healing through the server', () => {
     try {
       const g = await t.start({ yaml: yaml(), tracer: telemetry.tracer });
       await post(`${g.url}/chat/completions`, g.key, chatBody('heal/wrongtype'));
-      await new Promise((r) => setTimeout(r, 50));
-      const span = exporter.getFinishedSpans().find((s) => s.attributes['gateway.healing.status'] !== undefined);
+      // The request span ends after the answer is written: waited for, not a fixed sleep (50 ms had been too short under load).
+      const healed = () => exporter.getFinishedSpans().find((s) => s.attributes['gateway.healing.status'] !== undefined);
+      await expect.poll(healed, { timeout: 5000 }).toBeDefined();
+      const span = healed();
       expect(span?.attributes).toMatchObject({
         'gateway.healing.status': 'repaired',
         'gateway.healing.repairs': 'trailing_comma',
