@@ -1,7 +1,7 @@
 import type { Next, ParameterizedContext } from 'koa';
 import { keyUnusableReason } from '../../src/auth/key-cache';
 import { GatewayError } from '../../src/errors/gateway-error';
-import type { GatewayContext, StageDefinition } from '../../src/pipeline/types';
+import type { GatewayContext, HeaderKeyState, StageDefinition } from '../../src/pipeline/types';
 import type { Services } from '../../src/services';
 import type { KeyRecord } from '../../src/store/types';
 import schema from './schema.json';
@@ -84,6 +84,8 @@ export const auth: StageDefinition<AuthConfig, Services> = {
       beforeBody: async (ctx: ParameterizedContext) => {
         const key = await keyOf(ctx);
         checked.set(ctx, { key, at: performance.now(), release: startRequest(ctx, key.id, config.max_requests_per_key, config.max_body_reads_per_key) });
+        // For the header checks after this one (HeaderKeyState): a preset write refuses a regular key before the body.
+        (ctx.state as HeaderKeyState).headerKey = key;
       },
     });
   },

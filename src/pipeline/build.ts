@@ -39,6 +39,8 @@ export function buildPipeline<S>(input: BuildPipelineInput<S>): Pipeline {
     if (stage.beforeBody) beforeBody.push({ stage: id, check: stage.beforeBody });
     return traced(id, stage, input.tracer);
   });
+  // A core handler's header check runs after the stages' (preset writes: management keys only, before the body).
+  for (const t of input.tail ?? []) if (t.beforeBody) beforeBody.push({ stage: 'endpoint', check: t.beforeBody });
   const run = compose<GatewayContext>([...stages, ...(input.tail ?? [])]);
   return Object.assign((ctx: GatewayContext) => run(ctx), { beforeBody: Object.freeze(beforeBody), keepsBody });
 }

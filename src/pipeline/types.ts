@@ -159,6 +159,11 @@ export type GatewayContext = ParameterizedContext<{ gateway: GatewayState }>;
  */
 export type Stage = ((ctx: GatewayContext, next: Next) => Promise<void>) & { beforeBody?: HeaderCheck };
 
+/** What `auth`'s header check leaves on Koa's `ctx.state` for the header checks after it: the key it found. */
+export interface HeaderKeyState {
+  headerKey?: KeyRecord;
+}
+
 /** See `Stage.beforeBody`. `ctx.state.gateway` is not set yet when it runs. */
 export type HeaderCheck = (ctx: ParameterizedContext) => Promise<void>;
 

@@ -1,6 +1,7 @@
 import { requireManagementKey } from '../auth/key-cache';
 import { GatewayError } from '../errors/gateway-error';
-import type { GatewayContext, Stage } from '../pipeline/types';
+import type { ParameterizedContext } from 'koa';
+import type { GatewayContext, HeaderKeyState, Stage } from '../pipeline/types';
 import { presetReference } from '../presets/apply';
 import { presetConfigOf, presetView, SLUG, versionView } from '../presets/config';
 import type { Services } from '../services';
@@ -24,7 +25,7 @@ function slugOf(ctx: GatewayContext): string {
  * next version (version 1 for a new slug), which becomes the designated one. Only preset fields persist.
  */
 export function presetWriteStage(services: Services): Stage {
-  return async (ctx) => {
+  const write: Stage = async (ctx) => {
     requireManagementKey(ctx.state.gateway.key);
     const slug = slugOf(ctx);
     const state = ctx.state.gateway;
@@ -52,6 +53,9 @@ export function presetWriteStage(services: Services): Stage {
       throw err;
     }
   };
+  // A regular key is refused from the headers (spec 4.3: 403), before its body is read or parsed (a bad body
+  // had been its 400, up to 10 MB of it read first).
+  return Object.assign(write, { beforeBody: async (ctx: ParameterizedContext) => requireManagementKey((ctx.state as HeaderKeyState).headerKey ?? null) });
 }
 
 /** GET /presets: the workspace's presets with their designated versions (this gateway's addition). */

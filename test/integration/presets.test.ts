@@ -77,6 +77,10 @@ describe('POST /presets/{slug}/messages', () => {
     const regular = await save(g, 'p', PRESET_BODY, g.key);
     expect(regular.status).toBe(403);
     expect(regular.json).toEqual({ error: { code: 403, message: 'Only management keys can perform this operation', metadata: { error_type: 'permission_denied' } } });
+    // Refused from the headers: a body that is no JSON at all does not turn the 403 into its 400.
+    const res = await fetch(`${g.url}/presets/p/messages`, { method: 'POST', headers: { authorization: `Bearer ${g.key}`, 'content-type': 'application/json' }, body: 'garbage' });
+    expect(res.status).toBe(403);
+    expect(((await res.json()) as { error: { metadata: { error_type: string } } }).error.metadata.error_type).toBe('permission_denied');
   });
 
   it('400 for a bad slug, an invalid messages body or a preset naming a preset; 404 for an unknown model', async () => {
