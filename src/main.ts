@@ -107,7 +107,8 @@ const COMMANDS: Record<string, (store: Store, config: GatewayConfig, v: Values, 
   'keys list': (store) => keysList(store),
   'keys revoke': async (store, _c, _v, arg) => {
     if (!arg) throw new UsageError('keys revoke needs the key id (see `gateway keys list`)');
-    if (!(await store.revokeKey(arg))) throw new UsageError(`no active key with id ${arg}`);
+    // Not a usage mistake (the command was right): no usage text after it, exit 1.
+    if (!(await store.revokeKey(arg))) throw new Error(`no active key with id ${arg} (see keys list)`);
     process.stdout.write(`revoked ${arg} (running gateways stop accepting it within 5 seconds)\n`);
     return 0;
   },

@@ -40,7 +40,7 @@ export function interpolateEnv(value: unknown, env: NodeJS.ProcessEnv, at = ''):
       const v = env[name];
       if (v !== undefined && v !== '') return v;
       if (hasDefault !== undefined) return def ?? '';
-      throw new ConfigError(`${at || '(root)'}: environment variable ${name} is not set`);
+      throw new ConfigError(`${at || '(root)'}: environment variable ${name} is ${v === '' ? 'set but empty' : 'not set'}`);
     });
   }
   if (Array.isArray(value)) return value.map((v, i) => interpolateEnv(v, env, `${at}[${i}]`));

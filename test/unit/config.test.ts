@@ -210,6 +210,12 @@ describe('environment interpolation', () => {
     expect(interpolateEnv('$HOME and {braces}', {})).toBe('$HOME and {braces}');
   });
 
+  it('interpolateEnv: a variable set but empty is told apart from one not set (both refused without a default)', () => {
+    expect(configError(() => interpolateEnv({ k: '${K}' }, { K: '' })).message).toBe('k: environment variable K is set but empty');
+    expect(configError(() => interpolateEnv({ k: '${K}' }, {})).message).toBe('k: environment variable K is not set');
+    expect(interpolateEnv('${K:-d}', { K: '' })).toBe('d');
+  });
+
   it('$${ is a literal ${; a ${ that starts no reference (no closing brace, not a name) is refused, naming the field, never echoing the value', () => {
     expect(interpolateEnv('price$${NOT_A_VAR}s and ${A}', { A: 'aa' })).toBe('price${NOT_A_VAR}s and aa');
     // It was kept as written: `${API_KEY` (brace forgotten) went to the provider as the key.
