@@ -295,6 +295,9 @@ describe('parseConfigText: errors name the field path', () => {
     expectPathError(config({ extra: 'accounts:\n  - { name: a }\n  - { name: a }' }), 'accounts[1].name');
     expectPathError(config({ extra: 'accounts:\n  - { name: a, billing: postpaid }' }), 'accounts[0].billing');
     expectPathError(config({ extra: 'rate_limits:\n  models: [{ model: nope, requests: 1 }]' }), 'rate_limits.models[0].model');
+    // 0 requests refused every request with a 429 whose retry never succeeded (elsewhere 0 means no limit).
+    expectPathError(config({ extra: 'rate_limits:\n  key: { requests: 0 }' }), 'rate_limits.key.requests');
+    expectPathError(config({ extra: 'rate_limits:\n  models: [{ model: m1, requests: 0 }]' }), 'rate_limits.models[0].requests');
     expectPathError(config({ extra: `${g}  - { id: g2, budget: { limit_usd: -1 } }` }), 'guardrails[1].budget.limit_usd');
     expectPathError(config({ extra: 'state: { driver: redis }' }), 'state.url');
     expectPathError(config({ extra: 'spend: { in_flight: { fraction: 0 } }' }), 'spend.in_flight.fraction');
