@@ -42,6 +42,14 @@ export function applyPreset(body: Record<string, unknown>, dialect: Dialect, ref
   // A field the request sets wins over the preset's under any of its names: a chat request's `max_tokens`
   // over the preset's (translated) `max_completion_tokens`, its `reasoning` over `reasoning_effort`, …
   for (const names of dialect === 'messages' ? [] : CHAT_ALIASES) if (names.some((n) => request[n] !== undefined)) for (const n of names) delete base[n];
+  // The models to try are one choice: a request that names its own (`model`, or a `models` list beside a
+  // preset) replaces the preset's model, models and fallbacks (the preset's model had gone first, ahead of
+  // the request's list). A request that only adds `fallbacks` keeps the preset's model ahead of them.
+  if (request.model !== undefined || request.models !== undefined) {
+    for (const n of MODEL_CHOICE) delete base[n];
+    // `model` is required (messages): the list's first (routing tries it first all the same).
+    if (request.model === undefined && Array.isArray(request.models) && typeof request.models[0] === 'string') request.model = request.models[0];
+  }
   const merged: Record<string, unknown> = { ...base, ...request };
   const prompt = found.version.systemPrompt;
   if (prompt) {
@@ -53,6 +61,8 @@ export function applyPreset(body: Record<string, unknown>, dialect: Dialect, ref
   }
   return merged;
 }
+
+const MODEL_CHOICE = ['model', 'models', 'fallbacks'] as const;
 
 /** Chat fields that set one thing under two names (a preset's translated config may use the other one). */
 const CHAT_ALIASES: readonly (readonly string[])[] = [

@@ -232,6 +232,19 @@ describe('using a preset', () => {
     expect(sent()).not.toHaveProperty('reasoning_effort');
   });
 
+  it("a request's own models list replaces the preset's model choice (the preset's model had gone first)", async () => {
+    current = await start();
+    expect((await save(current, 'picker', { model: 'fake/gpt', models: ['fake/gpt'], messages: [] })).status).toBe(200);
+    const viaField = await chat({ preset: 'picker', models: ['fake/claude'] });
+    expect(viaField.status).toBe(200);
+    expect(viaField.json.model).toBe('fake/claude');
+    const viaModel = await messages({ model: '@preset/picker', models: ['fake/claude'], max_tokens: 8 });
+    expect(viaModel.status).toBe(200);
+    expect(viaModel.json.model).toBe('fake/claude');
+    // Without a choice of its own, the preset's model serves.
+    expect((await chat({ preset: 'picker' })).json.model).toBe('fake/gpt');
+  });
+
   it('a preset valid for messages that a chat request cannot take: the 400 names the field and says the preset set it', async () => {
     current = await start();
     const stops = ['s1', 's2', 's3', 's4', 's5', 's6'];
