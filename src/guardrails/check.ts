@@ -1,7 +1,7 @@
 import type { GatewayConfig, GuardrailConfig, PiiKind } from '../config/types';
 import { operatorRegExp, operatorRegExpProblem } from '../operator-regexp';
 import { pipelineOf } from '../pipeline/request-plugins';
-import { detectPii, injectionHeuristics, keywordRegExp, matchAll, redact, type Engine, type Finding } from './detectors';
+import { detectPii, injectionHeuristics, keywordRegExp, matchAll, type Engine, type Finding } from './detectors';
 import type { TextSlot } from './texts';
 
 /** A guardrail's content rules compiled once per loaded config. */
@@ -141,7 +141,7 @@ export async function checkGuardrail(g: CompiledGuardrail, slots: readonly TextS
     unredactable,
     redactAll() {
       slots.forEach((s, i) => {
-        if (perSlot[i].length > 0) s.set(redact(s.text, perSlot[i]));
+        if (perSlot[i].length > 0) s.redact(perSlot[i]);
       });
     },
   };

@@ -1,4 +1,6 @@
 import type { EndpointId } from '../pipeline/types';
+import { redact, type Finding } from './detectors';
+import { textRun, type TextPart } from './text-run';
 
 /** One text the model will read, with a way to replace it in the request body (redaction). */
 export interface TextSlot {
@@ -8,34 +10,52 @@ export interface TextSlot {
   /** Set by the operator's app rather than the conversation: the system prompt (prompt-injection skips it). */
   system: boolean;
   set(value: string): void;
+  /** Replaces each finding (offsets in `text`) by its `[REDACTED:<name>]` marker in the request body. */
+  redact(findings: readonly Finding[]): void;
 }
 
 type Obj = Record<string, unknown>;
 const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
 
+/** A slot for one place in the body: redaction writes the redacted text back through `set`. */
+export function single(text: string, path: string, system: boolean, set: (v: string) => void): TextSlot {
+  return { text, path, system, set, redact: (findings) => set(redact(text, findings)) };
+}
+
 function slot(holder: Obj, field: string, path: string, system: boolean, out: TextSlot[]): void {
   const text = holder[field];
   if (typeof text !== 'string' || text === '') return;
-  out.push({ text, path, system, set: (v) => (holder[field] = v) });
+  out.push(single(text, path, system, (v) => (holder[field] = v)));
 }
 
 /**
  * Content blocks of either dialect: `text` blocks/parts, tool results (their string or block content), text
  * documents (`source.type: text` data, or `source.type: content` blocks) and search results. Images, audio
  * and binary files carry no text the guardrail can read and are left alone.
+ *
+ * The text parts of one list are one text, joined with nothing between (`text-run.ts`): the model reads
+ * them together, so `"pipe"` + `" bomb"` is judged as `pipe bomb`. The other blocks between them (images,
+ * files, documents, tool results) do not split that text; their own texts are judged apart.
  */
 function blocks(list: unknown[], path: string, system: boolean, out: TextSlot[]): void {
+  const parts: TextPart[] = [];
+  let runAt = -1;
+  const part = (p: TextPart) => {
+    // The run takes the place of its first part among the slots (the order texts are judged and reported in).
+    if (runAt < 0) runAt = out.push(null as unknown as TextSlot) - 1;
+    parts.push(p);
+  };
   list.forEach((b, i) => {
     const at = `${path}[${i}]`;
     if (typeof b === 'string') {
-      out.push({ text: b, path: at, system, set: (v) => (list[i] = v) });
+      if (b !== '') part({ index: i, text: b, path: at, set: (v) => (list[i] = v) });
       return;
     }
     if (!isObj(b)) return;
     switch (b.type) {
       case 'text':
       case 'input_text':
-        slot(b, 'text', `${at}.text`, system, out);
+        if (typeof b.text === 'string' && b.text !== '') part({ index: i, text: b.text, path: `${at}.text`, block: b, set: (v) => (b.text = v) });
         break;
       case 'refusal':
         slot(b, 'refusal', `${at}.refusal`, system, out);
@@ -58,6 +78,7 @@ function blocks(list: unknown[], path: string, system: boolean, out: TextSlot[])
       }
     }
   });
+  if (runAt >= 0) out[runAt] = textRun(list, parts, system);
 }
 
 function content(holder: Obj, path: string, system: boolean, out: TextSlot[]): void {
@@ -70,7 +91,7 @@ function base64Text(holder: Obj, field: string, path: string, system: boolean, o
   const data = holder[field];
   if (typeof data !== 'string' || data === '') return;
   const text = Buffer.from(data, 'base64').toString('utf8');
-  out.push({ text, path, system, set: (v) => (holder[field] = Buffer.from(v, 'utf8').toString('base64')) });
+  out.push(single(text, path, system, (v) => (holder[field] = Buffer.from(v, 'utf8').toString('base64'))));
 }
 
 /** A `data:text/plain;base64,…` URL in `holder[field]`: its text, checked decoded, written back encoded. */
@@ -80,7 +101,7 @@ function textDataUrl(holder: Obj, field: string, path: string, system: boolean, 
   if (!m) return;
   const head = m[0];
   const text = Buffer.from((url as string).slice(head.length), 'base64').toString('utf8');
-  out.push({ text, path, system, set: (v) => (holder[field] = head + Buffer.from(v, 'utf8').toString('base64')) });
+  out.push(single(text, path, system, (v) => (holder[field] = head + Buffer.from(v, 'utf8').toString('base64'))));
 }
 
 /** Every `description` and `title` in a JSON schema the model is given (the answer format): it reads them. */
@@ -116,7 +137,7 @@ export function requestTexts(body: Obj, endpoint: EndpointId): TextSlot[] {
       // The other texts of a chat message the model reads: the speaker's name, an assistant turn's refusal and reasoning.
       for (const field of ['refusal', 'reasoning', 'reasoning_content']) slot(m, field, `messages[${i}].${field}`, system, out);
       // A redacted name is left out: `[REDACTED:email]` is no name OpenAI takes (letters, digits, `_`, `-`).
-      if (typeof m.name === 'string' && m.name !== '') out.push({ text: m.name, path: `messages[${i}].name`, system, set: () => delete m.name });
+      if (typeof m.name === 'string' && m.name !== '') out.push(single(m.name, `messages[${i}].name`, system, () => delete m.name));
     });
   }
   // What else the model reads: a predicted output, and the answer format's schema.

@@ -220,6 +220,26 @@ describe('redact and flag', () => {
   });
 });
 
+describe('text split across content parts', () => {
+  it('block: a pattern split across chat text parts is the text the model reads, so it is refused', async () => {
+    const g = await start('  - { id: g, action: block, patterns: [{ name: project_x, regex: "project\\\\s+x", flags: i }] }');
+    const r = await post(`${g.url}/chat/completions`, g.key, chat([{ type: 'text', text: 'tell me about project' }, { type: 'text', text: ' x' }]));
+    expect(r.status).toBe(403);
+    expect(r.json.error.metadata.patterns).toEqual(['project_x']);
+    expect(t.upstream.received).toHaveLength(0);
+  });
+
+  it('redact: an email split across parts is redacted; the parts it spans become one', async () => {
+    const g = await start('  - { id: g, action: redact, pii: [email] }');
+    const r = await post(`${g.url}/chat/completions`, g.key, chat([{ type: 'text', text: 'my email is bob@exa' }, { type: 'text', text: 'mple.com' }, { type: 'text', text: ', thanks' }]));
+    expect(r.status).toBe(200);
+    expect(t.upstream.received[0].body.messages[0].content).toEqual([
+      { type: 'text', text: 'my email is [REDACTED:email]' },
+      { type: 'text', text: ', thanks' },
+    ]);
+  });
+});
+
 describe('trace', () => {
   it('each guardrail that ran adds a `guardrail` event to the request span', async () => {
     const exporter = new InMemorySpanExporter();

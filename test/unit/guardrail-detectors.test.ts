@@ -153,6 +153,68 @@ describe('request texts', () => {
   });
 });
 
+describe('text parts judged together', () => {
+  const email = (text: string) => detectPii(text, new Set<PiiKind>(['email']));
+
+  it('the text parts of one list are one text, joined with nothing between, across images; other texts stay apart', () => {
+    const body = {
+      messages: [
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'tell me about project' },
+            { type: 'image_url', image_url: { url: 'x' } },
+            { type: 'text', text: ' x' },
+            { type: 'file', file: { file_data: `data:text/plain;base64,${Buffer.from('doc').toString('base64')}` } },
+          ],
+        },
+        { role: 'user', content: [{ type: 'text', text: 'alone' }] },
+      ],
+    };
+    expect(requestTexts(body, 'chat_completions').map((s) => [s.path, s.text])).toEqual([
+      ['messages[0].content[0].text + messages[0].content[2].text', 'tell me about project x'],
+      ['messages[0].content[3].file.file_data', 'doc'],
+      ['messages[1].content[0].text', 'alone'],
+    ]);
+  });
+
+  it('redaction merges only the parts a match spans; the others keep their place and fields', () => {
+    const content: Record<string, unknown>[] = [
+      { type: 'text', text: 'mail a@example.com, ' },
+      { type: 'text', text: 'and bob@exa' },
+      { type: 'image', source: { type: 'base64', data: 'AAAA' } },
+      { type: 'text', text: 'mple.com', cache_control: { type: 'ephemeral' } },
+      { type: 'text', text: ' thanks' },
+    ];
+    const [run] = requestTexts({ messages: [{ role: 'user', content }] }, 'messages');
+    expect(run.text).toBe('mail a@example.com, and bob@example.com thanks');
+    run.redact(email(run.text));
+    expect(content).toEqual([
+      { type: 'text', text: 'mail [REDACTED:email], ' },
+      { type: 'text', text: 'and [REDACTED:email]', cache_control: { type: 'ephemeral' } },
+      { type: 'image', source: { type: 'base64', data: 'AAAA' } },
+      { type: 'text', text: ' thanks' },
+    ]);
+  });
+
+  it('a match over three parts merges all three; a clean run is left untouched', () => {
+    const content = [{ type: 'text', text: 'x bob@' }, { type: 'text', text: 'exam' }, { type: 'text', text: 'ple.com y' }];
+    const [run] = requestTexts({ messages: [{ role: 'user', content }] }, 'chat_completions');
+    run.redact(email(run.text));
+    expect(content).toEqual([{ type: 'text', text: 'x [REDACTED:email] y' }]);
+    const clean = [{ type: 'text', text: 'a' }, { type: 'text', text: 'b' }];
+    const [c] = requestTexts({ messages: [{ role: 'user', content: clean }] }, 'chat_completions');
+    c.redact([]);
+    expect(clean).toEqual([{ type: 'text', text: 'a' }, { type: 'text', text: 'b' }]);
+  });
+
+  it('a guardrail pattern split across parts is detected', async () => {
+    const g = compileGuardrail({ id: 'g', patterns: [{ name: 'project_x', regex: 'project\\s+x', flags: 'i' }] });
+    const slots = requestTexts({ messages: [{ role: 'user', content: [{ type: 'text', text: 'tell me about project' }, { type: 'text', text: ' x' }] }] }, 'chat_completions');
+    expect((await checkGuardrail(g, slots, async () => 0)).patterns).toEqual(['project_x']);
+  });
+});
+
 describe('guardrail checks', () => {
   it('the classifier verdict counts, and its failure is reported, never thrown', async () => {
     const g = compileGuardrail({ id: 'g', prompt_injection: { enabled: true, classifier_url: 'http://x', threshold: 0.7 } });
