@@ -11,32 +11,37 @@ interface Logger {
 
 /** What one event of a stream (already in the client's dialect) adds to the answer. */
 export interface EventText {
-  /** Assistant text it carries (chat `choices[0].delta.content`, messages `text_delta`), or ''. */
-  text: string;
+  /** Assistant text it carries, by choice: chat every `choices[i].delta.content` (a chunk may carry several
+   * choices, with `n` > 1), messages `text_delta` (choice 0); empty when none. */
+  deltas: { choice: number; text: string }[];
   /** True for the events that close the answer: chat a `finish_reason` chunk, an error chunk or `[DONE]`;
    * messages `message_delta`, `message_stop`, `error` or `[DONE]`. The last check runs before the first. */
   ending: boolean;
 }
 
 /**
- * The answer text and end marker of one client-dialect event.
+ * The answer text (by choice) and end marker of one client-dialect event.
  *
- * @example eventText('messages', {event: 'content_block_delta', data: '{"delta":{"type":"text_delta","text":"Hi"}}'}) // {text: 'Hi', ending: false}
+ * @example eventText('messages', {event: 'content_block_delta', data: '{"delta":{"type":"text_delta","text":"Hi"}}'}) // {deltas: [{choice: 0, text: 'Hi'}], ending: false}
  */
 export function eventText(endpoint: Endpoint, ev: SseEvent): EventText {
-  if (ev.data === '[DONE]') return { text: '', ending: true };
+  if (ev.data === '[DONE]') return { deltas: [], ending: true };
   if (endpoint === 'messages') {
-    if (ev.event === 'message_delta' || ev.event === 'message_stop' || ev.event === 'error') return { text: '', ending: true };
-    if (ev.event !== 'content_block_delta') return { text: '', ending: false };
+    if (ev.event === 'message_delta' || ev.event === 'message_stop' || ev.event === 'error') return { deltas: [], ending: true };
+    if (ev.event !== 'content_block_delta') return { deltas: [], ending: false };
     const delta = parse(ev.data)?.delta as Record<string, unknown> | undefined;
-    return { text: delta?.type === 'text_delta' && typeof delta.text === 'string' ? delta.text : '', ending: false };
+    const text = delta?.type === 'text_delta' && typeof delta.text === 'string' ? delta.text : '';
+    return { deltas: text ? [{ choice: 0, text }] : [], ending: false };
   }
   const chunk = parse(ev.data);
   const choices = Array.isArray(chunk?.choices) ? (chunk!.choices as Record<string, unknown>[]) : [];
-  const delta = choices[0]?.delta as Record<string, unknown> | undefined;
-  const text = typeof delta?.content === 'string' ? delta.content : '';
+  const deltas: EventText['deltas'] = [];
+  choices.forEach((c, i) => {
+    const content = (c?.delta as Record<string, unknown> | undefined)?.content;
+    if (typeof content === 'string' && content !== '') deltas.push({ choice: Number.isInteger(c.index) ? (c.index as number) : i, text: content });
+  });
   const ending = chunk?.error !== undefined || choices.some((c) => typeof c?.finish_reason === 'string');
-  return { text, ending };
+  return { deltas, ending };
 }
 
 function parse(data: string): Record<string, unknown> | null {
@@ -56,9 +61,10 @@ interface OutputCheck {
   block: boolean;
 }
 
-async function judge(engine: ModerationEngine, text: string, signal: AbortSignal, logger: Logger): Promise<OutputCheck> {
+/** Judges the answer's texts (one per choice) in one call. */
+async function judge(engine: ModerationEngine, texts: readonly string[], signal: AbortSignal, logger: Logger): Promise<OutputCheck> {
   try {
-    const verdict = await engine.check([text], signal);
+    const verdict = await engine.check(texts, signal);
     return { verdict, error: null, block: verdict.flaggedIndex >= 0 };
   } catch (err) {
     const error = `moderation engine "${engine.id}" failed: ${(err as Error).message}`;
@@ -107,7 +113,8 @@ function record(engine: ModerationEngine, state: GatewayState, r: { last: Output
 /**
  * A streamed answer, judged as it flows (README "Moderation" → "Output"). Events are held back while
  * unjudged text is pending; once `checkChars` new characters have gathered (and before the event that
- * ends the answer) the engine judges the whole answer so far and the held events are released. A flagged
+ * ends the answer) the engine judges the whole answer so far (each choice's text, when `n` > 1) and the
+ * held events are released. A flagged
  * answer (or a failed check when the engine denies on error) ends with the dialect's own mid-stream error
  * events (the ones `relay` in routing/stream-relay.ts sends when a provider fails): nothing held or still to
  * come from upstream reaches the client, the upstream stream is closed, and the request is billed as
@@ -120,7 +127,9 @@ export async function* moderatedStream(input: { engine: ModerationEngine; state:
   const endpoint = state.endpoint as Endpoint;
   const checkChars = engine.output?.checkChars ?? 500;
   const iterator = input.events[Symbol.asyncIterator]();
-  let text = '';
+  // The answer so far of each choice (chat `n` > 1 streams several, interleaved).
+  const answers = new Map<number, string>();
+  let chars = 0;
   let unchecked = 0;
   let held: SseEvent[] = [];
   let endChecked = false;
@@ -130,7 +139,8 @@ export async function* moderatedStream(input: { engine: ModerationEngine; state:
   let finished = false;
   const run = async (): Promise<OutputCheck> => {
     checks += 1;
-    const check = await judge(engine, text, state.signal, logger);
+    const texts = [...answers.entries()].sort((a, b) => a[0] - b[0]).map(([, t]) => t);
+    const check = await judge(engine, texts, state.signal, logger);
     last = check;
     if (check.error) error = check.error;
     unchecked = 0;
@@ -142,8 +152,11 @@ export async function* moderatedStream(input: { engine: ModerationEngine; state:
       if (r.done) break;
       const ev = r.value;
       const seen = eventText(endpoint, ev);
-      text += seen.text;
-      unchecked += seen.text.length;
+      for (const d of seen.deltas) {
+        answers.set(d.choice, (answers.get(d.choice) ?? '') + d.text);
+        chars += d.text.length;
+        unchecked += d.text.length;
+      }
       const due = unchecked > 0 && ((seen.ending && !endChecked) || unchecked >= checkChars);
       if (seen.ending) endChecked = true;
       if (!due) {
@@ -179,22 +192,33 @@ export async function* moderatedStream(input: { engine: ModerationEngine; state:
     finished = true;
   } finally {
     if (!finished) await iterator.return?.().catch(() => undefined);
-    if (checks > 0) record(engine, state, { last, checks, chars: text.length, error });
+    if (checks > 0) record(engine, state, { last, checks, chars, error });
   }
 }
 
 
+/** A non-streaming answer's texts: chat every choice's `message.content` (`n` > 1 has several), messages its text blocks joined. */
+function answerTexts(endpoint: Endpoint, body: unknown): string[] {
+  if (endpoint === 'messages') {
+    const text = answerText(endpoint, body);
+    return text ? [text] : [];
+  }
+  const choices = (body as { choices?: unknown } | null)?.choices;
+  if (!Array.isArray(choices)) return [];
+  return choices.map((c) => (c as { message?: { content?: unknown } } | null)?.message?.content).filter((t): t is string => typeof t === 'string' && t !== '');
+}
+
 /**
- * Judges a non-streaming answer's text (when it has one). Flagged, or failed with `on_error: deny`: throws
+ * Judges a non-streaming answer's texts, every choice's (when it has any). Flagged, or failed with `on_error: deny`: throws
  * the 403 (`content_policy_violation` / `permission_denied`) the error middleware answers with, and marks
  * the request `failed` so the ledger still bills the generated answer.
  */
 export async function moderateAnswer(input: { engine: ModerationEngine; state: GatewayState; logger: Logger; body: unknown }): Promise<void> {
   const { engine, state, logger } = input;
-  const text = answerText(state.endpoint as Endpoint, input.body);
-  if (!text) return;
-  const check = await judge(engine, text, state.signal, logger);
-  record(engine, state, { last: check, checks: 1, chars: text.length, error: check.error });
+  const texts = answerTexts(state.endpoint as Endpoint, input.body);
+  if (texts.length === 0) return;
+  const check = await judge(engine, texts, state.signal, logger);
+  record(engine, state, { last: check, checks: 1, chars: texts.reduce((n, t) => n + t.length, 0), error: check.error });
   if (!check.block) return;
   state.outcome = 'failed';
   throw blockError(engine, check);

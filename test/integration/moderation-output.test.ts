@@ -145,6 +145,39 @@ describe('streamed output: messages', () => {
   });
 });
 
+describe('several choices (n > 1)', () => {
+  const chunk = (choices: unknown[]) => `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'gpt', choices })}\n\n`;
+  const delta = (index: number, content: string, finish: string | null = null) => ({ index, delta: { content }, finish_reason: finish });
+
+  it('streams: the text of every choice is judged, also when one chunk carries two choices', async () => {
+    const g = await start();
+    const text = [
+      chunk([delta(0, 'A calm first answer with many words in it'), delta(1, 'The second one: ')]),
+      chunk([delta(1, 'plan the attack at dawn')]),
+      chunk([delta(0, '', 'stop'), delta(1, '', 'stop')]),
+      'data: [DONE]\n\n',
+    ].join('');
+    t.upstream.faults.push({ kind: 'raw-stream', text });
+    const r = await post(`${g.url}/chat/completions`, g.key, chat('fake/gpt', { n: 2 }));
+    expect(r.status).toBe(200);
+    const events = sseEvents(r.text);
+    expect(JSON.parse(events.at(-2)!.data).error.metadata.error_type).toBe('content_policy_violation');
+    expect(r.text).not.toContain('attack');
+    expect(outputChecks().at(-1)).toEqual(['A calm first answer with many words in it', 'The second one: plan the attack at dawn']);
+  });
+
+  it('non-streaming: a flagged second choice makes the answer a 403', async () => {
+    const g = await start();
+    const choice = (index: number, content: string) => ({ index, message: { role: 'assistant', content }, finish_reason: 'stop' });
+    const body = { id: 'c2', object: 'chat.completion', created: 1, model: 'gpt', choices: [choice(0, CLEAN), choice(1, LATE)], usage: { prompt_tokens: 3, completion_tokens: 20, total_tokens: 23 } };
+    t.upstream.faults.push({ kind: 'status', status: 200, body });
+    const r = await post(`${g.url}/chat/completions`, g.key, chat('fake/gpt', { stream: false, n: 2 }));
+    expect(r.status).toBe(403);
+    expect(r.json.error.metadata.error_type).toBe('content_policy_violation');
+    expect(outputChecks()).toEqual([[CLEAN, LATE]]);
+  });
+});
+
 describe('engine failure during output checks', () => {
   it('on_error allow: the stream goes on to its end and the failure is recorded', async () => {
     const g = await start(', moderate_output: true, output_check_chars: 20, on_error: allow');
