@@ -1,7 +1,7 @@
 import type { GatewayConfig, GuardrailConfig, PiiKind } from '../config/types';
 import { operatorRegExp, operatorRegExpProblem } from '../operator-regexp';
 import { pipelineOf } from '../pipeline/request-plugins';
-import { detectPii, injectionHeuristics, keywordRegExp, matchAll, type Engine, type Finding } from './detectors';
+import { detectPii, injectionHeuristics, keywordRegExp, keywordsProblem, matchAll, type Engine, type Finding } from './detectors';
 import type { TextSlot } from './texts';
 
 /** A guardrail's content rules compiled once per loaded config. */
@@ -20,7 +20,7 @@ export interface CompiledGuardrail {
 /**
  * Why a guardrail's content rules cannot be compiled, with the field path (a config error at load), or null.
  * A pattern that is not a valid JavaScript regex, or that matches the empty string (it would match
- * everywhere and redact nothing), is refused.
+ * everywhere and redact nothing), is refused, as is an empty or white-space-only keyword.
  */
 export function guardrailConfigProblem(g: GuardrailConfig, index: number): string | null {
   for (const [j, p] of (g.patterns ?? []).entries()) {
@@ -30,7 +30,7 @@ export function guardrailConfigProblem(g: GuardrailConfig, index: number): strin
     if (problem) return `${problem.startsWith('flag') ? at.replace(/regex$/, 'flags') : at}: ${problem}`;
     if (operatorRegExp(p.regex, flags).test('')) return `${at}: matches the empty string`;
   }
-  return null;
+  return keywordsProblem(g.keywords ?? [], `guardrails[${index}].keywords`);
 }
 
 /**
@@ -72,7 +72,7 @@ export interface GuardrailOutcome {
   error: string | null;
   /** Redacts the request's texts in place (only meaningful for `action: redact`). */
   redactAll(): void;
-  /** Detected by a classifier alone: nothing to redact, so `redact` cannot make the request safe. */
+  /** Detected by a classifier, or by an empty match (a lookahead-only pattern): nothing to redact, so `redact` cannot make the request safe. */
   unredactable: boolean;
 }
 
@@ -107,6 +107,7 @@ export const httpClassify: Classify = async (url, body, timeoutMs) => {
 export async function checkGuardrail(g: CompiledGuardrail, slots: readonly TextSlot[], classify: Classify): Promise<GuardrailOutcome> {
   const perSlot: Finding[][] = [];
   const names = new Set<string>();
+  let unredactable = false;
   for (const s of slots) {
     const found: Finding[] = [];
     for (const p of g.patterns) found.push(...matchAll(p.re, s.text, p.name, 'patterns'));
@@ -116,11 +117,13 @@ export async function checkGuardrail(g: CompiledGuardrail, slots: readonly TextS
       const h = injectionHeuristics(s.text);
       if (h.score >= g.injection.threshold) found.push(...h.findings);
     }
-    for (const f of found) names.add(f.name);
+    for (const f of found) {
+      names.add(f.name);
+      if (f.start === f.end) unredactable = true;
+    }
     perSlot.push(found);
   }
   let error: string | null = null;
-  let unredactable = false;
   if (g.injection?.classifierUrl && !names.has('prompt_injection')) {
     const input = slots.filter((s) => !s.system).map((s) => s.text).join('\n\n');
     if (input !== '') {

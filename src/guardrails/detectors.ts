@@ -11,12 +11,15 @@ export interface Finding {
 
 export type Engine = 'patterns' | 'keywords' | 'pii' | 'prompt_injection';
 
-/** Every match of a global regex, skipping empty matches (which would loop and redact nothing). */
+/**
+ * Every match of a global regex. An empty match counts (`start === end`): a lookahead-only pattern such as
+ * `(?=.*confidential)` matches only so, and skipping it had let the text through. It is a detection with no
+ * span to redact (`redact` leaves it out; the guardrail blocks instead, README "Guardrails").
+ */
 export function matchAll(re: RegExp, text: string, name: string, engine: Engine, accept?: (m: string) => boolean): Finding[] {
   const out: Finding[] = [];
   re.lastIndex = 0;
   for (const m of text.matchAll(re)) {
-    if (m[0].length === 0) continue;
     if (accept && !accept(m[0])) continue;
     out.push({ name, engine, start: m.index!, end: m.index! + m[0].length });
   }
@@ -163,7 +166,18 @@ export function escapeRegExp(s: string): string {
 }
 
 /**
- * One regex for a keyword list: case-insensitive, whole words (Unicode letters and digits count); the words of
+ * Why a keyword list cannot be compiled, with the path of the bad keyword, or null: an empty or
+ * white-space-only keyword would be an empty alternative, matching (empty) beside any non-word character.
+ *
+ * @example keywordsProblem(['bomb', '  '], 'guardrails[0].keywords') // 'guardrails[0].keywords[1]: empty or white space only'
+ */
+export function keywordsProblem(words: readonly string[], at: string): string | null {
+  const j = words.findIndex((w) => w.trim() === '');
+  return j < 0 ? null : `${at}[${j}]: empty or white space only`;
+}
+
+/**
+ * One regex for a keyword list (call after `keywordsProblem` said it is fine): case-insensitive, whole words (Unicode letters and digits count); the words of
  * a phrase may be apart by any run of white space (two spaces, a no-break space and a line break had let
  * `codename blue` through; found by a security audit).
  */
@@ -190,11 +204,11 @@ export function resolveOverlaps(findings: readonly Finding[]): Finding[] {
   return out;
 }
 
-/** `text` with each finding replaced by `[REDACTED:<name>]`. */
+/** `text` with each finding replaced by `[REDACTED:<name>]` (an empty match has nothing to replace). */
 export function redact(text: string, findings: readonly Finding[]): string {
   let out = '';
   let at = 0;
-  for (const f of resolveOverlaps(findings)) {
+  for (const f of resolveOverlaps(findings.filter((f) => f.end > f.start))) {
     out += text.slice(at, f.start) + `[REDACTED:${f.name}]`;
     at = f.end;
   }

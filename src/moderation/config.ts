@@ -1,5 +1,6 @@
 import type { GatewayConfig, ModerationEngineConfig } from '../config/types';
 import { operatorRegExp, operatorRegExpProblem } from '../operator-regexp';
+import { keywordsProblem } from '../guardrails/detectors';
 import { pipelineOf } from '../pipeline/request-plugins';
 
 /**
@@ -42,6 +43,8 @@ function engineProblem(e: ModerationEngineConfig, at: string): string | null {
   for (const [j, r] of e.rules.entries()) {
     const rat = `${at}.rules[${j}]`;
     if ((r.regex === undefined) === (r.keywords === undefined)) return `${rat}: give exactly one of regex and keywords`;
+    const keywords = r.keywords && keywordsProblem(r.keywords, `${rat}.keywords`);
+    if (keywords) return keywords;
     if (r.regex === undefined) continue;
     const problem = operatorRegExpProblem(r.regex, r.flags ?? '');
     if (problem) return `${rat}.${problem.startsWith('flag') ? 'flags' : 'regex'}: ${problem}`;

@@ -220,6 +220,17 @@ describe('redact and flag', () => {
   });
 });
 
+describe('patterns that match only empty text', () => {
+  it.each(['block', 'redact'])('a lookahead-only pattern detects; under %s it blocks (redact has no span to redact)', async (action) => {
+    const g = await start(`  - { id: g, action: ${action}, patterns: [{ name: conf, regex: "(?=.*confidential)", flags: i }] }`);
+    const r = await post(`${g.url}/chat/completions`, g.key, chat('this is Confidential, keep it'));
+    expect(r.status).toBe(403);
+    expect(r.json.error.metadata.patterns).toEqual(['conf']);
+    expect((await post(`${g.url}/chat/completions`, g.key, chat('nothing secret'))).status).toBe(200);
+    expect(t.upstream.received).toHaveLength(1);
+  });
+});
+
 describe('text split across content parts', () => {
   it('block: a pattern split across chat text parts is the text the model reads, so it is refused', async () => {
     const g = await start('  - { id: g, action: block, patterns: [{ name: project_x, regex: "project\\\\s+x", flags: i }] }');

@@ -237,6 +237,11 @@ describe('guardrail checks', () => {
     // No linear-time engine for Unicode mode: refused, naming the flags.
     expect(parse('{ name: u, regex: "\\\\p{L}x", flags: "u" }')).toThrow(/^guardrails\[1\]\.patterns\[0\]\.flags: flag "u" is not accepted/);
     expect(parse('{ name: i, regex: "[Z-a]", flags: "i" }')).toThrow(/^guardrails\[1\]\.patterns\[0\]\.flags: flag "i" cannot be applied/);
+    // A keyword of white space only would be an empty alternative (the schema refuses an empty one).
+    const words = (list: string) => () => parseConfigText(`${testConfigYaml(undefined, '[auth, validate, guardrail, upstream]')}guardrails:\n  - { id: g, keywords: ${list} }\n`, { registry });
+    expect(words('[bomb, "  "]')).toThrow('guardrails[0].keywords[1]: empty or white space only');
+    expect(words('["\\t"]')).toThrow('guardrails[0].keywords[0]: empty or white space only');
+    expect(words('[" pipe  bomb "]')).not.toThrow();
     // Content rules need the stage in every inference pipeline; budget-only guardrails do not.
     expect(parse('{ name: ok, regex: "a+" }', '[auth, validate, upstream]')).toThrow(
       'guardrails[1]: has content rules, but pipelines.default does not run the "guardrail" stage',
@@ -250,6 +255,16 @@ describe('guardrail checks', () => {
     expect(outcome.patterns).toEqual(['px']);
     outcome.redactAll();
     expect(body.messages[0].content).toBe(`İ ${'A'.repeat(40)}! [REDACTED:px]`);
+  });
+
+  it('an empty match (a lookahead-only pattern) is a detection, with no span to redact', async () => {
+    const g = compileGuardrail({ id: 'g', action: 'redact', patterns: [{ name: 'conf', regex: '(?=.*confidential)', flags: 'i' }] });
+    const slots = requestTexts({ messages: [{ role: 'user', content: 'this is CONFIDENTIAL' }] }, 'chat_completions');
+    const outcome = await checkGuardrail(g, slots, async () => 0);
+    expect(outcome).toMatchObject({ patterns: ['conf'], unredactable: true });
+    expect(redact('abc', [{ name: 'conf', engine: 'patterns', start: 1, end: 1 }])).toBe('abc');
+    const clean = requestTexts({ messages: [{ role: 'user', content: 'nothing here' }] }, 'chat_completions');
+    expect((await checkGuardrail(g, clean, async () => 0)).patterns).toEqual([]);
   });
 
   it('assignment order: workspace default, member, key; a guardrail assigned twice runs once', () => {

@@ -72,6 +72,7 @@ describe('config checks at load', () => {
     expect(load('moderation:\n  engines:\n    - { id: m, kind: rules, rules: [{ name: r }] }\n')).toThrow('moderation.engines[0].rules[0]: give exactly one of regex and keywords');
     expect(load('moderation:\n  engines:\n    - { id: m, kind: rules, rules: [{ name: r, regex: "a*" }] }\n')).toThrow('matches the empty string');
     expect(load('moderation:\n  engines:\n    - { id: m, kind: rules, rules: [{ name: r, regex: "x", flags: u }] }\n')).toThrow('moderation.engines[0].rules[0].flags: flag "u" is not accepted');
+    expect(load('moderation:\n  engines:\n    - { id: m, kind: rules, rules: [{ name: r, keywords: [bomb, "  "] }] }\n')).toThrow('moderation.engines[0].rules[0].keywords[1]: empty or white space only');
     expect(load('moderation:\n  engines:\n    - { id: m, kind: rules, rules: [{ name: r, keywords: [x] }] }\n    - { id: m, kind: rules, rules: [{ name: r, keywords: [x] }] }\n')).toThrow(
       'moderation.engines[1].id: duplicate moderation engine id "m"',
     );
