@@ -75,14 +75,19 @@ export const PII_DETECTORS: Readonly<Record<PiiKind, PiiDetector>> = {
   email: {
     re: /(?<![\w.%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b/g,
   },
-  // International numbers with a leading + (8-15 digits, separators allowed), or numbers written in groups
-  // separated by spaces, dots or dashes, optionally with a parenthesised area code, of 10-15 digits in all.
-  // A bare run of digits without + is not taken for a phone number (it is more often an id or an amount).
+  // International numbers with a leading + (8-15 digits), or numbers written in groups (a parenthesised area
+  // code, or three or more groups) of 10-15 digits in all. Between groups one separator throughout (space,
+  // dot or dash; none at all after a +): `2024-01-15 12`, `12.50 13.75 99.99` and `40.7128 74.0060 12`
+  // mixed them and had been taken for phones (found by a security audit). Not after or before a digit joined
+  // by `.`, `,` or `:` (a time, a longer dotted run), not an IPv4 address, not thousands (every group after
+  // the first of three digits). A bare run of digits without + is not taken for a phone number (it is more
+  // often an id or an amount). Each group is a maximal run of digits, so a failed match gives up at once.
   phone: {
-    re: /(?<![\w+])(?:\+\d{1,3}[ .-]?(?:\(\d{1,4}\)[ .-]?)?\d{1,4}(?:[ .-]?\d{2,4}){1,5}|(?:\(\d{2,4}\)[ .-]?|\d{2,4}[ .-])\d{2,4}(?:[ .-]\d{2,4}){1,4})(?![\w-])/g,
+    re: /(?<![\w+]|\d[.,:])(?:\+\d{1,3}[ .-]?(?:\(\d{1,4}\)[ .-]?)?\d{1,12}(?:([ .-])\d{1,8}(?:\1\d{1,8}){0,4})?|\(\d{2,4}\)[ .-]?\d{2,8}(?:([ .-])\d{2,8}(?:\2\d{2,8}){0,3})?|\d{2,5}([ .-])\d{2,8}(?:\3\d{2,8}){1,4})(?![\w-]|[.,:]\d)/g,
     accept: (m) => {
       const n = digitsOf(m).length;
-      return m.startsWith('+') ? n >= 8 && n <= 15 : n >= 10 && n <= 15;
+      if (m.startsWith('+')) return n >= 8 && n <= 15;
+      return n >= 10 && n <= 15 && !/^\d{1,3}(?:\.\d{1,3}){3}$/.test(m) && !/^\d{1,3}(?:[ .,]\d{3})+$/.test(m);
     },
   },
 };

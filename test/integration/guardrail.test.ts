@@ -220,6 +220,17 @@ describe('redact and flag', () => {
   });
 });
 
+describe('phone numbers', () => {
+  it('block: timestamps, IP addresses and decimals pass; a phone number is refused', async () => {
+    const g = await start('  - { id: g, action: block, pii: [phone] }');
+    const ok = await post(`${g.url}/chat/completions`, g.key, chat('At 2024-01-15 12:30:45 host 192.168.100.200 sold 12.50 13.75 99.99 near 40.7128 74.0060 12'));
+    expect(ok.status).toBe(200);
+    const r = await post(`${g.url}/chat/completions`, g.key, chat('call me on (415) 555-0100'));
+    expect(r.status).toBe(403);
+    expect(r.json.error.metadata.patterns).toEqual(['phone']);
+  });
+});
+
 describe('patterns that match only empty text', () => {
   it.each(['block', 'redact'])('a lookahead-only pattern detects; under %s it blocks (redact has no span to redact)', async (action) => {
     const g = await start(`  - { id: g, action: ${action}, patterns: [{ name: conf, regex: "(?=.*confidential)", flags: i }] }`);

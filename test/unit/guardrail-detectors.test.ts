@@ -41,6 +41,17 @@ describe('PII detectors', () => {
     expect(names('id 4155550132, date 2024-01-15, ssn 123-45-6789, v1.2.3', ['phone'])).toEqual([]);
   });
 
+  it('phone: real formats are phones; dates and times, IP addresses, decimals and thousands are not', () => {
+    for (const p of ['+1 415 555 0100', '(415) 555-0100', '415-555-0100', '+44 20 7946 0958', '0049 30 1234567', '+49 30 1234567', '+7 (495) 123-45-67', '+33 1 23 45 67 89', '415.555.0100']) {
+      expect(names(`call ${p} today`, ['phone']), p).toEqual([['phone', p]]);
+    }
+    for (const text of ['2024-01-15 12:30:45', '2024 01 15 12:30', '192.168.100.200', '10.100.200.250:8080', '12.50 13.75 99.99', '40.7128 74.0060 12', '+40.7128 74.0060', 'total 12.345.678.901']) {
+      expect(names(text, ['phone']), text).toEqual([]);
+    }
+    // A date next to a phone number leaves the number whole (mixed separators had joined them, then refused both).
+    expect(names('on 2024-01-15 415-555-0100', ['phone'])).toEqual([['phone', '415-555-0100']]);
+  });
+
   it('national ids: US SSN (dashed or spaced, valid ranges) and UK National Insurance numbers', () => {
     expect(names('ssn 123-45-6789', ['national_id'])).toEqual([['national_id', '123-45-6789']]);
     expect(names('ssn 123 45 6789', ['national_id'])).toEqual([['national_id', '123 45 6789']]);
