@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer';
 import type { EndpointId } from '../pipeline/types';
 import { redact, type Finding } from './detectors';
 import { textRun, type TextPart } from './text-run';
@@ -86,12 +87,22 @@ function content(holder: Obj, path: string, system: boolean, out: TextSlot[]): v
   else if (Array.isArray(holder.content)) blocks(holder.content, `${path}.content`, system, out);
 }
 
+/**
+ * The text of a plain-text file's bytes, and how a redaction is written back: UTF-8 when the bytes are
+ * valid UTF-8, else Latin-1 (one character a byte, so every other byte goes back as it came; a Latin-1 `é`
+ * decoded as UTF-8 had come back as U+FFFD). Redaction markers are ASCII, the same in both.
+ */
+function fileText(bytes: Buffer): { text: string; encoding: 'utf8' | 'latin1' } {
+  const encoding = isUtf8(bytes) ? 'utf8' : 'latin1';
+  return { text: bytes.toString(encoding), encoding };
+}
+
 /** Base64 text in `holder[field]`: checked decoded, written back encoded. */
 function base64Text(holder: Obj, field: string, path: string, system: boolean, out: TextSlot[]): void {
   const data = holder[field];
   if (typeof data !== 'string' || data === '') return;
-  const text = Buffer.from(data, 'base64').toString('utf8');
-  out.push(single(text, path, system, (v) => (holder[field] = Buffer.from(v, 'utf8').toString('base64'))));
+  const { text, encoding } = fileText(Buffer.from(data, 'base64'));
+  out.push(single(text, path, system, (v) => (holder[field] = Buffer.from(v, encoding).toString('base64'))));
 }
 
 /** A `data:text/plain;base64,…` URL in `holder[field]`: its text, checked decoded, written back encoded. */
@@ -100,8 +111,8 @@ function textDataUrl(holder: Obj, field: string, path: string, system: boolean, 
   const m = typeof url === 'string' ? /^data:text\/plain[^,]*;base64,/i.exec(url) : null;
   if (!m) return;
   const head = m[0];
-  const text = Buffer.from((url as string).slice(head.length), 'base64').toString('utf8');
-  out.push(single(text, path, system, (v) => (holder[field] = head + Buffer.from(v, 'utf8').toString('base64'))));
+  const { text, encoding } = fileText(Buffer.from((url as string).slice(head.length), 'base64'));
+  out.push(single(text, path, system, (v) => (holder[field] = head + Buffer.from(v, encoding).toString('base64'))));
 }
 
 /** Every `description` and `title` in a JSON schema the model is given (the answer format): it reads them. */

@@ -126,6 +126,15 @@ describe('block', () => {
     expect(Buffer.from(sent.slice('data:text/plain;base64,'.length), 'base64').toString('utf8')).toBe('mail [REDACTED:email] now');
   });
 
+  it('redacts a Latin-1 (not UTF-8) text document in Latin-1, its other bytes as they came', async () => {
+    const g = await start('  - { id: g, action: redact, pii: [email] }');
+    const data = Buffer.from('résumé of bob@example.com', 'latin1').toString('base64');
+    const r = await post(`${g.url}/messages`, g.key, messages([{ type: 'document', source: { type: 'base64', media_type: 'text/plain', data } }, { type: 'text', text: 'read it' }]));
+    expect(r.status).toBe(200);
+    const sent = t.upstream.received.at(-1)!.body.messages[0].content[0].source.data as string;
+    expect(Buffer.from(sent, 'base64')).toEqual(Buffer.from('résumé of [REDACTED:email]', 'latin1'));
+  });
+
   it('a clean request passes; with metadata it carries a "no match" record', async () => {
     const g = await start(rules);
     const r = await post(`${g.url}/chat/completions`, g.key, chat('hello there'), META);

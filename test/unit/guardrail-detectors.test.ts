@@ -164,6 +164,31 @@ describe('request texts', () => {
   });
 });
 
+describe('plain-text files that are not UTF-8', () => {
+  it('are read as Latin-1 and a redaction goes back in Latin-1, every other byte as it came', () => {
+    const latin1 = Buffer.from('café, écrire à bob@example.com', 'latin1');
+    const doc = { type: 'document', source: { type: 'base64', media_type: 'text/plain', data: latin1.toString('base64') } };
+    const file = { type: 'file', file: { file_data: `data:text/plain;base64,${latin1.toString('base64')}` } };
+    const [d] = requestTexts({ messages: [{ role: 'user', content: [doc] }] }, 'messages');
+    const [f] = requestTexts({ messages: [{ role: 'user', content: [file] }] }, 'chat_completions');
+    for (const slot of [d, f]) {
+      expect(slot.text).toBe('café, écrire à bob@example.com');
+      slot.redact(detectPii(slot.text, new Set<PiiKind>(['email'])));
+    }
+    const want = Buffer.from('café, écrire à [REDACTED:email]', 'latin1').toString('base64');
+    expect(doc.source.data).toBe(want);
+    expect(file.file.file_data).toBe(`data:text/plain;base64,${want}`);
+  });
+
+  it('UTF-8 files stay UTF-8', () => {
+    const doc = { type: 'document', source: { type: 'base64', media_type: 'text/plain', data: Buffer.from('\ufeffcafé bob@example.com').toString('base64') } };
+    const [d] = requestTexts({ messages: [{ role: 'user', content: [doc] }] }, 'messages');
+    expect(d.text).toBe('\ufeffcafé bob@example.com');
+    d.redact(detectPii(d.text, new Set<PiiKind>(['email'])));
+    expect(Buffer.from(doc.source.data, 'base64').toString('utf8')).toBe('\ufeffcafé [REDACTED:email]');
+  });
+});
+
 describe('text parts judged together', () => {
   const email = (text: string) => detectPii(text, new Set<PiiKind>(['email']));
 
