@@ -92,6 +92,12 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       if (clientClosed(abort)) throw CLIENT_CLOSED;
       const response = state.response;
       if (!response) throw new GatewayError('server', 'The pipeline produced no response');
+      // A stage may have set it (README "Writing a plugin"): a status Node would send as "999 unknown", or a
+      // kind that is neither, is the stage's bug, answered as a 500 in the envelope (a `kind: 'xml'` had been
+      // streamed as SSE).
+      if (!Number.isInteger(response.status) || response.status < 200 || response.status > 599 || (response.kind !== 'json' && response.kind !== 'sse')) {
+        throw new GatewayError('server', `A stage set a response the gateway cannot send (kind ${String(response.kind)}, status ${String(response.status)})`);
+      }
       if (response.headers) ctx.set(response.headers);
       // While draining every answer closes its connection: a client must not send its next request on a
       // connection the shutdown is about to close (it would see a reset, not the 503 it would get on a new one).

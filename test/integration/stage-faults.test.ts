@@ -36,6 +36,8 @@ const misbehave: StageDefinition<{ label: string }> = {
       await next();
       if (mode === 'throw-after') throw new GatewayError('invalid_request', 'refused after the provider answered');
       if (mode === 'slow-after') await new Promise((r) => setTimeout(r, 600));
+      if (mode === 'status-999') ctx.state.gateway.response!.status = 999;
+      if (mode === 'kind-xml') (ctx.state.gateway.response as { kind: string }).kind = 'xml';
       const response = ctx.state.gateway.response;
       if (response?.kind === 'sse' && mode.startsWith('stream-throw')) {
         const inner = response.events;
@@ -66,6 +68,17 @@ const messages = (mode: string, extra: Record<string, unknown> = {}) =>
   post(`${gw.url}/messages`, gw.key, { model: 'sim/chat', max_tokens: 50, messages: [{ role: 'user', content: 'hi' }], ...extra }, { 'x-mb': mode });
 
 describe('a stage that misbehaves', () => {
+  it('sets a response the gateway cannot send (status 999, kind "xml"): a 500 in the envelope (it went out as "999 unknown", or as a stream)', async () => {
+    for (const mode of ['status-999', 'kind-xml']) {
+      for (const ask of [chat, messages]) {
+        const res = await ask(mode);
+        expect(res.status).toBe(500);
+        expect(res.headers.get('content-type')).toMatch(/^application\/json/);
+        expect(res.json.error.message).toBe('Internal server error');
+      }
+    }
+  });
+
   it('puts what JSON cannot hold (a BigInt, a cycle) in an error or the records: an enveloped 500 with the request id, not a bare text/plain one', async () => {
     for (const ask of [chat, messages]) {
       const bigint = await ask('bigint-metadata');
