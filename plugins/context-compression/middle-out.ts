@@ -1,4 +1,5 @@
 import { budgetedCount, countTokens, inputTokens } from '../../src/spend/estimate';
+import { textHead, textTail } from '../../src/text-cut';
 
 type Message = Record<string, unknown> & { role?: unknown; content?: unknown };
 
@@ -146,7 +147,7 @@ export function middleOut(input: { body: Record<string, unknown>; budget: number
     const excess = total - budget + 16; // + the marker's own tokens
     const keepChars = Math.max(0, Math.floor((text.length * Math.max(0, tokens - excess)) / Math.max(1, tokens)));
     const cut = Math.max(excess, 1);
-    const next = `${text.slice(0, Math.floor(keepChars / 2))}\n[… ${cut} tokens removed by context-compression …]\n${text.slice(text.length - Math.ceil(keepChars / 2))}`;
+    const next = `${textHead(text, Math.floor(keepChars / 2))}\n[… ${cut} tokens removed by context-compression …]\n${textTail(text, Math.ceil(keepChars / 2))}`;
     best.slot.set(keepChars === 0 ? `[… ${tokens} tokens removed by context-compression …]` : next);
     const after = inputTokens({ ...body, messages: messagesOf() });
     truncated.set(best.index, (truncated.get(best.index) ?? 0) + (total - after));

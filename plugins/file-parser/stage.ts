@@ -9,6 +9,7 @@ import { requestedModels } from '../../src/routing/candidates';
 import type { Services } from '../../src/services';
 import { pdfBlocks, type PdfBlock } from './blocks';
 import schema from './schema.json';
+import { textHead } from '../../src/text-cut';
 
 /** Operator config (`plugins.file-parser` in gateway.yaml), defaults filled by the schema. */
 export interface FileParserConfig {
@@ -142,10 +143,11 @@ async function parseOne(input: {
   }
   const pagesCut = doc.pagesRead < doc.pages;
   const charsCut = doc.text.length > config.max_chars;
-  let text = `${block.name} (PDF, ${doc.pages} page${doc.pages === 1 ? '' : 's'}):\n${charsCut ? doc.text.slice(0, config.max_chars) : doc.text}`;
+  const kept = charsCut ? textHead(doc.text, config.max_chars) : doc.text;
+  let text = `${block.name} (PDF, ${doc.pages} page${doc.pages === 1 ? '' : 's'}):\n${kept}`;
   if (charsCut) text += '\n[truncated]';
   if (pagesCut) text += `\n[only the first ${doc.pagesRead} of ${doc.pages} pages were read]`;
-  const data = { bytes: bytes.length, pages: doc.pages, pages_read: doc.pagesRead, chars: Math.min(doc.text.length, config.max_chars), truncated: charsCut || pagesCut };
+  const data = { bytes: bytes.length, pages: doc.pages, pages_read: doc.pagesRead, chars: kept.length, truncated: charsCut || pagesCut };
   return { text, record: record(block, 'parsed', `Parsed ${block.name}`, data) };
 }
 

@@ -1,6 +1,7 @@
 import { documentText, FetchRefused, safeFetch } from '../../src/net/safe-fetch';
 import type { PipelineRecord } from '../../src/pipeline/types';
 import type { WebFetchConfig, WebFetchFetcherOverrides } from './stage';
+import { textHead } from '../../src/text-cut';
 
 /** One URL fetched, as prompt text, with its pipeline record. */
 export type Fetched = { url: string; text: string; truncated: boolean; record: PipelineRecord };
@@ -31,7 +32,7 @@ export async function fetchOne(url: string, config: WebFetchConfig, overrides: W
     });
     const full = documentText(doc);
     const truncated = full.length > config.max_chars;
-    const text = truncated ? full.slice(0, config.max_chars) : full;
+    const text = truncated ? textHead(full, config.max_chars) : full;
     const data = { final_url: doc.finalUrl, redirects: doc.redirects.length, content_type: doc.mediaType, bytes: doc.body.length, chars: text.length, truncated };
     return { url, text, truncated, record: record(url, 'fetched', `Fetched ${url}`, data) };
   } catch (err) {

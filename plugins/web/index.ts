@@ -6,6 +6,7 @@ import type { GatewayState, StageDefinition } from '../../src/pipeline/types';
 import { createSearch, SearchFailed, type SearchBackendConfig, type SearchResult } from '../../src/search/backends';
 import { addCitations, chatStreamWithAnnotations, injectSystemText, messagesStreamWithCitations, searchPromptText } from '../../src/search/citations';
 import schema from './schema.json';
+import { textHead } from '../../src/text-cut';
 
 /** Operator config (`plugins.web` in gateway.yaml), defaults filled by the schema. */
 export interface WebConfig {
@@ -46,7 +47,7 @@ export const web: StageDefinition<WebConfig> = {
       if (asked?.enabled === false || (!asked && !online && !config.enabled_by_default)) return next();
 
       // What the user asked: not the pages or documents a stage before added to the message.
-      const query = askedText(state).trim().slice(0, config.max_query_chars);
+      const query = textHead(askedText(state).trim(), config.max_query_chars);
       if (!query) {
         state.pipeline.push({ type: 'web', name: 'web', summary: 'No user text to search for; no search made', data: { outcome: 'skipped', reason: 'no_query' } });
         return next();

@@ -1,5 +1,6 @@
 import { validateHeaderName, validateHeaderValue } from 'node:http';
 import { isUnavailable } from './unavailable';
+import { textHead } from '../text-cut';
 
 /**
  * The one error type of the gateway. `errorType` is the stable vocabulary of spec 7.4; the HTTP status
@@ -108,5 +109,5 @@ function answerable(err: GatewayError): boolean {
  * @example quoted('y'.repeat(5000)) // 200 y's and an ellipsis
  */
 export function quoted(text: string, max = 200): string {
-  return text.length > max ? `${text.slice(0, max)}…` : text;
+  return text.length > max ? `${textHead(text, max)}…` : text;
 }

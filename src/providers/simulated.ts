@@ -3,6 +3,7 @@ import type { SimulatedProviderConfig } from '../config/types';
 import { choiceCount } from '../dialects/common';
 import type { SseEvent } from '../pipeline/types';
 import type { Dialect, Provider, UpstreamCall, UpstreamReply } from './types';
+import { textHead } from '../text-cut';
 
 const DIALECTS: ReadonlySet<Dialect> = new Set(['messages', 'chat_completions']);
 
@@ -50,7 +51,7 @@ function compose(call: UpstreamCall, config: SimulatedProviderConfig): Answer {
   const lastUser = lastUserText(body.messages);
   const reply =
     config.reply ??
-    `Simulated reply from ${String(body.model)}. You said: ${lastUser.length > 120 ? `${lastUser.slice(0, 120)}…` : lastUser}`;
+    `Simulated reply from ${String(body.model)}. You said: ${lastUser.length > 120 ? `${textHead(lastUser, 120)}…` : lastUser}`;
   const all = reply.split(/\s+/).filter(Boolean);
   const cap = Number(body.max_completion_tokens ?? body.max_tokens ?? Infinity);
   const words = all.slice(0, Math.max(1, cap));

@@ -1,5 +1,6 @@
 import { GatewayError, type ErrorType } from '../errors/gateway-error';
 import { withoutCredentials } from './credentials';
+import { textHead } from '../text-cut';
 
 /**
  * A prompt longer than the model takes, as providers word it: OpenAI's "maximum context length is …" and
@@ -38,9 +39,9 @@ function readBody(text: string, credentials: readonly string[]): UpstreamErrorBo
     const small = JSON.stringify(body).length <= 2000;
     const raw = small ? body : undefined;
     const details = small && typeof err === 'object' && err && isPlainObject(err.details) ? err.details : undefined;
-    return { message: message.slice(0, 500), code, raw, details };
+    return { message: textHead(message, 500), code, raw, details };
   } catch {
-    return { message: '', code: '', raw: text ? text.slice(0, 500) : undefined };
+    return { message: '', code: '', raw: text ? textHead(text, 500) : undefined };
   }
 }
 

@@ -1,5 +1,6 @@
 import type { SseEvent } from '../pipeline/types';
 import type { SearchResult } from './backends';
+import { textHead } from '../text-cut';
 
 type Obj = Record<string, unknown>;
 type Dialect = 'chat_completions' | 'messages';
@@ -76,7 +77,7 @@ export function chatAnnotations(text: string, results: SearchResult[]): Obj[] {
 
 /** A messages `web_search_result_location` citation; `encrypted_index` is the result's number, not encrypted. */
 export function messagesCitation(r: SearchResult, index: number): Obj {
-  return { type: 'web_search_result_location', url: r.url, title: r.title, encrypted_index: String(index + 1), cited_text: r.snippet.slice(0, CITED_TEXT_CHARS) };
+  return { type: 'web_search_result_location', url: r.url, title: r.title, encrypted_index: String(index + 1), cited_text: textHead(r.snippet, CITED_TEXT_CHARS) };
 }
 
 /**

@@ -1,3 +1,5 @@
+import { textHead } from '../text-cut';
+
 /** Longest text a request can put into a span (a name, an attribute value). */
 const SPAN_TEXT_MAX = 256;
 /** A gateway key (`sk-gw-v1-` + hex), whole or cut. */
@@ -18,7 +20,7 @@ export const SPAN_VALUE_MAX = 4096;
 
 /** Text from a request for a span: cut to 256 characters, gateway keys masked. */
 export function spanText(text: string): string {
-  return withoutGatewayKeys(text.length > SPAN_TEXT_MAX ? text.slice(0, SPAN_TEXT_MAX) : text);
+  return withoutGatewayKeys(text.length > SPAN_TEXT_MAX ? textHead(text, SPAN_TEXT_MAX) : text);
 }
 
 /**

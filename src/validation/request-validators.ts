@@ -2,6 +2,7 @@ import Ajv, { type ErrorObject, type ValidateFunction } from 'ajv';
 import { existsSync, readFileSync } from 'fs';
 import { dirname, join } from 'path';
 import { requestedModels } from '../routing/candidates';
+import { textHead } from '../text-cut';
 
 export type RequestKind = 'messages' | 'chat_completions';
 
@@ -214,7 +215,7 @@ function explain(errors: ErrorObject[], body: unknown, conditions: WeakMap<objec
     const inner = errors[errors.length - 2];
     // The key is client input of any length: echo only its start.
     const key = String(last.params.propertyName);
-    const shown = key.length > 80 ? `${key.slice(0, 80)}…` : key;
+    const shown = key.length > 80 ? `${textHead(key, 80)}…` : key;
     return { field, message: `\`${field}\` key \`${shown}\` ${phrase(inner)}` };
   }
 

@@ -145,6 +145,16 @@ describe('file-parser stage through the server', () => {
     expect(passed.json.gateway_metadata.pipeline[0]).toMatchObject({ type: 'file-parser', data: { outcome: 'failed', reason: 'unreadable' } });
   });
 
+  it('max_chars cuts the PDF text on whole characters: no half emoji goes upstream', async () => {
+    const g = await t.start({ yaml: yaml('{ max_chars: 7 }') });
+    const emojiPdf = minimalPdf(['abEEEE'], { emoji: 'E' }).toString('base64'); // text 'ab😀😀😀😀'
+    const r = await post(`${g.url}/chat/completions`, g.key, chatBody('fake/gpt', `data:application/pdf;base64,${emojiPdf}`), META);
+    expect(r.status).toBe(200);
+    // 7 UTF-16 units end on the first half of the third emoji (a lone \ud83d before): it is left out.
+    expect(t.upstream.received[0].body.messages[0].content[1].text).toBe('otters.pdf (PDF, 1 page):\nab😀😀\n[truncated]');
+    expect(r.json.gateway_metadata.pipeline[0].data).toMatchObject({ chars: 6, truncated: true });
+  });
+
   it('caps: max_pages and max_chars cut the text and say so; max_bytes refuses; max_files refuses the extra PDF', async () => {
     const g = await t.start({ yaml: yaml('{ max_pages: 1, max_chars: 6 }') });
     const r = await post(`${g.url}/chat/completions`, g.key, chatBody(), META);

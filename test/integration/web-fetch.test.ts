@@ -12,6 +12,8 @@ const pages = pageServer((req, res) => {
     res.end('<html><head><script>track()</script></head><body><h1>Otters</h1><p>Otters hold hands &amp; sleep.</p></body></html>');
   } else if (req.url === '/long') {
     res.writeHead(200, { 'content-type': 'text/plain' }).end('a'.repeat(500));
+  } else if (req.url === '/emoji') {
+    res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8' }).end(`a${'😀'.repeat(100)}`);
   } else if (req.url === '/to-metadata') {
     res.writeHead(302, { location: 'http://169.254.169.254/latest/meta-data/' }).end();
   } else {
@@ -71,6 +73,21 @@ describe('web-fetch stage through the server', () => {
       { type: 'text', text: `Content of ${long}:\n${'a'.repeat(100)}\n[truncated]` },
       { type: 'text', text: 'Compare them.' },
     ]);
+  });
+
+  it('max_chars cuts the page on whole characters: no half emoji goes upstream', async () => {
+    const g = await t.start({ yaml: yaml('{ max_chars: 100 }'), registry: testRegistry() });
+    const url = `${pages.url}/emoji`;
+    const r = await post(`${g.url}/messages`, g.key, {
+      model: 'fake/claude',
+      max_tokens: 20,
+      plugins: [{ id: 'web-fetch', urls: [url] }],
+      messages: [{ role: 'user', content: 'Read it.' }],
+    }, META);
+    expect(r.status).toBe(200);
+    // 'a' and 49½ emoji fit in 100 UTF-16 units: the half (a lone \ud83d) is left out.
+    expect(t.upstream.received[0].body.messages[0].content[0]).toEqual({ type: 'text', text: `Content of ${url}:\na${'😀'.repeat(49)}\n[truncated]` });
+    expect(r.json.gateway_metadata.pipeline[0].data).toMatchObject({ chars: 99, truncated: true });
   });
 
   it('private, metadata and loopback URLs are refused and recorded; the request still succeeds', async () => {

@@ -219,6 +219,15 @@ describe('web search stage through the server', () => {
     expect(t.upstream.received).toHaveLength(0);
   });
 
+  it('max_query_chars cuts the query on whole characters: no half emoji goes to the backend', async () => {
+    const g = await t.start({ yaml: yaml('http', 'max_query_chars: 5') });
+    const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', plugins: [{ id: 'web' }], messages: [{ role: 'user', content: 'Otter 😀😀 facts' }] });
+    expect(r.status).toBe(200);
+    const r2 = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', plugins: [{ id: 'web' }], messages: [{ role: 'user', content: 'abcd😀 facts' }] });
+    expect(r2.status).toBe(200);
+    expect(search.calls.map((c) => c.body!.query)).toEqual(['Otter', 'abcd']); // 'abcd\ud83d' before
+  });
+
   it('chat stream: one extra chunk carries delta.annotations before the finish chunk; the openai SDK reads it', async () => {
     const g = await t.start({ yaml: yaml('searxng', 'max_results: 2') });
     const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', stream: true, plugins: [{ id: 'web' }], messages: [{ role: 'user', content: 'q' }] });
