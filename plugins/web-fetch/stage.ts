@@ -153,21 +153,41 @@ function textOf(content: unknown): string {
  * text parts, or the string extended). A user block rather than a system one: the page is untrusted data and
  * must not gain the authority of the operator's system prompt. Both dialects use the same `{type: 'text',
  * text}` block shape.
+ *
+ * Tool results stay first: in a messages user turn that carries `tool_result` blocks the pages go after the
+ * last of them (the Messages API wants a turn's tool results before anything else: 400 "Did not find 1
+ * tool_result block(s) at the beginning of this message"). A chat conversation that ends with `tool`
+ * messages gets the pages as a new user message after them: nothing may come between an assistant's
+ * `tool_calls` and its tool messages, and that is the chat form of the same turn (the translator maps it to
+ * one messages user turn, tool results first).
  */
 function injectInto(state: GatewayState, blocks: string[]): void {
+  const messages = state.body?.messages;
+  if (!Array.isArray(messages)) return;
+  const textBlocks = () => blocks.map((text) => ({ type: 'text', text }));
+  const end = messages[messages.length - 1] as Message | undefined;
   const last = lastUserMessage(state);
-  if (!last) {
-    const messages = state.body?.messages;
-    if (Array.isArray(messages)) messages.push({ role: 'user', content: blocks.map((text) => ({ type: 'text', text })) });
+  if (!last || (state.endpoint === 'chat_completions' && (end?.role === 'tool' || end?.role === 'function'))) {
+    messages.push({ role: 'user', content: textBlocks() });
     return;
   }
   if (typeof last.content === 'string' && state.endpoint === 'chat_completions') {
     last.content = [...blocks, last.content].join('\n\n');
   } else if (typeof last.content === 'string') {
-    last.content = [...blocks.map((text) => ({ type: 'text', text })), { type: 'text', text: last.content }];
+    last.content = [...textBlocks(), { type: 'text', text: last.content }];
   } else if (Array.isArray(last.content)) {
-    last.content = [...blocks.map((text) => ({ type: 'text', text })), ...last.content];
+    const after = afterToolResults(last.content);
+    last.content = [...last.content.slice(0, after), ...textBlocks(), ...last.content.slice(after)];
   } else {
-    last.content = blocks.map((text) => ({ type: 'text', text }));
+    last.content = textBlocks();
   }
+}
+
+/** The index just after a messages user turn's last `tool_result` block (0 when it has none). */
+function afterToolResults(content: unknown[]): number {
+  for (let i = content.length - 1; i >= 0; i--) {
+    const b = content[i] as { type?: unknown } | null;
+    if (b && typeof b === 'object' && b.type === 'tool_result') return i + 1;
+  }
+  return 0;
 }

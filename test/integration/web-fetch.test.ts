@@ -75,6 +75,48 @@ describe('web-fetch stage through the server', () => {
     ]);
   });
 
+  it('messages: in a user turn of tool results the page goes after the tool_result blocks (it went first: a 400 from Anthropic)', async () => {
+    const g = await t.start({ yaml: yaml(), registry: testRegistry() });
+    const url = `${pages.url}/article`;
+    const result = { type: 'tool_result', tool_use_id: 'toolu_1', content: '42' };
+    const r = await post(`${g.url}/messages`, g.key, {
+      model: 'fake/claude',
+      max_tokens: 20,
+      plugins: [{ id: 'web-fetch', urls: [url] }],
+      messages: [
+        { role: 'user', content: 'Look it up.' },
+        { role: 'assistant', content: [{ type: 'tool_use', id: 'toolu_1', name: 'lookup', input: {} }] },
+        { role: 'user', content: [result, { type: 'text', text: 'And the page?' }] },
+      ],
+    });
+    expect(r.status).toBe(200);
+    const sent = t.upstream.received[0].body.messages;
+    expect(sent[0]).toEqual({ role: 'user', content: 'Look it up.' });
+    expect(sent[2].content).toEqual([result, { type: 'text', text: `Content of ${url}:\nOtters\nOtters hold hands & sleep.` }, { type: 'text', text: 'And the page?' }]);
+  });
+
+  it('chat: a conversation ending with tool messages gets the page as a user message after them, also through the messages translation', async () => {
+    const g = await t.start({ yaml: yaml(), registry: testRegistry() });
+    const url = `${pages.url}/article`;
+    const page = `Content of ${url}:\nOtters\nOtters hold hands & sleep.`;
+    const messages = [
+      { role: 'user', content: 'Look it up.' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'lookup', arguments: '{}' } }] },
+      { role: 'tool', tool_call_id: 'call_1', content: '42' },
+    ];
+    const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', plugins: [{ id: 'web-fetch', urls: [url] }], messages });
+    expect(r.status).toBe(200);
+    // The first user message was given the page before: the tool call and its result stayed as they were.
+    expect(t.upstream.received[0].body.messages).toEqual([...messages, { role: 'user', content: [{ type: 'text', text: page }] }]);
+
+    const viaMessages = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/claude', plugins: [{ id: 'web-fetch', urls: [url] }], messages });
+    expect(viaMessages.status).toBe(200);
+    expect(t.upstream.received[1].body.messages.at(-1)).toEqual({
+      role: 'user',
+      content: [{ type: 'tool_result', tool_use_id: 'call_1', content: '42' }, { type: 'text', text: page }],
+    });
+  });
+
   it('max_chars cuts the page on whole characters: no half emoji goes upstream', async () => {
     const g = await t.start({ yaml: yaml('{ max_chars: 100 }'), registry: testRegistry() });
     const url = `${pages.url}/emoji`;
