@@ -3,6 +3,7 @@ import { GatewayError } from '../../src/errors/gateway-error';
 import type { StageDefinition } from '../../src/pipeline/types';
 import type { Services } from '../../src/services';
 import schema from './schema.json';
+import { fitThinking, thinkingBudget } from './thinking';
 
 /** The operator config of the stage (`plugins.max-tokens-cap` in gateway.yaml), defaults filled by its schema. */
 export interface MaxTokensCapConfig {
@@ -18,7 +19,8 @@ const FIELDS = ['max_tokens', 'max_completion_tokens'] as const;
 /**
  * `max-tokens-cap`: the example plugin of the README's "Writing a plugin". Caps the completion tokens a
  * request may ask for (per model, else `max`): it lowers them (`clamp`) or refuses the request with a 400
- * (`reject`), and can set a default when the request asks for none. `max` defaults to 4096. Runs after `validate` (the fields are
+ * (`reject`), and can set a default when the request asks for none. `max` defaults to 4096. A thinking
+ * budget counts within the limit and is kept below it (thinking.ts). Runs after `validate` (the fields are
  * known to be integers) and before the spend checks (so estimates use the capped value).
  *
  * @example pipelines: { default: [auth, validate, max-tokens-cap, budget-check, upstream] }
@@ -39,10 +41,16 @@ export const maxTokensCap: StageDefinition<MaxTokensCapConfig, Services> = {
       if (body) {
         const cap = typeof body.model === 'string' ? (config.per_model[body.model] ?? config.max) : config.max;
         const fields = FIELDS.filter((f) => typeof body[f] === 'number');
+        // The limit this stage sets, which a thinking budget must stay below.
+        let limit: number | undefined;
         if (fields.length === 0 && config.default !== undefined) {
-          const value = Math.min(config.default, cap);
+          // Thinking counts within the limit: a budget at or above the default gets the default on top of it,
+          // as the gateway does for a messages provider (README models[] max_output_tokens), within the cap.
+          const thinking = thinkingBudget(state.endpoint, body)?.tokens ?? 0;
+          const value = Math.min(thinking >= config.default ? thinking + config.default : config.default, cap);
           body[state.endpoint === 'chat_completions' ? 'max_completion_tokens' : 'max_tokens'] = value;
           state.pipeline.push({ type: 'max-tokens-cap', name: 'max-tokens-cap', summary: `set the completion budget to ${value}`, data: { action: 'default', value } });
+          limit = value;
         }
         // A chat request may name both fields (a provider may read either): each is capped.
         for (const field of fields) {
@@ -54,7 +62,9 @@ export const maxTokensCap: StageDefinition<MaxTokensCapConfig, Services> = {
           body[field] = cap;
           state.pipeline.push({ type: 'max-tokens-cap', name: 'max-tokens-cap', summary: `lowered ${field} from ${asked} to ${cap}`, data: { action: 'clamp', field, asked, value: cap } });
           state.span.setAttribute('gateway.max_tokens_cap', cap);
+          limit = cap;
         }
+        if (limit !== undefined) fitThinking({ state, body, limit, mode: config.mode });
       }
       await next();
     };

@@ -65,7 +65,8 @@ export const EFFORT_BUDGET: Readonly<Record<string, number>> = {
   xhigh: 32768,
   max: 65536,
 };
-const MIN_BUDGET = 1024;
+/** The Messages API's least thinking budget. */
+export const MIN_BUDGET = 1024;
 
 export function budgetToEffort(budget: number): 'low' | 'medium' | 'high' {
   return budget <= 2048 ? 'low' : budget <= 8192 ? 'medium' : 'high';
@@ -256,6 +257,22 @@ function chatToolsToMessages(tools: unknown, choice: unknown, parallel: unknown)
   return tc ? { tools: list, tool_choice: tc } : { tools: list };
 }
 
+/**
+ * The thinking budget a chat request's reasoning asks for: `reasoning.max_tokens`, else its effort
+ * (`reasoning_effort` or `reasoning.effort`) by EFFORT_BUDGET, else medium for `reasoning.enabled: true`;
+ * undefined when it asks for none or turns reasoning off. Not yet raised to messages' least budget (1024).
+ *
+ * @example chatThinkingBudget({ reasoning_effort: 'high' }) // 16384
+ */
+export function chatThinkingBudget(b: Record<string, unknown>): number | undefined {
+  const r = isObj(b.reasoning) ? b.reasoning : {};
+  const effort = b.reasoning_effort ?? r.effort;
+  if (r.enabled === false || effort === 'none') return undefined;
+  if (posInt(r.max_tokens)) return r.max_tokens;
+  if (typeof effort === 'string') return EFFORT_BUDGET[effort];
+  return r.enabled === true ? EFFORT_BUDGET.medium : undefined;
+}
+
 function applyThinking(out: Obj, b: Obj, clientSetMax: boolean, defaultMax: number): void {
   const r = isObj(b.reasoning) ? b.reasoning : {};
   const effort = b.reasoning_effort ?? r.effort;
@@ -263,13 +280,7 @@ function applyThinking(out: Obj, b: Obj, clientSetMax: boolean, defaultMax: numb
     out.thinking = { type: 'disabled' };
     return;
   }
-  let budget: number | undefined = posInt(r.max_tokens)
-    ? r.max_tokens
-    : typeof effort === 'string'
-      ? EFFORT_BUDGET[effort]
-      : r.enabled === true
-        ? EFFORT_BUDGET.medium
-        : undefined;
+  let budget = chatThinkingBudget(b);
   if (budget === undefined) return;
   budget = Math.max(MIN_BUDGET, budget);
   if (!clientSetMax && budget >= out.max_tokens) out.max_tokens = budget + defaultMax;
