@@ -9,10 +9,31 @@ export interface RequestFeatures {
   reasoning: boolean;
 }
 
-/** A fenced block, or a line that starts like code in a common language. */
+/**
+ * How a line of code starts, in common languages: the keyword as the language writes it (case-sensitive:
+ * with the i flag "Let me know", "Select…", "Public…", "Import…" were code) and then what must follow it in
+ * code, so that lowercase prose ("let me know", "class starts at 9", "import duties") is not code either.
+ */
+const CODE_LINE_STARTS = [
+  String.raw`def [A-Za-z_]\w*[ \t]*\(`, // def f(
+  String.raw`class [A-Za-z_]\w*(?:[ \t]*[:({<]| extends | implements )`, // class A: / class A( / class A { / class A<T> / class A extends
+  String.raw`import (?:[\w.]+;?[ \t]*$|[\w.]+ as \w|static |[{*'"]|[\w$]+(?:, *\{[^}\n]*\})? from ['"])`, // import os / import a.b; / import x as y / import { / import x from 'y'
+  String.raw`from [\w.]+ import `,
+  String.raw`function\*?[ \t]*[\w$]*[ \t]*\(`, // function f( / function (
+  String.raw`(?:const|let|var) (?:(?:mut )?[\w$]+[ \t]*[:=;]|[{[])`, // const x = / let x: / let mut x = / var x; / const { a } =
+  String.raw`#include[ \t]*[<"]`,
+  String.raw`(?:public|private|protected)(?:[ \t]*:[ \t]*$|(?: static| final| abstract)* (?:class|interface|enum|void|[\w<>\[\],]+ [\w$]+(?:\(|[ \t]*[;=])))`, // public: / public static void / private int x;
+  String.raw`package [\w.]+;?[ \t]*$`, // package main / package a.b;
+  String.raw`fn [A-Za-z_]\w*[ \t]*[(<]`,
+  String.raw`func (?:\([^)\n]*\) )?[A-Za-z_]\w*[ \t]*\(`, // func f( / func (s *S) f(
+  'SELECT ',
+  String.raw`<\?php`,
+  String.raw`</?[a-z][a-z0-9-]*(?:[ \t][^<>\n]*)?>`, // <div> / <div class="x"> / </p>
+];
+/** A fenced block, or a line that starts like code in a common language (CODE_LINE_STARTS). */
 // `[ \t]*`, not `\s*`: with the m flag `\s*` also ran over newlines, so every line start rescanned the rest of the
 // text (60 000 newlines: 11 s of event loop).
-const CODE = /```|^[ \t]*(def |class |import |from \S+ import |function |const |let |var |#include|public |package |fn |func |SELECT |<\?php|<\/?[a-z]+>)/im;
+const CODE = new RegExp(`\`\`\`|^[ \\t]*(?:${CODE_LINE_STARTS.join('|')})`, 'm');
 const IMAGE_TYPES = new Set(['image', 'image_url', 'input_image']);
 
 /** Every text the model reads as a user/system/tool turn (not the base64 of images). */

@@ -13,6 +13,23 @@ describe('linear scans of request text', () => {
     expect(requestFeatures({ messages: [{ role: 'user', content: 'plain words' }] }).code).toBe(false);
   });
 
+  it('auto-router: English that begins with a keyword is not code (the i flag made "Let me know…" code); code still is', () => {
+    const isCode = (text: string) => requestFeatures({ messages: [{ role: 'user', content: `Hi.\n${text}` }] }).code;
+    const prose = [
+      'Let me know if this works', 'let me know', 'Select the best option', 'Public transport is great', 'public opinion is (mostly) fine',
+      'Function of the liver', 'function is broken', 'Class starts at 9', 'class starts at 9', 'Import duties are high', 'import duties are high',
+      'Package arrived', 'Private: keep out', 'Def not', 'Let x be a number', 'I <3 you',
+    ];
+    for (const text of prose) expect(isCode(text), text).toBe(false);
+    const code = [
+      'def f(x):', 'class Foo(Base):', 'class Foo {', 'import os', 'import java.util.List;', "import React from 'react'", "import { x } from './y'",
+      'import numpy as np', 'from a.b import c', 'function f(a) {', 'const x = 1', 'let y: number = 2', 'let mut z = 3;', '#include <stdio.h>',
+      'public static void main(String[] args) {', 'private String name;', 'public:', 'package main', 'fn main() {', 'func (s *S) Run() error {',
+      'SELECT * FROM t', '<?php echo 1;', '<div class="x">', '</p>', '```',
+    ];
+    for (const text of code) expect(isCode(text), text).toBe(true);
+  });
+
   it('web-fetch: URLs in a message with a long run of dots (26 s at 160 000 before); trailing punctuation still dropped', () => {
     expect(urlsInText(`see http://example.com/${'.'.repeat(160_000)}b`)).toHaveLength(1);
     expect(urlsInText('Read https://example.com/a.html, then (https://example.com/b).')).toEqual(['https://example.com/a.html', 'https://example.com/b']);
