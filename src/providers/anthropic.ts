@@ -3,7 +3,7 @@ import { credentialsIn } from './credentials';
 import { sendJson, timeoutsOf, upstreamTarget, withHeader } from './http';
 import type { Dialect, Provider, UpstreamCall, UpstreamReply } from './types';
 
-const DIALECTS: ReadonlySet<Dialect> = new Set(['messages']);
+export const DIALECTS: ReadonlySet<Dialect> = new Set(['messages']);
 /** Client headers the Anthropic API understands and that are safe to pass on. */
 const FORWARDED = ['anthropic-beta'];
 

@@ -3,7 +3,7 @@ import { credentialsIn } from './credentials';
 import { sendJson, timeoutsOf, upstreamTarget, withHeader } from './http';
 import type { Dialect, Provider, UpstreamCall, UpstreamReply } from './types';
 
-const DIALECTS: ReadonlySet<Dialect> = new Set(['chat_completions']);
+export const DIALECTS: ReadonlySet<Dialect> = new Set(['chat_completions']);
 
 /**
  * Any OpenAI-compatible chat-completions API: a config entry (`kind: openai`, `base_url`), not a new file.

@@ -5,7 +5,7 @@ import type { SseEvent } from '../pipeline/types';
 import type { Dialect, Provider, UpstreamCall, UpstreamReply } from './types';
 import { textHead } from '../text-cut';
 
-const DIALECTS: ReadonlySet<Dialect> = new Set(['messages', 'chat_completions']);
+export const DIALECTS: ReadonlySet<Dialect> = new Set(['messages', 'chat_completions']);
 
 /**
  * The built-in simulated provider: speaks both dialects, answers with deterministic text derived from the

@@ -56,9 +56,14 @@ export function candidatesFor(input: {
     for (const declared of endpoints) {
       const endpoint = fast && declared.fast ? { ...declared, upstream_model: declared.fast.upstream_model ?? declared.upstream_model, pricing: declared.fast.pricing } : declared;
       const provider = input.providers.get(endpoint.provider)!;
-      const dialect = provider.dialects.has(input.dialect) ? input.dialect : [...provider.dialects][0];
+      const dialect = callStyle(provider.dialects, input.dialect);
       out.push({ model, endpoint, provider, dialect });
     }
   }
   return out;
+}
+
+/** The style a provider speaking `dialects` is called in for a `client`-style request: the client's own when it speaks it, else its first. */
+export function callStyle(dialects: ReadonlySet<Dialect>, client: Dialect): Dialect {
+  return dialects.has(client) || dialects.size === 0 ? client : [...dialects][0];
 }

@@ -4,7 +4,7 @@ import type { OwnKeys } from '../auth/byok-keys';
 import type { GatewayConfig, ModelConfig } from '../config/types';
 import { DIALECTS, type FinishInfo } from '../dialects';
 import { choiceCount } from '../dialects/common';
-import { translateRequest, translateResponse, translateStream } from '../dialects/translate';
+import { DEFAULT_MAX_TOKENS, translateRequest, translateResponse, translateStream } from '../dialects/translate';
 import { chatUsageBody } from '../dialects/chat-completions';
 import { inBandError } from '../dialects/in-band-error';
 import { messagesUsageBody } from '../dialects/messages';
@@ -29,9 +29,6 @@ import type { StickyRoutes } from './sticky';
 import { endAttempt, firstOutput, relay, sideChunks, type StreamEnd } from './stream-relay';
 import type { GatewayMetrics } from '../telemetry/metrics';
 import { spanText } from '../telemetry/span-text';
-
-/** `max_tokens` sent to a messages-style provider when a chat client set none and the model declares none. */
-const DEFAULT_MAX_TOKENS = 4096;
 
 export interface DispatchDeps {
   models: ReadonlyMap<string, ModelConfig>;

@@ -9,6 +9,8 @@ const MODELS = `
   - { id: cc/gpt, context_length: 600, endpoints: [{ provider: fake-openai, upstream_model: up-cc-gpt }] }
   - { id: cc/claude, context_length: 600, endpoints: [{ provider: fake-anthropic, upstream_model: up-cc-claude }] }
   - { id: cc/mid, context_length: 1500, endpoints: [{ provider: fake-openai, upstream_model: up-cc-mid }] }
+  - { id: cc/claude-out, context_length: 900, max_output_tokens: 300, endpoints: [{ provider: fake-anthropic, upstream_model: up-cc-claude }] }
+  - { id: cc/gpt-out, context_length: 900, max_output_tokens: 300, endpoints: [{ provider: fake-openai, upstream_model: up-cc-gpt }] }
 `;
 
 function yaml(): string {
@@ -146,6 +148,39 @@ describe('context-compression (middle-out)', () => {
     expect(inputTokens(sent) + MAX_TOKENS).toBeLessThanOrEqual(1500);
     expect(sent.messages.some((m: Msg) => m.role === 'tool')).toBe(true); // some pairs survive, intact
     expectToolPairsIntact(sent.messages);
+  });
+
+  it('reserves the max_tokens the gateway sends a messages provider when the client set none (it reserved 0), and a limit lowered to max_output_tokens', async () => {
+    const g = await t.start({ yaml: yaml() });
+    const messages = messagesConversation(5);
+    const tokens = inputTokens({ messages });
+    expect(tokens).toBeLessThan(900); // fits the context alone ...
+    expect(tokens + 300).toBeGreaterThan(900); // ... but not with the 300 tokens of answer the provider is asked for
+    const res = await post(`${g.url}/messages`, g.key, { model: 'cc/claude-out', messages }, META);
+    expect(res.status, res.text).toBe(200);
+    let sent = t.upstream.received.at(-1)!.body;
+    expect(sent.max_tokens).toBe(300);
+    expect(inputTokens(sent) + 300).toBeLessThanOrEqual(900);
+    expect(res.json.gateway_metadata.pipeline[0].data).toMatchObject({ model: 'cc/claude-out', max_tokens: 300, fits: true });
+
+    // A chat client translated to the messages provider: the same default is sent.
+    const chat = chatConversation(5);
+    expect(inputTokens({ messages: chat }) + 300).toBeGreaterThan(900);
+    await post(`${g.url}/chat/completions`, g.key, { model: 'cc/claude-out', messages: chat });
+    sent = t.upstream.received.at(-1)!.body;
+    expect(sent.max_tokens).toBe(300);
+    expect(inputTokens(sent) + 300).toBeLessThanOrEqual(900);
+
+    // A client limit above max_output_tokens is sent as max_output_tokens: that is what is reserved.
+    const capped = await post(`${g.url}/messages`, g.key, { model: 'cc/claude-out', max_tokens: 5000, messages }, META);
+    expect(capped.json.gateway_metadata.pipeline[0].data).toMatchObject({ max_tokens: 300, fits: true });
+    expect(t.upstream.received.at(-1)!.body.messages.length).toBeGreaterThan(2);
+
+    // A chat provider is sent no limit when the client sets none: nothing is reserved, nothing removed.
+    const plain = await post(`${g.url}/chat/completions`, g.key, { model: 'cc/gpt-out', messages: chat }, META);
+    expect(t.upstream.received.at(-1)!.body.messages).toEqual(chat);
+    expect(t.upstream.received.at(-1)!.body.max_tokens).toBeUndefined();
+    expect(plain.json.gateway_metadata.pipeline).toBeUndefined();
   });
 
   it('when removing the middle is not enough, the middle of a long kept message is truncated', async () => {

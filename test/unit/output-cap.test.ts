@@ -1,4 +1,6 @@
 import { describe, expect, it } from 'vitest';
+import { translateRequest, upstreamMaxTokens } from '../../src/dialects/translate';
+import type { Dialect } from '../../src/providers';
 import { withOutputCap } from '../../src/routing/dispatch';
 
 describe("a model's max_output_tokens caps what the provider is asked for (the spend hold holds no more)", () => {
@@ -24,5 +26,34 @@ describe("a model's max_output_tokens caps what the provider is asked for (the s
     const body = { max_tokens: 100000 };
     withOutputCap(body, 'messages', 10);
     expect(body.max_tokens).toBe(100000);
+  });
+});
+
+describe('upstreamMaxTokens: the output limit an upstream call carries, without building it (context-compression reserves it)', () => {
+  it('matches what translateRequest and withOutputCap put in the body, for every pair of styles', () => {
+    const chat = { model: 'm', messages: [{ role: 'user', content: 'hi' }] };
+    const msgs = { model: 'm', messages: [{ role: 'user', content: 'hi' }] };
+    const bodies: [Dialect, Record<string, unknown>][] = [
+      ['chat_completions', chat],
+      ['chat_completions', { ...chat, max_tokens: 700 }],
+      ['chat_completions', { ...chat, max_tokens: 700, max_completion_tokens: 9000 }],
+      ['chat_completions', { ...chat, reasoning_effort: 'high' }],
+      ['chat_completions', { ...chat, reasoning: { max_tokens: 500 } }],
+      ['chat_completions', { ...chat, reasoning: { enabled: false } }],
+      ['messages', msgs],
+      ['messages', { ...msgs, max_tokens: 700 }],
+      ['messages', { ...msgs, max_tokens: 9000 }],
+      ['messages', { ...msgs, thinking: { type: 'enabled', budget_tokens: 5000 } }],
+    ];
+    const limitOf = (b: Record<string, unknown>) => Math.max(Number(b.max_tokens ?? 0), Number(b.max_completion_tokens ?? 0));
+    for (const [from, body] of bodies) {
+      for (const to of ['chat_completions', 'messages'] as const) {
+        for (const maxOutputTokens of [undefined, 2000, 20000]) {
+          let sent = translateRequest(from, to, body, { defaultMaxTokens: maxOutputTokens ?? 4096 });
+          if (maxOutputTokens !== undefined) sent = withOutputCap(sent, to, maxOutputTokens);
+          expect(upstreamMaxTokens({ body, from, to, maxOutputTokens }), `${from} → ${to}, cap ${maxOutputTokens}: ${JSON.stringify(body)}`).toBe(limitOf(sent));
+        }
+      }
+    }
   });
 });

@@ -1,6 +1,6 @@
 import type { NormalizedUsage, SseEvent } from '../../pipeline/types';
 import type { Dialect } from '../../providers/types';
-import { chatToMessagesRequest, messagesToChatRequest, posInt } from './request';
+import { chatThinkingBudget, chatToMessagesRequest, messagesToChatRequest, MIN_BUDGET, posInt } from './request';
 import { chatToMessagesResponse, messagesToChatResponse } from './response';
 import { chatToMessagesStream, messagesToChatStream } from './stream';
 import { endedIncomplete } from '../stream-error';
@@ -63,6 +63,33 @@ export async function* translateStream(
   if (!translator.complete) {
     throw endedIncomplete(providerId);
   }
+}
+
+/** The `max_tokens` a messages provider is sent when neither the client nor the model (`max_output_tokens`) sets one. */
+export const DEFAULT_MAX_TOKENS = 4096;
+
+/**
+ * The output limit an upstream call carries, as dispatch builds it: a `from`-style `body` sent to a `to`-style
+ * provider of a model with `maxOutputTokens` (its `max_output_tokens`). The client's limit (chat passed
+ * through: the larger of its two names, the provider may read either); else, for a messages provider, the
+ * default the gateway adds (`maxOutputTokens` or 4096; above a thinking budget, budget + it); then lowered to
+ * `maxOutputTokens` (withOutputCap). 0 when no limit is sent (a chat provider then uses its own).
+ *
+ * @example upstreamMaxTokens({ body: { messages }, from: 'messages', to: 'messages' }) // 4096
+ */
+export function upstreamMaxTokens(input: { body: Record<string, unknown>; from: Dialect; to: Dialect; maxOutputTokens?: number }): number {
+  const { body: b, from, to, maxOutputTokens } = input;
+  const defaultMax = maxOutputTokens ?? DEFAULT_MAX_TOKENS;
+  const num = (v: unknown) => (posInt(v) ? v : 0);
+  let sent: number;
+  if (from === 'messages') sent = num(b.max_tokens) || (to === 'messages' ? defaultMessagesMax(b, defaultMax) : 0);
+  else if (to === 'chat_completions') sent = Math.max(num(b.max_tokens), num(b.max_completion_tokens));
+  else {
+    const budget = chatThinkingBudget(b);
+    const thinking = budget === undefined ? 0 : Math.max(MIN_BUDGET, budget);
+    sent = num(b.max_completion_tokens) || num(b.max_tokens) || (thinking >= defaultMax ? thinking + defaultMax : defaultMax);
+  }
+  return maxOutputTokens !== undefined ? Math.min(sent, maxOutputTokens) : sent;
 }
 
 /** `max_tokens` for a messages request that set none: the default, or above an enabled thinking budget. */
