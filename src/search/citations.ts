@@ -114,7 +114,8 @@ export async function* chatStreamWithAnnotations(events: AsyncIterable<SseEvent>
   let sent = false;
   let last: Obj | null = null;
   const annotationChunk = (like: Obj | null): SseEvent => {
-    const base = like ? { id: like.id, object: like.object, created: like.created, model: like.model } : { object: 'chat.completion.chunk' };
+    // Every chat chunk carries `provider` (spec 6.1.3): taken from the provider's chunk before it, as id and model are.
+    const base = like ? { id: like.id, object: like.object, created: like.created, model: like.model, provider: like.provider } : { object: 'chat.completion.chunk' };
     return { data: JSON.stringify({ ...base, choices: [{ index: 0, delta: { annotations: chatAnnotations(text, results) }, finish_reason: null }] }) };
   };
   for await (const ev of events) {

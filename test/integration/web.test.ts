@@ -237,6 +237,8 @@ describe('web search stage through the server', () => {
     expect(at).toBeGreaterThan(0);
     expect(chunks[at].choices[0].delta.annotations.map((a: any) => a.url_citation.url)).toEqual(['https://site1.example/page1', 'https://site2.example/page2']);
     expect(chunks[at].id).toBe(chunks[0].id);
+    expect(chunks[at].provider).toBe('fake-openai'); // every chat chunk carries provider (spec 6.1.3); this one had none
+    expect(chunks.every((c) => c.provider === 'fake-openai')).toBe(true);
     expect(chunks[at + 1].choices[0].finish_reason).toBe('stop');
 
     const client = new OpenAI({ apiKey: g.key, baseURL: g.url, maxRetries: 0 });
