@@ -1,6 +1,7 @@
 import { ConfigError } from '../../src/config/load';
 import { GatewayError } from '../../src/errors/gateway-error';
 import type { StageDefinition } from '../../src/pipeline/types';
+import { requestedModels } from '../../src/routing/candidates';
 import type { Services } from '../../src/services';
 import schema from './schema.json';
 import { fitThinking, thinkingBudget } from './thinking';
@@ -39,7 +40,10 @@ export const maxTokensCap: StageDefinition<MaxTokensCapConfig, Services> = {
       const state = ctx.state.gateway;
       const body = state.body;
       if (body) {
-        const cap = typeof body.model === 'string' ? (config.per_model[body.model] ?? config.max) : config.max;
+        // Any requested model may answer (a `models` list, `fallbacks`): the tightest of their caps, as the stage
+        // runs once before routing (a fallback had been sent the primary's larger limit).
+        const models = requestedModels(body);
+        const cap = models.length === 0 ? config.max : Math.min(...models.map((m) => config.per_model[m] ?? config.max));
         const fields = FIELDS.filter((f) => typeof body[f] === 'number');
         // The limit this stage sets, which a thinking budget must stay below.
         let limit: number | undefined;

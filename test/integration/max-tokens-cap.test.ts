@@ -24,6 +24,14 @@ describe('max-tokens-cap', () => {
     expect(t.upstream.received.at(-1)!.body.max_tokens).toBe(7); // under the cap: untouched
   });
 
+  it('a request that names other models (models, fallbacks) gets the tightest of their caps: any of them may answer', async () => {
+    const g = await start('{ max: 100, per_model: { fake/claude: 50 } }');
+    await post(`${g.url}/chat/completions`, g.key, chat({ models: ['fake/claude'], max_completion_tokens: 80 }));
+    expect(t.upstream.received.at(-1)!.body.max_completion_tokens).toBe(50);
+    await post(`${g.url}/messages`, g.key, { model: 'fake/gpt', fallbacks: [{ model: 'fake/claude' }], max_tokens: 80, messages: [{ role: 'user', content: 'hi' }] });
+    expect(t.upstream.received.at(-1)!.body.max_completion_tokens ?? t.upstream.received.at(-1)!.body.max_tokens).toBe(50);
+  });
+
   it('a chat request naming both max_tokens and max_completion_tokens has both capped (only the first was)', async () => {
     const g = await start('{ max: 100 }');
     await post(`${g.url}/chat/completions`, g.key, chat({ max_tokens: 10, max_completion_tokens: 5000 }));
