@@ -194,14 +194,22 @@ export class SqliteStore implements Store {
       this.insertPendingLedgerNow = (rows) => files.append(rows);
     }
     const created = options.path !== ':memory:' && options.path !== '' && !statSync(options.path, { throwIfNoEntry: false });
-    this.db = new Database(options.path);
-    // A new database is the owner's alone (0600; SQLite gives its -wal and -shm files the same mode): it holds
-    // the ledger, preset prompts and sealed provider keys, and the umask had made it readable by every local
-    // user (found by a security audit). An existing file keeps the mode its operator gave it.
-    if (created) chmodSync(options.path, 0o600);
-    // Busy timeout first: switching to WAL needs a lock that another process may be holding.
-    this.db.pragma('busy_timeout = 5000');
-    this.db.pragma('journal_mode = WAL');
+    try {
+      this.db = new Database(options.path);
+      // A new database is the owner's alone (0600; SQLite gives its -wal and -shm files the same mode, so
+      // before WAL is on): it holds the ledger, preset prompts and sealed provider keys, and the umask had made
+      // it readable by every local user (found by a security audit). An existing file keeps its mode.
+      if (created) chmodSync(options.path, 0o600);
+      // WAL needs the folder writable too (its -wal and -shm files): a read-only folder fails here, not above.
+      this.db.pragma('busy_timeout = 5000');
+      this.db.pragma('journal_mode = WAL');
+    } catch (err) {
+      (this as unknown as { db?: Database.Database }).db?.close();
+      // SQLite's own "unable to open database file" named neither the setting nor the file.
+      const code = (err as { code?: string }).code;
+      throw new Error(`storage.path ${options.path}: cannot open the database (${(err as Error).message}${code ? `, ${code}` : ''}; is the file or its folder writable by this user?)`);
+    }
+    // (Above: the busy timeout first, as switching to WAL needs a lock that another process may be holding.)
     // With WAL, NORMAL never corrupts the file; a power loss may drop the last commits, not break the db.
     this.db.pragma('synchronous = NORMAL');
     this.db.pragma('foreign_keys = ON');

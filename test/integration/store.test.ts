@@ -491,6 +491,17 @@ describe('engine specifics', () => {
     }
   });
 
+  it('sqlite: a file SQLite cannot open as a database names storage.path and the cause (it said only "file is not a database")', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gw-store-'));
+    try {
+      const path = join(dir, 'notes.txt');
+      writeFileSync(path, 'not a database, just some text that is long enough to be read as a header '.repeat(20));
+      await expect(openStore({ driver: 'sqlite', path })).rejects.toThrow(new RegExp(`^storage\\.path ${path.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}: cannot open the database \\(file is not a database, SQLITE_NOTADB`));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('sqlite: a new database, its WAL and the ledger journal are the owner\'s alone (0600 / 0700); an existing file keeps its mode', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gw-store-'));
     try {
