@@ -26,7 +26,7 @@ type Dialect = 'chat_completions' | 'messages';
 /** One candidate call's result. */
 type Candidate =
   | { ok: true; model: string; provider: string; upstreamModel: string; isByok: boolean; text: string; usage: NormalizedUsage | null; cost: number | null; ms: number }
-  | { ok: false; model: string; errorType: string; status?: number; ms: number; usage: NormalizedUsage | null; cost: number | null };
+  | { ok: false; model: string; errorType: string; status?: number; ms: number; usage: NormalizedUsage | null; cost: number | null; route: GatewayState['route'] };
 
 /**
  * `fusion`: asks several models the same question in parallel (non-streaming, each within `timeout_ms`),
@@ -111,7 +111,7 @@ async function fuse({ state, dialect, models, judge, forward, config, template, 
   if (answered.length < config.min_answers) {
     record.summary = `${answered.length} of ${models.length} model(s) answered; at least ${config.min_answers} needed`;
     state.pipeline.push(record);
-    billCandidates(state, answered, candidateUsage, candidateCost);
+    billCandidates(state, results, candidateUsage, candidateCost);
     const allTimedOut = failed.length > 0 && failed.every((f) => f.errorType === 'timeout');
     throw new GatewayError(allTimedOut ? 'timeout' : 'provider_unavailable', `Fusion: ${answered.length} of ${models.length} model(s) answered, at least ${config.min_answers} needed`, {
       metadata: { models, failed: (record.data as { failed: unknown }).failed },
@@ -136,7 +136,7 @@ async function fuse({ state, dialect, models, judge, forward, config, template, 
     state.candidates = judgeState.candidates;
     state.attempts = judgeState.attempts;
     state.requestId = judgeState.requestId;
-    billCandidates(state, answered, candidateUsage, candidateCost);
+    billCandidates(state, results, candidateUsage, candidateCost);
     throw e;
   }
   state.requestId = judgeState.requestId;
@@ -176,14 +176,19 @@ async function* withTotals(
 }
 
 /**
- * When the request fails after some candidates answered (too few answers, or the judge failed), their calls
- * were still made and are billed: the ledger row takes the first answering candidate's route, as `failed`.
+ * When the request fails after candidates were called (too few answers, or the judge failed), their calls
+ * were still made and are billed: the ledger row takes the first answering candidate's route, else the first
+ * failed one's that reached a provider, as `failed`. The error carries the request's generation id either
+ * way (spec 7.3: routing has happened); with every candidate failing it had none, and no ledger row.
  */
-function billCandidates(state: GatewayState, answered: Extract<Candidate, { ok: true }>[], usage: NormalizedUsage | null, cost: number | null): void {
-  const first = answered[0];
-  if (!first) return;
+function billCandidates(state: GatewayState, results: Candidate[], usage: NormalizedUsage | null, cost: number | null): void {
   state.requestId ??= generationId();
-  state.route = { model: first.model, provider: first.provider, upstreamModel: first.upstreamModel, isByok: first.isByok };
+  const answered = results.find((r): r is Extract<Candidate, { ok: true }> => r.ok);
+  const route = answered
+    ? { model: answered.model, provider: answered.provider, upstreamModel: answered.upstreamModel, isByok: answered.isByok }
+    : results.find((r): r is Extract<Candidate, { ok: false }> => !r.ok && r.route !== null && r.route !== undefined)?.route;
+  if (!route) return;
+  state.route = route;
   state.usage = usage;
   state.costUsd = cost;
   state.outcome = 'failed';
@@ -222,14 +227,14 @@ async function askCandidate({ state, dialect, model, body, forward, timeoutMs, s
     if (response.kind !== 'json') throw new GatewayError('provider_unavailable', 'The candidate answered with a stream');
     const answer = response.body as Record<string, unknown> | null;
     const error = answer && typeof answer === 'object' ? (answer.error as { metadata?: { error_type?: string }; code?: number } | undefined) : undefined;
-    if (error) return { ok: false, model, errorType: error.metadata?.error_type ?? 'provider_unavailable', status: error.code, ms: elapsed(started), usage: child.usage, cost: child.costUsd };
+    if (error) return { ok: false, model, errorType: error.metadata?.error_type ?? 'provider_unavailable', status: error.code, ms: elapsed(started), usage: child.usage, cost: child.costUsd, route: child.route };
     const text = answerText(dialect, answer);
     const route = child.route!;
-    if (text === null || text.trim() === '') return { ok: false, model, errorType: 'no_text_answer', ms: elapsed(started), usage: child.usage, cost: child.costUsd };
+    if (text === null || text.trim() === '') return { ok: false, model, errorType: 'no_text_answer', ms: elapsed(started), usage: child.usage, cost: child.costUsd, route: child.route };
     return { ok: true, model, provider: route.provider, upstreamModel: route.upstreamModel, isByok: route.isByok, text, usage: child.usage, cost: child.costUsd, ms: elapsed(started) };
   } catch (err) {
     const e = toGatewayError(err);
-    return { ok: false, model, errorType: timedOut ? 'timeout' : e.errorType, status: timedOut ? undefined : e.status, ms: elapsed(started), usage: null, cost: null };
+    return { ok: false, model, errorType: timedOut ? 'timeout' : e.errorType, status: timedOut ? undefined : e.status, ms: elapsed(started), usage: null, cost: null, route: child.route };
   } finally {
     clearTimeout(timer);
     state.signal.removeEventListener('abort', onParentAbort);

@@ -135,6 +135,12 @@ describe('fusion', () => {
     expect(r.json.error.metadata.error_type).toBe('provider_unavailable');
     expect(r.json.error.metadata.failed.map((f: any) => f.model)).toEqual(['f/a', 'f/b', 'f/c']);
     expect(sent('up-judge')).toHaveLength(0);
+    // Routing happened: the error carries the request's generation id (spec 7.3), as a request whose own
+    // providers all failed does (it had none: request_id null, no request-id header).
+    const m = await post(`${g.url}/messages`, g.key, { model: 'f/a', max_tokens: 50, plugins: [{ id: 'fusion' }], messages: ASK });
+    expect(m.status).toBe(502);
+    expect(m.json.request_id).toMatch(/^gen-/);
+    expect(m.headers.get('request-id')).toBe(m.json.request_id);
   });
 
   it('a model slower than timeout_ms is aborted and counted as failed (timeout); all too slow is a 504', async () => {
