@@ -82,7 +82,8 @@ export function pluginField(body: Record<string, unknown> | null, id: string): s
 
 /** USD per 1M prompt + 1M completion tokens at the model's cheapest endpoint (the routers' price). */
 export function modelPrice(model: ModelConfig): number {
-  return Math.min(...model.endpoints.map((e) => (e.pricing?.prompt ?? 0) + (e.pricing?.completion ?? 0)));
+  // Rounded to 12 significant digits: 0.1 + 0.2 is 0.30000000000000004, which a router's summary showed.
+  return Math.min(...model.endpoints.map((e) => Number(((e.pricing?.prompt ?? 0) + (e.pricing?.completion ?? 0)).toPrecision(12))));
 }
 
 /** `max_tokens` / `max_completion_tokens` of a body, if set. */
