@@ -287,7 +287,10 @@ async function serve(file: string): Promise<number> {
   routeDiagToLog(logger);
   const telemetry = startTelemetry(config.telemetry);
   const store = await openStore(config.storage);
-  const { workspace } = await ensureDeclared(store, config);
+  const { workspace, elsewhere } = await ensureDeclared(store, config);
+  for (const m of elsewhere) {
+    logger.warn(m, `workspace "${m.workspace}" was in the store under another account before gateway.yaml declared it in "${m.declared}": it keeps that account (its requests bill it), as a workspace is not moved between accounts behind an operator's back`);
+  }
   // Atomic in the store: processes starting together on one empty database make one key between them.
   const secret = generateKey();
   if (await store.createFirstKey({ hash: hashKey(secret), label: maskKey(secret), name: 'bootstrap', workspaceId: workspace.id, creatorUserId: 'bootstrap', isManagement: true })) {
