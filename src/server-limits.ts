@@ -98,7 +98,8 @@ function answerClientError(err: NodeJS.ErrnoException, socket: Socket, logger: L
  * The count of requests being served by the endpoints, with a ceiling (`server.max_in_flight`, 0 = none).
  * A request over the ceiling is answered at once, before its body is read: 503 `provider_overloaded` (529 on
  * messages style, spec 7.2) with `Retry-After`. A request counts from arrival until its handler returns,
- * which for a stream is after its last event is written or the stream is abandoned.
+ * which for a stream is after its last event is written or the stream is abandoned, or until its client has
+ * gone, if that comes first.
  *
  * @example const gate = new InFlightLimit(1024); router.post('/x', gate.around('standard', handler));
  */
@@ -131,11 +132,22 @@ export class InFlightLimit {
         this.onRefused();
         return;
       }
+      // Counted until the handler returns or the client has gone, whichever comes first: a stage that hangs
+      // (ignoring the abort a closed connection sends it) held its slot for good, and enough of them made every
+      // request a 503 while /readyz said ready.
       this.count++;
+      let counted = true;
+      const release = () => {
+        if (!counted) return;
+        counted = false;
+        this.count--;
+      };
+      ctx.res.once('close', release);
       try {
         await handler(ctx, next);
       } finally {
-        this.count--;
+        ctx.res.off('close', release);
+        release();
       }
     };
   }

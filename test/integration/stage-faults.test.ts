@@ -27,6 +27,7 @@ const misbehave: StageDefinition<{ label: string }> = {
       if (mode === 'bad-type') throw new GatewayError('nonsense' as never, 'x');
       if (mode === 'bad-status') throw new GatewayError('invalid_request', 'x', { status: 42 });
       if (mode === 'bad-header') throw new GatewayError('rate_limit_exceeded', 'x', { headers: { 'Retry-After': 'a\nb' } });
+      if (mode === 'hang') await new Promise(() => undefined);
       if (mode === 'bigint-metadata') throw new GatewayError('invalid_request', 'x', { metadata: { n: 10n } });
       if (mode === 'cyclic-record') {
         const record: Record<string, unknown> = { stage: 'misbehave' };
@@ -181,6 +182,27 @@ describe('a stage that misbehaves', () => {
     }
     expect(JSON.parse(access!)).toMatchObject({ status: 499, outcome: 'cancelled', error_type: 'cancelled' });
     expect(gw.logs.slice(before).join('')).not.toContain('unexpected error');
+  });
+});
+
+describe('a stage that hangs', () => {
+  it('holds no max_in_flight slot once its client has gone (the slots were held for good: every request a 503)', async () => {
+    const yaml = testConfigYaml(undefined, pipeline).replace('server: { port: 0, max_body_bytes: 65536, watch_config: false }', 'server: { port: 0, watch_config: false, max_in_flight: 1, drain_timeout_ms: 200 }');
+    expect(yaml).toContain('max_in_flight: 1');
+    const one = await startTestGateway({ registry, yaml });
+    try {
+      const url = new URL(`${one.url}/chat/completions`);
+      const req = request({ host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${one.key}`, 'x-mb': 'hang' } });
+      req.on('error', () => undefined);
+      req.end(JSON.stringify({ model: 'sim/chat', messages: [{ role: 'user', content: 'hi' }] }));
+      await expect.poll(() => one.gateway.inFlight(), { timeout: 5000 }).toBe(1);
+      expect((await post(`${one.url}/chat/completions`, one.key, { model: 'sim/chat', messages: [{ role: 'user', content: 'hi' }] })).status).toBe(503);
+      req.destroy();
+      await expect.poll(() => one.gateway.inFlight(), { timeout: 5000 }).toBe(0);
+      expect((await post(`${one.url}/chat/completions`, one.key, { model: 'sim/chat', messages: [{ role: 'user', content: 'hi' }] })).status).toBe(200);
+    } finally {
+      await Promise.race([one.close(), new Promise((r) => setTimeout(r, 3000))]);
+    }
   });
 });
 
