@@ -47,11 +47,14 @@ export const maxTokensCap: StageDefinition<MaxTokensCapConfig, Services> = {
         const fields = FIELDS.filter((f) => typeof body[f] === 'number');
         // The limit this stage sets, which a thinking budget must stay below.
         let limit: number | undefined;
-        if (fields.length === 0 && config.default !== undefined) {
+        if (fields.length === 0) {
           // Thinking counts within the limit: a budget at or above the default gets the default on top of it,
           // as the gateway does for a messages provider (README models[] max_output_tokens), within the cap.
+          // Without a default the cap itself: a request that set no limit had gone uncapped (the provider's
+          // own default, or the model's max_output_tokens, however far above the cap).
           const thinking = thinkingBudget(state.endpoint, body)?.tokens ?? 0;
-          const value = Math.min(thinking >= config.default ? thinking + config.default : config.default, cap);
+          const wanted = config.default ?? cap;
+          const value = Math.min(thinking >= wanted && config.default !== undefined ? thinking + wanted : wanted, cap);
           body[state.endpoint === 'chat_completions' ? 'max_completion_tokens' : 'max_tokens'] = value;
           state.pipeline.push({ type: 'max-tokens-cap', name: 'max-tokens-cap', summary: `set the completion budget to ${value}`, data: { action: 'default', value } });
           limit = value;

@@ -52,6 +52,14 @@ describe('max-tokens-cap', () => {
     expect(t.upstream.received.at(-1)!.body.max_completion_tokens).toBe(64);
   });
 
+  it('without a default, a request that asks for no limit gets the cap (it went uncapped: the provider default, or the model max_output_tokens)', async () => {
+    const g = await start('{ max: 100, per_model: { fake/claude: 50 } }');
+    await post(`${g.url}/chat/completions`, g.key, chat());
+    expect(t.upstream.received.at(-1)!.body.max_completion_tokens).toBe(100);
+    await post(`${g.url}/messages`, g.key, { model: 'fake/claude', messages: [{ role: 'user', content: 'hi' }] });
+    expect(t.upstream.received.at(-1)!.body.max_tokens).toBe(50);
+  });
+
   describe('a thinking budget stays below the limit the stage sets (budget_tokens >= max_tokens is a 400 upstream)', () => {
     const messages = (over: Record<string, unknown>) => ({ model: 'fake/claude', messages: [{ role: 'user', content: 'hi' }], ...over });
     const thinking = (budget: number) => ({ thinking: { type: 'enabled', budget_tokens: budget } });
