@@ -20,7 +20,7 @@ const FIELDS = ['max_tokens', 'max_completion_tokens'] as const;
 /**
  * `max-tokens-cap`: the example plugin of the README's "Writing a plugin". Caps the completion tokens a
  * request may ask for (per model, else `max`): it lowers them (`clamp`) or refuses the request with a 400
- * (`reject`), and can set a default when the request asks for none. `max` defaults to 4096. A thinking
+ * (`reject`), and gives a request that asks for none its `default`, else the cap. `max` defaults to 4096. A thinking
  * budget counts within the limit and is kept below it (thinking.ts). Runs after `validate` (the fields are
  * known to be integers) and before the spend checks (so estimates use the capped value).
  *
