@@ -41,7 +41,8 @@ export function candidatesFor(input: {
   const names = requestedModels(input.body);
   const known = names.filter((n) => input.models.has(n));
   if (known.length === 0) {
-    const name = quoted(names[0] ?? '');
+    // A model that is no string (a stage set `model: 42`) is named as it is, not as "``".
+    const name = quoted(names[0] ?? (input.body.model === undefined ? '' : typeof input.body.model === 'string' ? input.body.model : JSON.stringify(input.body.model) ?? String(input.body.model)));
     throw new GatewayError('not_found', `Model \`${name}\` is not available on this gateway (see GET /models)`, {
       metadata: { model: name },
     });

@@ -28,6 +28,7 @@ const misbehave: StageDefinition<{ label: string }> = {
       if (mode === 'bad-status') throw new GatewayError('invalid_request', 'x', { status: 42 });
       if (mode === 'bad-header') throw new GatewayError('rate_limit_exceeded', 'x', { headers: { 'Retry-After': 'a\nb' } });
       if (mode === 'hang') await new Promise(() => undefined);
+      if (mode === 'model-number') ctx.state.gateway.body!.model = 42;
       if (mode === 'bigint-metadata') throw new GatewayError('invalid_request', 'x', { metadata: { n: 10n } });
       if (mode === 'cyclic-record') {
         const record: Record<string, unknown> = { stage: 'misbehave' };
@@ -69,6 +70,12 @@ const messages = (mode: string, extra: Record<string, unknown> = {}) =>
   post(`${gw.url}/messages`, gw.key, { model: 'sim/chat', max_tokens: 50, messages: [{ role: 'user', content: 'hi' }], ...extra }, { 'x-mb': mode });
 
 describe('a stage that misbehaves', () => {
+  it('sets the model to a number: the 404 names it (it read "Model `` is not available")', async () => {
+    const res = await chat('model-number');
+    expect(res.status).toBe(404);
+    expect(res.json.error.message).toBe('Model `42` is not available on this gateway (see GET /models)');
+  });
+
   it('sets a response the gateway cannot send (status 999, kind "xml"): a 500 in the envelope (it went out as "999 unknown", or as a stream)', async () => {
     for (const mode of ['status-999', 'kind-xml']) {
       for (const ask of [chat, messages]) {
