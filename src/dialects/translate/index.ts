@@ -54,7 +54,7 @@ export async function* translateStream(
   } catch (err) {
     // The provider stalled or dropped the connection: after the answer's finish (a chat finish_reason, a
     // messages stop_reason) the answer is whole and ends as it would have; before it, the failure stands.
-    const tail = translator.complete ? [] : translator.end();
+    const tail = translator.end();
     if (!translator.complete) throw err;
     yield* tail;
     return;
