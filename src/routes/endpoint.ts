@@ -170,8 +170,9 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
         text = JSON.stringify(body);
       } catch (encodeErr) {
         runtime.services.logger.error({ err: encodeErr, path: ctx.path, error_type: e.errorType }, 'an error answer could not be encoded as JSON; answered as a server error');
-        ctx.status = statusFor(new GatewayError('server', 'x'), style);
-        text = JSON.stringify(errorBody(new GatewayError('server', 'Internal server error'), style, state?.requestId ?? null));
+        const fallback = new GatewayError('server', 'Internal server error');
+        ctx.status = statusFor(fallback, style);
+        text = JSON.stringify(errorBody(fallback, style, state?.requestId ?? null));
       }
       setJsonBody(ctx, text);
       if (!state) runtime.services.logger.info({ endpoint: spec.id, status: ctx.status, error_type: e.errorType, ms: msSince(started) }, 'request');
