@@ -134,6 +134,9 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
         settle();
         return;
       }
+      // Refused before its span was opened (a body that is no JSON, too large, too deep or too slow; a drain):
+      // a span per request all the same (README Tracing), as a refusal from the headers gets.
+      span ??= tracer.startSpan(spanName(spec.id, null), { attributes: spanAttributes(ctx, null) }, parentContext(ctx, null));
       if (e.errorType === 'server') runtime.services.logger.error({ err: e.cause ?? e, path: ctx.path }, 'unexpected error');
       // A stream a later stage refused before any byte was written: stop the provider's stream now (unread,
       // it would run on and hold a pooled connection).

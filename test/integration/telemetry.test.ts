@@ -235,6 +235,18 @@ describe('failures', () => {
     expect(inTrace.map((s) => s.name)).not.toContain('gateway.stage validate');
   });
 
+  it('gives a request refused while its body is read (no JSON) its request span, with error status (it had none)', async () => {
+    const traceId = randomBytes(16).toString('hex');
+    const traceparent = `00-${traceId}-${randomBytes(8).toString('hex')}-01`;
+    const res = await fetch(`${gw.url}/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${gw.key}`, 'content-type': 'application/json', traceparent }, body: '{"model":' });
+    expect(res.status).toBe(400);
+    const request = await waitForSpans((all) => all.find((s) => s.spanContext().traceId === traceId && s.name.startsWith('gateway.request')));
+    expect(request.name).toBe('gateway.request chat_completions');
+    expect(request.status.code).toBe(SpanStatusCode.ERROR);
+    expect(request.attributes['gateway.error_type']).toBe('invalid_request');
+    expect(request.attributes['http.response.status_code']).toBe(400);
+  });
+
   it('records one attempt span per endpoint when the first one is dead (fake/failover)', async () => {
     const res = await post(`${gw.url}/chat/completions`, gw.key, { ...CHAT, model: 'fake/failover' });
     expect(res.status).toBe(200);
