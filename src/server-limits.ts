@@ -109,8 +109,8 @@ export class InFlightLimit {
   constructor(
     private readonly max: number,
     private readonly retryAfterS = 1,
-    /** Told of each refusal (the metrics count them). */
-    private readonly onRefused: () => void = () => undefined,
+    /** Told of each refusal (the metrics count them, the access log has a line for each). */
+    private readonly onRefused: (refused: { endpoint: string; status: number }) => void = () => undefined,
   ) {}
 
   /** Requests being served now. */
@@ -119,7 +119,7 @@ export class InFlightLimit {
   }
 
   /** Wraps an endpoint handler: admits it (and counts it until it returns) or answers the overload error. */
-  around(style: ApiStyle, handler: Middleware): Middleware {
+  around(style: ApiStyle, handler: Middleware, endpoint = ''): Middleware {
     return async (ctx, next) => {
       if (this.max > 0 && this.count >= this.max) {
         const e = new GatewayError('provider_overloaded', `The gateway is at capacity (${this.max} requests in flight); retry shortly`, {
@@ -129,7 +129,7 @@ export class InFlightLimit {
         ctx.status = statusFor(e, style);
         ctx.set(e.headers!);
         ctx.body = errorBody(e, style, null);
-        this.onRefused();
+        this.onRefused({ endpoint, status: ctx.status });
         return;
       }
       // Counted until the handler returns or the client has gone, whichever comes first: a stage that hangs

@@ -175,8 +175,12 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   });
 
   // Counts requests across reloads; server.* limits take effect at start (README "Edge limits").
-  const inFlight = new InFlightLimit(options.config.server.max_in_flight, 1, () => metrics?.overloadRefused());
-  const serve = (spec: EndpointSpec) => inFlight.around(spec.style, endpoint(spec, runtime));
+  const inFlight = new InFlightLimit(options.config.server.max_in_flight, 1, ({ endpoint: id, status }) => {
+    metrics?.overloadRefused();
+    // An access line as every answered request has (a refusal had none: the log showed no sign of overload).
+    logger.info({ endpoint: id, status, error_type: 'provider_overloaded', reason: 'gateway_max_in_flight' }, 'request');
+  });
+  const serve = (spec: EndpointSpec) => inFlight.around(spec.style, endpoint(spec, runtime), spec.id);
   const basePath = options.config.server.base_path;
   const router = new Router({ prefix: basePath || undefined });
   // The routes without parameters, by exact method and path, ahead of the router: the hot endpoints skip its

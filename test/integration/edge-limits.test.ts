@@ -731,8 +731,15 @@ describe('max_in_flight and max_connections', () => {
     // 1. Full: refused at once, without reaching the upstream; health checks still answer.
     let round = await fill();
     const seen = t.upstream.received.length;
+    const logged = gw.logs.length;
     await expectOverloaded();
     expect(t.upstream.received.length).toBe(seen);
+    // Each refusal has its access line (there had been none: the log showed no sign of the overload).
+    const lines = gw.logs.slice(logged).map((l) => JSON.parse(l)).filter((l) => l.msg === 'request');
+    expect(lines.map((l) => [l.endpoint, l.status, l.error_type, l.reason])).toEqual([
+      ['chat_completions', 503, 'provider_overloaded', 'gateway_max_in_flight'],
+      ['messages', 529, 'provider_overloaded', 'gateway_max_in_flight'],
+    ]);
     expect((await fetch(`${gw.url.replace('/api/v1', '')}/healthz`)).status).toBe(200);
     round.release();
     const [json, stream] = await Promise.all(round.held);
