@@ -91,6 +91,9 @@ async function main(argv: string[]): Promise<number> {
   // A mistyped command is told so before any config is read or store opened (or created).
   const run = COMMANDS[`${command} ${sub ?? ''}`];
   if (!run) throw new UsageError(`unknown command: ${positionals.join(' ')}`);
+  // So are arguments that need no store to be found wrong (`keys create` without --name had created the
+  // store, an empty database, before it said so).
+  PRECHECKS[`${command} ${sub ?? ''}`]?.(values, arg);
   const config = loadConfig(file, { registry });
   const store = await openStore(config.storage);
   try {
@@ -106,9 +109,8 @@ const COMMANDS: Record<string, (store: Store, config: GatewayConfig, v: Values, 
   'keys create': (store, _c, v) => keysCreate(store, v),
   'keys list': (store) => keysList(store),
   'keys revoke': async (store, _c, _v, arg) => {
-    if (!arg) throw new UsageError('keys revoke needs the key id (see `gateway keys list`)');
-    // Not a usage mistake (the command was right): no usage text after it, exit 1.
-    if (!(await store.revokeKey(arg))) throw new Error(`no active key with id ${arg} (see keys list)`);
+    // The id is there (PRECHECKS). Not a usage mistake (the command was right): no usage text after it, exit 1.
+    if (!(await store.revokeKey(arg!))) throw new Error(`no active key with id ${arg} (see keys list)`);
     process.stdout.write(`revoked ${arg} (running gateways stop accepting it within 5 seconds)\n`);
     return 0;
   },
@@ -116,6 +118,14 @@ const COMMANDS: Record<string, (store: Store, config: GatewayConfig, v: Values, 
   'byok set': (store, config, v) => byokSet(store, config, v),
   'byok list': (store, config, v) => byokList(store, config, v),
   'byok delete': (store, _c, v) => byokDelete(store, v),
+};
+
+/** The checks of a command's arguments that need no store, run before the config is read and the store opened. */
+const PRECHECKS: Record<string, (v: Values, arg: string | undefined) => void> = {
+  'keys create': (v) => void keyRequest(v),
+  'keys revoke': (_v, arg) => {
+    if (!arg) throw new UsageError('keys revoke needs the key id (see `gateway keys list`)');
+  },
 };
 
 type Values = { [K in keyof typeof OPTIONS]?: (typeof OPTIONS)[K]['type'] extends 'boolean' ? boolean : string };
@@ -135,7 +145,8 @@ function usdAmount(text: string): number {
   return /^\s*(\d+(\.\d*)?|\.\d+)\s*$/.test(text) ? Number(text) : Number.NaN;
 }
 
-async function keysCreate(store: Store, v: Values): Promise<number> {
+/** The checked arguments of `keys create` (no store needed: checked before one is opened, and again when used). */
+function keyRequest(v: Values): { name: string; limit: number | null; reset: LimitReset | undefined; expiresAt: string | null } {
   if (!v.name) throw new UsageError('keys create needs --name');
   if (v.workspace !== undefined && v.workspace.trim() === '') throw new UsageError('--workspace must name a workspace');
   // Number('') is 0: an unset shell variable must not make a key whose every paid request is refused.
@@ -153,6 +164,11 @@ async function keysCreate(store: Store, v: Values): Promise<number> {
     if (Number.isNaN(t)) throw new UsageError('--expires-at must be an ISO 8601 timestamp, e.g. 2027-01-31T00:00:00Z');
     expiresAt = new Date(t).toISOString();
   }
+  return { name: v.name, limit, reset, expiresAt };
+}
+
+async function keysCreate(store: Store, v: Values): Promise<number> {
+  const { name, limit, reset, expiresAt } = keyRequest(v);
   // Workspaces declared in gateway.yaml exist already (in their account); another name is created in `default`.
   const fallback = await store.ensureAccount('default');
   const workspace = (await store.findWorkspace(v.workspace ?? 'default')) ?? (await store.ensureWorkspace(v.workspace!, fallback.id));
@@ -160,7 +176,7 @@ async function keysCreate(store: Store, v: Values): Promise<number> {
   const key = await store.createKey({
     hash: hashKey(secret),
     label: maskKey(secret),
-    name: v.name,
+    name,
     workspaceId: workspace.id,
     creatorUserId: v.user ?? 'cli',
     isManagement: v.management === true,

@@ -117,6 +117,20 @@ describe('config check', () => {
   });
 });
 
+describe('arguments a command needs no store to refuse', () => {
+  it.each([
+    [['keys', 'create'], 'keys create needs --name'],
+    [['keys', 'create', '--name', 'x', '--limit', '1e3'], '--limit must be a non-negative number'],
+    [['keys', 'revoke'], 'keys revoke needs the key id'],
+  ])('%j exits 2 before the store is opened (an empty database had been created first)', async (args, message) => {
+    const { dir, file } = configDir();
+    const r = await runCli([...args, '--config', file], { cwd: dir });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain(message);
+    expect(existsSync(path.join(dir, 'gw.db'))).toBe(false);
+  });
+});
+
 describe('serve', () => {
   /** A preload that misbehaves as a stage might, once serve has its process handlers in place. */
   function strayPreload(dir: string, what: 'reject' | 'throw'): Record<string, string> {
