@@ -21,18 +21,35 @@ export function operatorRegExp(source: string, flags: string): RegExp {
 
 /** Why an operator's pattern cannot be used (invalid, or a flag without a linear-time engine), or null. */
 export function operatorRegExpProblem(source: string, flags: string): string | null {
+  return problemOf(source, flags)?.message ?? null;
+}
+
+/**
+ * The config error of an operator's rule at `at` (a guardrail pattern, a moderation rule), naming the field at
+ * fault: its `regex` (invalid, or matching the empty string: it would match everywhere) or its `flags`.
+ *
+ * @example operatorPatternProblem('a*', 'g', 'guardrails[0].patterns[1]') // 'guardrails[0].patterns[1].regex: matches the empty string'
+ */
+export function operatorPatternProblem(source: string, flags: string, at: string): string | null {
+  const problem = problemOf(source, flags);
+  if (problem) return `${at}.${problem.field}: ${problem.message}`;
+  return operatorRegExp(source, flags).test('') ? `${at}.regex: matches the empty string` : null;
+}
+
+function problemOf(source: string, flags: string): { field: 'regex' | 'flags'; message: string } | null {
   if (flags.includes('u')) {
-    return 'flag "u" is not accepted: V8\'s linear-time fallback has no Unicode mode, so a pattern with it could hold the gateway on one request (write the pattern without it; "i" is applied by case folding)';
+    const message = 'flag "u" is not accepted: V8\'s linear-time fallback has no Unicode mode, so a pattern with it could hold the gateway on one request (write the pattern without it; "i" is applied by case folding)';
+    return { field: 'flags', message };
   }
   try {
     new RegExp(source, flags);
   } catch (err) {
-    return `invalid regular expression (${(err as Error).message})`;
+    return { field: 'regex', message: `invalid regular expression (${(err as Error).message})` };
   }
   try {
     operatorRegExp(source, flags);
   } catch (err) {
-    return `flag "i" cannot be applied to this pattern by case folding (${(err as Error).message}); write both cases out instead`;
+    return { field: 'flags', message: `flag "i" cannot be applied to this pattern by case folding (${(err as Error).message}); write both cases out instead` };
   }
   return null;
 }

@@ -143,7 +143,7 @@ async function parseOne(input: {
   }
   const pagesCut = doc.pagesRead < doc.pages;
   const charsCut = doc.text.length > config.max_chars;
-  const kept = charsCut ? textHead(doc.text, config.max_chars) : doc.text;
+  const kept = textHead(doc.text, config.max_chars);
   let text = `${block.name} (PDF, ${doc.pages} page${doc.pages === 1 ? '' : 's'}):\n${kept}`;
   if (charsCut) text += '\n[truncated]';
   if (pagesCut) text += `\n[only the first ${doc.pagesRead} of ${doc.pages} pages were read]`;

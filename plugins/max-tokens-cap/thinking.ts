@@ -1,10 +1,10 @@
+import { isObj, type Obj } from '../../src/dialects/common';
 import { chatThinkingBudget, MIN_BUDGET } from '../../src/dialects/translate/request';
 import { GatewayError } from '../../src/errors/gateway-error';
 import type { GatewayState } from '../../src/pipeline/types';
 
 type Body = Record<string, unknown>;
-type Obj = Record<string, unknown>;
-const isObj = (v: unknown): v is Obj => !!v && typeof v === 'object' && !Array.isArray(v);
+/** A whole number above 0 (the translator's `posInt` also takes fractions). */
 const posInt = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v > 0;
 
 /**

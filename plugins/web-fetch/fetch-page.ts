@@ -32,7 +32,7 @@ export async function fetchOne(url: string, config: WebFetchConfig, overrides: W
     });
     const full = documentText(doc);
     const truncated = full.length > config.max_chars;
-    const text = truncated ? textHead(full, config.max_chars) : full;
+    const text = textHead(full, config.max_chars);
     const data = { final_url: doc.finalUrl, redirects: doc.redirects.length, content_type: doc.mediaType, bytes: doc.body.length, chars: text.length, truncated };
     return { url, text, truncated, record: record(url, 'fetched', `Fetched ${url}`, data) };
   } catch (err) {

@@ -1,5 +1,5 @@
 import type { GatewayConfig, GuardrailConfig, PiiKind } from '../config/types';
-import { operatorRegExp, operatorRegExpProblem } from '../operator-regexp';
+import { operatorPatternProblem, operatorRegExp } from '../operator-regexp';
 import { pipelineOf } from '../pipeline/request-plugins';
 import { detectPii, injectionHeuristics, keywordRegExp, keywordsProblem, matchAll, type Engine, type Finding } from './detectors';
 import type { TextSlot } from './texts';
@@ -24,11 +24,8 @@ export interface CompiledGuardrail {
  */
 export function guardrailConfigProblem(g: GuardrailConfig, index: number): string | null {
   for (const [j, p] of (g.patterns ?? []).entries()) {
-    const at = `guardrails[${index}].patterns[${j}].regex`;
-    const flags = `${p.flags ?? ''}g`;
-    const problem = operatorRegExpProblem(p.regex, flags);
-    if (problem) return `${problem.startsWith('flag') ? at.replace(/regex$/, 'flags') : at}: ${problem}`;
-    if (operatorRegExp(p.regex, flags).test('')) return `${at}: matches the empty string`;
+    const problem = operatorPatternProblem(p.regex, `${p.flags ?? ''}g`, `guardrails[${index}].patterns[${j}]`);
+    if (problem) return problem;
   }
   return keywordsProblem(g.keywords ?? [], `guardrails[${index}].keywords`);
 }

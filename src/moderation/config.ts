@@ -1,5 +1,5 @@
 import type { GatewayConfig, ModerationEngineConfig } from '../config/types';
-import { operatorRegExp, operatorRegExpProblem } from '../operator-regexp';
+import { operatorPatternProblem } from '../operator-regexp';
 import { keywordsProblem } from '../guardrails/detectors';
 import { pipelineOf } from '../pipeline/request-plugins';
 
@@ -46,9 +46,8 @@ function engineProblem(e: ModerationEngineConfig, at: string): string | null {
     const keywords = r.keywords && keywordsProblem(r.keywords, `${rat}.keywords`);
     if (keywords) return keywords;
     if (r.regex === undefined) continue;
-    const problem = operatorRegExpProblem(r.regex, r.flags ?? '');
-    if (problem) return `${rat}.${problem.startsWith('flag') ? 'flags' : 'regex'}: ${problem}`;
-    if (operatorRegExp(r.regex, r.flags ?? '').test('')) return `${rat}.regex: matches the empty string`;
+    const problem = operatorPatternProblem(r.regex, r.flags ?? '', rat);
+    if (problem) return problem;
   }
   return null;
 }

@@ -20,7 +20,7 @@ export const SPAN_VALUE_MAX = 4096;
 
 /** Text from a request for a span: cut to 256 characters, gateway keys masked. */
 export function spanText(text: string): string {
-  return withoutGatewayKeys(text.length > SPAN_TEXT_MAX ? textHead(text, SPAN_TEXT_MAX) : text);
+  return withoutGatewayKeys(textHead(text, SPAN_TEXT_MAX));
 }
 
 /**
