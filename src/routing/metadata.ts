@@ -6,7 +6,11 @@ import { withoutGatewayKeys } from '../telemetry/span-text';
  * for, which endpoints were considered, which one answered, and every attempt on the way.
  */
 export function routingMetadata(state: GatewayState): Record<string, unknown> {
-  const route = state.route;
+  // A route with no successful attempt served nothing: a request that failed after calls were made keeps a
+  // route for its ledger row only (fusion whose judge failed bills a candidate's), and read as served it
+  // said "served by … on attempt 0".
+  const answeredAt = state.attempts.findIndex((a) => a.outcome === 'success');
+  const route = answeredAt >= 0 ? state.route : undefined;
   const served = route ? state.candidates.find((c) => c.provider === route.provider && c.model === route.model) : undefined;
   const attempts = state.attempts.map((a, i) => ({
     attempt: i + 1,
@@ -16,7 +20,7 @@ export function routingMetadata(state: GatewayState): Record<string, unknown> {
     ...(a.errorType ? { error_type: a.errorType, status: a.status } : {}),
     ...(a.droppedParameters ? { dropped_parameters: a.droppedParameters } : {}),
   }));
-  const attempt = route ? state.attempts.findIndex((a) => a.outcome === 'success') + 1 : state.attempts.length;
+  const attempt = route ? answeredAt + 1 : state.attempts.length;
   const asked: unknown = typeof state.body?.model === 'string' ? state.body.model : Array.isArray(state.body?.models) ? state.body.models[0] : null;
   // A gateway key pasted where a model goes is shown as its label, as in error messages and spans.
   const requested = typeof asked === 'string' ? withoutGatewayKeys(asked) : asked;

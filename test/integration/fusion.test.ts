@@ -143,6 +143,21 @@ describe('fusion', () => {
     expect(m.headers.get('request-id')).toBe(m.json.request_id);
   });
 
+  it('the judge failing: a 502 whose metadata says no endpoint answered, the candidates billed', async () => {
+    const g = await t.start({ yaml: yaml() });
+    t.upstream.always.set('up-judge', { kind: 'status', status: 500 });
+    const r = await post(`${g.url}/chat/completions`, g.key, { model: 'f/a', plugins: [{ id: 'fusion' }], messages: ASK }, META);
+    expect(r.status).toBe(502);
+    const meta = r.json.error.metadata.gateway_metadata ?? r.json.gateway_metadata;
+    expect(meta.pipeline.find((p: any) => p.type === 'fusion').summary).toBe('3 of 3 model(s) answered; the judge f/judge failed (provider_unavailable)');
+    // The judge's attempts are the ones shown: none succeeded, so nothing "served" the request (the row's
+    // route is a candidate's, for billing only).
+    expect(meta.summary).toMatch(/^no endpoint answered after \d+ attempt\(s\)$/);
+    expect(meta.attempts.every((a: any) => a.outcome !== 'success')).toBe(true);
+    expect(meta.endpoints.available.every((e: any) => e.selected === false)).toBe(true);
+    expect(await g.ledgerRow(r.headers.get('x-request-id')!)).toMatchObject({ model: 'f/a', promptTokens: 30, completionTokens: 15, status: 'failed' });
+  });
+
   it('a model slower than timeout_ms is aborted and counted as failed (timeout); all too slow is a 504', async () => {
     const g = await t.start({ yaml: yaml('', 300) });
     t.upstream.always.set('up-b', { kind: 'hang' });
