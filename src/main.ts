@@ -17,7 +17,7 @@ import { routeDiagToLog } from './telemetry/diag-log';
 import { closeUpstreamPool, createGateway, type Gateway } from './server';
 import { generateKey, hashKey, maskKey } from './store/key-secret';
 import { openStore } from './store';
-import { ensureDeclared } from './store/declared';
+import { ensureDeclared, warnMisplaced } from './store/declared';
 import type { LimitReset, Store, Workspace } from './store/types';
 import { createLogger } from './telemetry/log';
 import { startTelemetry } from './telemetry/otel';
@@ -304,9 +304,7 @@ async function serve(file: string): Promise<number> {
   const telemetry = startTelemetry(config.telemetry);
   const store = await openStore(config.storage);
   const { workspace, elsewhere } = await ensureDeclared(store, config);
-  for (const m of elsewhere) {
-    logger.warn(m, `workspace "${m.workspace}" was in the store under another account before gateway.yaml declared it in "${m.declared}": it keeps that account (its requests bill it), as a workspace is not moved between accounts behind an operator's back`);
-  }
+  warnMisplaced(elsewhere, logger);
   // Atomic in the store: processes starting together on one empty database make one key between them.
   const secret = generateKey();
   if (await store.createFirstKey({ hash: hashKey(secret), label: maskKey(secret), name: 'bootstrap', workspaceId: workspace.id, creatorUserId: 'bootstrap', isManagement: true })) {
@@ -314,9 +312,9 @@ async function serve(file: string): Promise<number> {
   }
   gateway = await createGateway({ config, registry, store, logger, tracer: telemetry.tracer });
   // Signal handlers go in before the listening line is printed: a supervisor may act on that line at once.
-  const reload = configReloader({ file, registry, gateway, logger });
-  process.on('SIGHUP', () => reload('SIGHUP'));
-  if (takeEarlyHup()) reload('SIGHUP during start-up');
+  const reload = configReloader({ file, registry, gateway, store, logger });
+  process.on('SIGHUP', () => void reload('SIGHUP'));
+  if (takeEarlyHup()) void reload('SIGHUP during start-up');
   // The first SIGTERM/SIGINT turns readiness to 503 at once (before anything else) and starts the drain; a
   // second one cuts what is still in flight without waiting for the drain timeout.
   let exitCode = 0;
@@ -340,7 +338,7 @@ async function serve(file: string): Promise<number> {
       stop();
     });
   });
-  const stopWatching = config.server.watch_config ? watchFile(file, () => reload('file changed')) : () => undefined;
+  const stopWatching = config.server.watch_config ? watchFile(file, () => void reload('file changed')) : () => undefined;
   // Everything is loaded: free what start-up left behind before the first request (README, Performance).
   const gcMs = collectStartupGarbage();
   logger.debug({ ms: gcMs === null ? null : Math.round(gcMs) }, gcMs === null ? 'start-up garbage not collected' : 'start-up garbage collected');

@@ -1,6 +1,8 @@
 import type { Logger } from 'pino';
 import type { StageRegistry } from '../pipeline/types';
 import type { Gateway } from '../server';
+import type { Store } from '../store/types';
+import { ensureDeclared, warnMisplaced } from '../store/declared';
 import { inConfigFile, loadConfig, warnConfigGaps } from './load';
 import { checkPipelines } from '../runtime';
 import { trace } from '@opentelemetry/api';
@@ -8,18 +10,29 @@ import { trace } from '@opentelemetry/api';
 /**
  * Re-reads gateway.yaml and swaps it in. A file that fails to load or validate, or whose stages refuse it
  * (`checkPipelines`), is refused and logged;
- * the running config keeps serving. Returns whether the new config is now live.
+ * the running config keeps serving. Resolves with whether the new config is now live. Reloads run one at a
+ * time, each reading the file when its turn comes, so the file's latest version is the one left serving.
  *
- * @example const reload = configReloader({ file, registry, gateway, logger }); process.on('SIGHUP', () => reload('SIGHUP'));
+ * @example const reload = configReloader({ file, registry, gateway, store, logger }); process.on('SIGHUP', () => void reload('SIGHUP'));
  */
-export function configReloader(input: { file: string; registry: StageRegistry; gateway: Gateway; logger: Logger }) {
-  return (why: string): boolean => {
+export function configReloader(input: { file: string; registry: StageRegistry; gateway: Gateway; store: Store; logger: Logger }) {
+  const once = async (why: string): Promise<boolean> => {
     try {
       const config = loadConfig(input.file, { registry: input.registry });
       // The checks `serve` and `gateway config check` make (every stage created from the config, none touching
       // a service): a config a restart would refuse is refused here too, not taken and found out at the restart.
       inConfigFile(input.file, () => checkPipelines(config, input.registry, trace.getTracer('config-check'), input.logger, () => input.gateway.resources()));
+      // What a restart does before it serves: the accounts and workspaces the file declares are made in the
+      // store (a reload had left them out until a restart or a CLI command, and never named a declared
+      // workspace the store keeps under another account, whose requests bill that one).
+      let declared: Awaited<ReturnType<typeof ensureDeclared>>;
+      try {
+        declared = await ensureDeclared(input.store, config);
+      } catch (err) {
+        throw new Error(`the declared accounts and workspaces could not be made in the store: ${(err as Error).message}`);
+      }
       input.gateway.reload(config);
+      warnMisplaced(declared.elsewhere, input.logger);
       warnConfigGaps(config, input.logger);
     } catch (err) {
       input.logger.error({ reason: (err as Error).message, why }, 'config reload refused; the previous config keeps serving');
@@ -28,4 +41,6 @@ export function configReloader(input: { file: string; registry: StageRegistry; g
     input.logger.info({ why }, 'config reloaded');
     return true;
   };
+  let queue: Promise<boolean> = Promise.resolve(true);
+  return (why: string): Promise<boolean> => (queue = queue.then(() => once(why)));
 }

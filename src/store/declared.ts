@@ -1,3 +1,4 @@
+import type { Logger } from 'pino';
 import type { GatewayConfig } from '../config/types';
 import type { Account, Store, Workspace } from './types';
 
@@ -29,4 +30,11 @@ export interface Misplaced {
   declared: string;
   /** The id of the account it has in the store (and bills). */
   accountId: string;
+}
+
+/** Logs each `Misplaced` workspace (at start and on a reload, which declare alike). */
+export function warnMisplaced(elsewhere: readonly Misplaced[], logger: Logger): void {
+  for (const m of elsewhere) {
+    logger.warn(m, `workspace "${m.workspace}" was in the store under another account before gateway.yaml declared it in "${m.declared}": it keeps that account (its requests bill it), as a workspace is not moved between accounts behind an operator's back`);
+  }
 }

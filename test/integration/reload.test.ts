@@ -94,11 +94,11 @@ describe('config reload', () => {
     const file = writeTemp(yaml(['m/a', 'm/b']));
     const lines: string[] = [];
     const logger = pino({ level: 'info' }, { write: (l: string) => lines.push(l) } as any);
-    const reload = configReloader({ file, registry, gateway: gw.gateway, logger });
-    expect(reload('test')).toBe(true);
+    const reload = configReloader({ file, registry, gateway: gw.gateway, store: gw.store, logger });
+    expect(await reload('test')).toBe(true);
     expect((await ask('m/b')).status).toBe(200);
     writeFileSync(file, yaml(['m/c']).replace('pipelines:\n  default: [auth, validate, upstream]', 'pipelines:\n  default: [auth, no-such-stage, upstream]'));
-    expect(reload('test')).toBe(false);
+    expect(await reload('test')).toBe(false);
     expect(lines.join('')).toMatch(/config reload refused/);
     expect(lines.join('')).toMatch(/pipelines\.default/);
     expect((await ask('m/b')).status).toBe(200);
@@ -108,8 +108,8 @@ describe('config reload', () => {
   it('picks up a file written by an editor (replace by rename) through the watcher', async () => {
     gw = await startTestGateway({ yaml: yaml(['m/a']) });
     const file = writeTemp(yaml(['m/a']));
-    const reload = configReloader({ file, registry, gateway: gw.gateway, logger: pino({ level: 'silent' }) });
-    const stop = watchFile(file, () => reload('file changed'), 20);
+    const reload = configReloader({ file, registry, gateway: gw.gateway, store: gw.store, logger: pino({ level: 'silent' }) });
+    const stop = watchFile(file, () => void reload('file changed'), 20);
     try {
       const tmp = `${file}.tmp`;
       writeFileSync(tmp, yaml(['m/a', 'm/new']));
@@ -130,8 +130,8 @@ describe('config reload', () => {
     symlinkSync('..v1', path.join(dir, '..data'));
     symlinkSync('..data/gateway.yaml', path.join(dir, 'gateway.yaml'));
     const file = path.join(dir, 'gateway.yaml');
-    const reload = configReloader({ file, registry, gateway: gw.gateway, logger: pino({ level: 'silent' }) });
-    const stop = watchFile(file, () => reload('file changed'), 20);
+    const reload = configReloader({ file, registry, gateway: gw.gateway, store: gw.store, logger: pino({ level: 'silent' }) });
+    const stop = watchFile(file, () => void reload('file changed'), 20);
     try {
       // What kubelet does: the new version in its own folder, a new link to it, renamed over ..data.
       mkdirSync(path.join(dir, '..v2'));
@@ -156,8 +156,8 @@ describe('a config file that is a link into another folder', () => {
       writeFileSync(path.join(root, 'srv', 'real.yaml'), yaml(['m/a']));
       symlinkSync(path.join(root, 'srv', 'real.yaml'), path.join(root, 'etc', 'gateway.yaml'));
       const file = path.join(root, 'etc', 'gateway.yaml');
-      const reload = configReloader({ file, registry, gateway: gw.gateway, logger: pino({ level: 'silent' }) });
-      const stop = watchFile(file, () => reload('file changed'), 20);
+      const reload = configReloader({ file, registry, gateway: gw.gateway, store: gw.store, logger: pino({ level: 'silent' }) });
+      const stop = watchFile(file, () => void reload('file changed'), 20);
       try {
         writeFileSync(path.join(root, 'srv', 'real.yaml'), yaml(['m/a', 'm/edited']));
         await eventually(async () => expect((await ask('m/edited')).status).toBe(200));
@@ -234,5 +234,49 @@ describe('server fields at reload', () => {
     expect(health.state('p/x', 1002 + 500)).toBe('half_open');
     expect((await ask('m/a')).status).toBe(200);
     expect(gw.logs.map((l) => JSON.parse(l)).filter((l) => l.level >= 40)).toEqual([]); // nothing to warn about
+  });
+});
+
+describe('accounts and workspaces a reload declares', () => {
+  it('are made in the store as at a restart, and a declared workspace kept under another account is named', async () => {
+    gw = await startTestGateway({ yaml: yaml(['m/a']) });
+    // Made before gateway.yaml declared it (`keys create --workspace team-a`): in the default account.
+    const defaultAccount = await gw.store.ensureAccount('default');
+    await gw.store.ensureWorkspace('team-a', defaultAccount.id);
+    const file = writeTemp(`${yaml(['m/a'])}accounts:\n  - { name: acme, billing: invoice }\nworkspaces:\n  - { name: team-a, account: acme }\n  - { name: team-b, account: acme }\n`);
+    const lines: string[] = [];
+    const reload = configReloader({ file, registry, gateway: gw.gateway, store: gw.store, logger: pino({ level: 'info' }, { write: (l: string) => lines.push(l) } as never) });
+    expect(await reload('test')).toBe(true);
+    const acme = await gw.store.findAccount('acme');
+    expect(acme).not.toBeNull();
+    expect((await gw.store.findWorkspace('team-b'))?.accountId).toBe(acme!.id);
+    const warned = lines.map((l) => JSON.parse(l)).filter((l) => l.level === 40 && l.workspace);
+    expect(warned).toMatchObject([{ workspace: 'team-a', declared: 'acme', accountId: defaultAccount.id }]);
+    // A key made in the new workspace bills the account gateway.yaml names.
+    const { secret } = await gw.createKey({ workspaceId: (await gw.store.findWorkspace('team-b'))!.id });
+    expect((await post(`${gw.url}/chat/completions`, secret, { model: 'm/a', messages: [{ role: 'user', content: 'hi' }] })).status).toBe(200);
+  });
+
+  it('a store that cannot take them refuses the reload, naming why; the previous config keeps serving', async () => {
+    gw = await startTestGateway({ yaml: yaml(['m/a']) });
+    const file = writeTemp(`${yaml(['m/a', 'm/b'])}accounts:\n  - { name: acme }\n`);
+    const lines: string[] = [];
+    const broken = Object.assign(Object.create(gw.store), { ensureAccount: async () => Promise.reject(new Error('database is locked')) });
+    const reload = configReloader({ file, registry, gateway: gw.gateway, store: broken, logger: pino({ level: 'info' }, { write: (l: string) => lines.push(l) } as never) });
+    expect(await reload('test')).toBe(false);
+    const refused = lines.map((l) => JSON.parse(l)).find((l) => l.msg === 'config reload refused; the previous config keeps serving');
+    expect(refused?.reason).toBe('the declared accounts and workspaces could not be made in the store: database is locked');
+    expect((await ask('m/b')).status).toBe(404);
+  });
+
+  it('run one at a time, so the file as last written is the config left serving', async () => {
+    gw = await startTestGateway({ yaml: yaml(['m/a']) });
+    const file = writeTemp(yaml(['m/a', 'm/b']));
+    const reload = configReloader({ file, registry, gateway: gw.gateway, store: gw.store, logger: pino({ level: 'silent' }) });
+    const first = reload('one');
+    writeFileSync(file, yaml(['m/a', 'm/c']));
+    const second = reload('two');
+    expect(await Promise.all([first, second])).toEqual([true, true]);
+    expect((await ask('m/c')).status).toBe(200);
   });
 });

@@ -220,11 +220,11 @@ describe('a reload', () => {
       const file = path.join(dir, 'gateway.yaml');
       const lines: string[] = [];
       const logger = pino({ level: 'info' }, { write: (l: string) => lines.push(l) } as never);
-      const reload = configReloader({ file, registry, gateway: gw.gateway, logger });
+      const reload = configReloader({ file, registry, gateway: gw.gateway, store: gw.store, logger });
       writeFileSync(file, testConfigYaml(undefined, pipeline));
-      expect(reload('test')).toBe(true);
+      expect(await reload('test')).toBe(true);
       writeFileSync(file, `${testConfigYaml(undefined, pipeline)}plugins:\n  misbehave: { label: use-store }\n`);
-      expect(reload('test')).toBe(false);
+      expect(await reload('test')).toBe(false);
       expect(lines.join('')).toMatch(/config reload refused/);
       expect(lines.join('')).toMatch(/a stage used services\.store\.findAccount while being created/);
       expect((await chat('')).status).toBe(200);
