@@ -11,6 +11,7 @@ import type { StageRegistry } from '../pipeline/types';
 import type { GatewayConfig } from './types';
 import { findPackageFile } from './package-root';
 import { videoConfigProblem } from '../videos/config-check';
+import { redisUrlProblem } from '../state/redis-url';
 
 /** A config that cannot be used; `message` starts with the path of the bad field. */
 export class ConfigError extends Error {
@@ -149,6 +150,8 @@ function checkReferences(config: GatewayConfig, registry: StageRegistry): void {
   if (moderationProblem) throw new ConfigError(moderationProblem);
   const videoProblem = videoConfigProblem(config);
   if (videoProblem) throw new ConfigError(videoProblem);
+  const redisProblem = config.state.driver === 'redis' ? redisUrlProblem(config.state.url ?? '') : null;
+  if (redisProblem) throw new ConfigError(redisProblem);
   // Empty (e.g. `${GATEWAY_BYOK_KEY:-}` with the variable unset) means not configured.
   if (config.byok.encryption_key) {
     try {

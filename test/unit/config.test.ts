@@ -300,6 +300,12 @@ describe('parseConfigText: errors name the field path', () => {
     expectPathError(config({ extra: 'rate_limits:\n  models: [{ model: m1, requests: 0 }]' }), 'rate_limits.models[0].requests');
     expectPathError(config({ extra: `${g}  - { id: g2, budget: { limit_usd: -1 } }` }), 'guardrails[1].budget.limit_usd');
     expectPathError(config({ extra: 'state: { driver: redis }' }), 'state.url');
+    // ioredis threw `Invalid URL` at serve (after the store was opened), naming no setting; config check said ok.
+    expectPathError(config({ extra: "state: { driver: redis, url: 'not a url' }" }), 'state.url');
+    expectPathError(config({ extra: "state: { driver: redis, url: 'redis://h:port' }" }), 'state.url');
+    for (const url of ['redis://:pw@127.0.0.1:6379/0', 'rediss://cache.internal', 'cache.internal:6380', '/run/redis.sock', '6379']) {
+      expect(parse(config({ extra: `state: { driver: redis, url: '${url}' }` })).state.url).toBe(url);
+    }
     expectPathError(config({ extra: 'spend: { in_flight: { fraction: 0 } }' }), 'spend.in_flight.fraction');
     const ok = parse(config({ extra: `${g}workspaces:\n  - { name: w, default_guardrail: g1, budgets: [{ id: b, limit_usd: 1, reset_interval: lifetime }] }` }));
     expect(ok.workspaces[0]).toEqual({ name: 'w', account: 'default', default_guardrail: 'g1', members: [], keys: [], budgets: [{ id: 'b', limit_usd: 1, reset_interval: 'lifetime', include_byok: false }] });
