@@ -73,7 +73,9 @@ function describe(errors: ErrorObject[], prefix = ''): string {
     return `${fieldPath(pick.instancePath, tag, prefix)}: must be one of ${allowed.join(', ')}`;
   }
   if (pick.keyword === 'additionalProperties') {
-    return `${fieldPath(pick.instancePath, String(pick.params.additionalProperty), prefix)}: unknown field`;
+    // The fields that would be accepted there, so a misspelt one (`latncy_ms`) shows its right spelling.
+    const known = Object.keys((pick.parentSchema as { properties?: object } | undefined)?.properties ?? {});
+    return `${fieldPath(pick.instancePath, String(pick.params.additionalProperty), prefix)}: unknown field${known.length > 0 ? ` (known: ${known.join(', ')})` : ''}`;
   }
   if (pick.keyword === 'required') {
     return `${fieldPath(pick.instancePath, String(pick.params.missingProperty), prefix)}: is required`;

@@ -242,6 +242,15 @@ describe('parseConfigText: errors name the field path', () => {
     expectPathError(config({ extra: 'server: { prot: 80 }' }), 'server.prot');
   });
 
+  it('an unknown field is told with the fields accepted there (a misspelt one showed no right spelling)', () => {
+    expect(configError(() => parse(config({ extra: 'spend: { in_flight: { enable: true } }' }))).message).toBe(
+      'spend.in_flight.enable: unknown field (known: enabled, fraction, ceiling_usd, applies_below_balance_usd, settlement_ms, retry_after_s)',
+    );
+    // In a provider, the fields of its kind; in a stage's section, those of the stage's own schema.
+    expect(configError(() => parse(config({ providers: '  - { id: local, kind: simulated, latncy_ms: 4 }' }))).message).toMatch(/^providers\[0\]\.latncy_ms: unknown field \(known: .*\blatency_ms\b/);
+    expect(configError(() => parse(config({ extra: 'plugins: { auth: { accept_xapi_key: true } }' }))).message).toMatch(/^plugins\.auth\.accept_xapi_key: unknown field \(known: accept_x_api_key, /);
+  });
+
   it('missing required section', () => {
     expectPathError('providers:\n  - { id: local, kind: simulated }\npipelines:\n  default: [auth, upstream]\n', 'models');
   });
@@ -410,7 +419,7 @@ describe('values the schema coercion would hide, and other operator mistakes', (
     const noSpace = configError(() => parse(flow)).message;
     expect(noSpace).toBe('providers[1].api_key:…: has no value (a key and its value need a space after the colon: `key: value`)');
     const pasted = configError(() => parse(config({ providers: '  - { id: local, kind: simulated, sk-live-SECRETASKEY6: x }' }))).message;
-    expect(pasted).toBe('providers[0].sk-…: unknown field');
+    expect(pasted).toBe('providers[0].sk-…: unknown field (known: id, region, kind, latency_ms, chunk_delay_ms, reply, data_collection)');
     for (const message of [noSpace, pasted]) expect(message).not.toMatch(/SECRET/);
   });
 
