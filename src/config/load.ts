@@ -12,6 +12,7 @@ import type { GatewayConfig } from './types';
 import { findPackageFile } from './package-root';
 import { videoConfigProblem } from '../videos/config-check';
 import { redisUrlProblem } from '../state/redis-url';
+import { postgresUrlProblem } from '../store/postgres-url';
 
 /** A config that cannot be used; `message` starts with the path of the bad field. */
 export class ConfigError extends Error {
@@ -154,6 +155,8 @@ function checkReferences(config: GatewayConfig, registry: StageRegistry): void {
   if (videoProblem) throw new ConfigError(videoProblem);
   const redisProblem = config.state.driver === 'redis' ? redisUrlProblem(config.state.url ?? '') : null;
   if (redisProblem) throw new ConfigError(redisProblem);
+  const storageProblem = config.storage.driver === 'postgres' ? postgresUrlProblem(config.storage.url) : null;
+  if (storageProblem) throw new ConfigError(storageProblem);
   // Empty (e.g. `${GATEWAY_BYOK_KEY:-}` with the variable unset) means not configured.
   if (config.byok.encryption_key) {
     try {

@@ -312,6 +312,11 @@ describe('parseConfigText: errors name the field path', () => {
     // ioredis threw `Invalid URL` at serve (after the store was opened), naming no setting; config check said ok.
     expectPathError(config({ extra: "state: { driver: redis, url: 'not a url' }" }), 'state.url');
     expectPathError(config({ extra: "state: { driver: redis, url: 'redis://h:port' }" }), 'state.url');
+    // pg threw the same at serve, on its first connection; an sslrootcert= file that is not there too.
+    expectPathError(config({ extra: "storage: { driver: postgres, url: 'postgres://u:SECRETPW@h:port/db' }" }), 'storage.url');
+    expect(configError(() => parse(config({ extra: "storage: { driver: postgres, url: 'postgres://u:SECRETPW@h:port/db' }" }))).message).not.toMatch(/SECRETPW/);
+    expectPathError(config({ extra: "storage: { driver: postgres, url: 'postgres://h/db?sslrootcert=/no/such/ca.pem' }" }), 'storage.url');
+    expect(parse(config({ extra: "storage: { driver: postgres, url: 'postgres://gw:p%40ss@db.internal:5432/gateway?sslmode=require' }" })).storage).toMatchObject({ driver: 'postgres' });
     for (const url of ['redis://:pw@127.0.0.1:6379/0', 'rediss://cache.internal', 'cache.internal:6380', '/run/redis.sock', '6379']) {
       expect(parse(config({ extra: `state: { driver: redis, url: '${url}' }` })).state.url).toBe(url);
     }
