@@ -6,7 +6,7 @@ import { parse as parseYaml } from 'yaml';
 import { parseEncryptionKey } from '../auth/byok-seal';
 import { guardrailConfigProblem, guardrailStageProblem } from '../guardrails/check';
 import { moderationConfigProblem } from '../moderation/config';
-import { configValueProblem, durationProblem, pathText, scalarChange, scalarsOf, shownKey } from './values';
+import { configValueProblem, durationProblem, pathText, scalarChange, scalarsOf, shownKey, urlProblem } from './values';
 import type { StageRegistry } from '../pipeline/types';
 import type { GatewayConfig } from './types';
 import { findPackageFile } from './package-root';
@@ -126,7 +126,7 @@ export function validateConfig(raw: unknown, options: LoadOptions): GatewayConfi
       config.plugins[id] = value;
     }
   }
-  const changed = scalarChange(scalars, config) ?? durationProblem(config);
+  const changed = scalarChange(scalars, config) ?? durationProblem(config) ?? urlProblem(config);
   if (changed) throw new ConfigError(changed);
   checkReferences(config, options.registry);
   return config;

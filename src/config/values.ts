@@ -123,3 +123,34 @@ export function durationProblem(root: unknown, path: (string | number)[] = []): 
   }
   return undefined;
 }
+
+/** The fields that hold an HTTP(S) URL, the gateway's and every stage's (`state.url`, `storage.url` have checks of their own). */
+const URL_FIELDS = new Set(['base_url', 'classifier_url', 'output_url', 'endpoint']);
+
+/**
+ * An HTTP(S) URL field that passes the schema's `^https?://` but is no URL (`http://h:port/v1`, a space in
+ * the host): `new URL` threw `Invalid URL` when the providers or stages were built, and `config check`,
+ * `serve` and a reload said only `error: Invalid URL`, naming no field (the OTLP exporter's own message, at
+ * `serve` only, named no setting either). The value is not shown: a URL may hold a password.
+ *
+ * @example urlProblem({ providers: [{ base_url: 'http://h:port' }] }) // 'providers[0].base_url: is not a URL …'
+ */
+export function urlProblem(root: unknown, path: (string | number)[] = []): string | undefined {
+  if (Array.isArray(root)) {
+    for (let i = 0; i < root.length; i++) {
+      const problem = urlProblem(root[i], [...path, i]);
+      if (problem) return problem;
+    }
+  } else if (root && typeof root === 'object') {
+    for (const [k, v] of Object.entries(root as Record<string, unknown>)) {
+      // Header names and values are the operator's own, whatever they are called.
+      if (k === 'headers' || (path.length === 0 && (k === 'state' || k === 'storage'))) continue;
+      if (URL_FIELDS.has(k) && typeof v === 'string' && !URL.canParse(v)) {
+        return `${pathText([...path, k])}: is not a URL (write scheme://host[:port]/path, e.g. https://api.example.com/v1: a port of digits, no spaces)`;
+      }
+      const problem = urlProblem(v, [...path, k]);
+      if (problem) return problem;
+    }
+  }
+  return undefined;
+}

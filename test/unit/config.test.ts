@@ -242,6 +242,16 @@ describe('parseConfigText: errors name the field path', () => {
     expectPathError(config({ extra: 'server: { prot: 80 }' }), 'server.prot');
   });
 
+  it('a URL field that passes the pattern but is no URL is refused naming it (the error was "Invalid URL", no field)', () => {
+    expectPathError(config({ providers: "  - { id: o, kind: openai, base_url: 'http://h:port/v1' }" , models: '  - { id: m1, endpoints: [{ provider: o, upstream_model: x }] }' }), 'providers[0].base_url');
+    expectPathError(config({ extra: "telemetry: { exporter: otlp, endpoint: 'http://a b/v1/traces' }" }), 'telemetry.endpoint');
+    expectPathError(config({ pipelines: '  default: [auth, web, upstream]', extra: "plugins:\n  web: { backend: { kind: searxng, base_url: 'http://' } }" }), 'plugins.web.backend.base_url');
+    const secret = configError(() => parse(config({ providers: "  - { id: o, kind: openai, base_url: 'https://u:SECRETPW@h:port/v1' }", models: '  - { id: m1, endpoints: [{ provider: o, upstream_model: x }] }' }))).message;
+    expect(secret).not.toMatch(/SECRETPW/);
+    // A header is the operator's own, whatever its name.
+    expect(parse(config({ providers: "  - { id: o, kind: openai, base_url: 'http://127.0.0.1:9/v1', headers: { endpoint: 'not a url' } }", models: '  - { id: m1, endpoints: [{ provider: o, upstream_model: x }] }' })).providers[0]).toMatchObject({ headers: { endpoint: 'not a url' } });
+  });
+
   it('an unknown field is told with the fields accepted there (a misspelt one showed no right spelling)', () => {
     expect(configError(() => parse(config({ extra: 'spend: { in_flight: { enable: true } }' }))).message).toBe(
       'spend.in_flight.enable: unknown field (known: enabled, fraction, ceiling_usd, applies_below_balance_usd, settlement_ms, retry_after_s)',
