@@ -114,7 +114,7 @@ const COMMANDS: Record<string, (store: Store, config: GatewayConfig, v: Values, 
     process.stdout.write(`revoked ${arg} (running gateways stop accepting it within 5 seconds)\n`);
     return 0;
   },
-  'credits add': (store, _c, v) => creditsAdd(store, v),
+  'credits add': (store, config, v) => creditsAdd(store, config, v),
   'byok set': (store, config, v) => byokSet(store, config, v),
   'byok list': (store, config, v) => byokList(store, config, v),
   'byok delete': (store, _c, v) => byokDelete(store, v),
@@ -199,11 +199,12 @@ async function keysList(store: Store): Promise<number> {
   return 0;
 }
 
-async function creditsAdd(store: Store, v: Values): Promise<number> {
+async function creditsAdd(store: Store, config: GatewayConfig, v: Values): Promise<number> {
   const usd = v.usd === undefined ? Number.NaN : usdAmount(v.usd);
   if (!v.account || v.usd === undefined || !Number.isFinite(usd) || usd <= 0) throw new UsageError('credits add needs --account A and --usd N (N > 0)');
   const account = await store.findAccount(v.account);
-  if (!account) throw new UsageError(`no account ${v.account}`);
+  // The accounts there are: `default` and the declared ones (made in the store above); the bare name told no more.
+  if (!account) throw new UsageError(`no account ${v.account} (accounts: ${['default', ...config.accounts.map((a) => a.name).filter((n) => n !== 'default')].join(', ')}; declare one under accounts: in ${configPath(v.config)})`);
   const after = await store.addCredits(account.id, usd);
   // Balances are sums of float amounts: printed to the micro-dollar (194.36, not 194.3600000000001).
   process.stdout.write(`account ${after.name}: balance ${Number(after.balanceUsd.toFixed(6))} USD\n`);

@@ -395,6 +395,11 @@ describe('keys and credits', () => {
     // The refused calls added nothing.
     expect(balance((await cli('credits', 'add', '--account', 'default', '--usd', '0.5')).stdout)).toBeCloseTo(after10 + 3, 9);
   });
+  it('credits add to an unknown account names the accounts there are and where one is declared (it said only "no account nobody")', async () => {
+    const nobody = await cli('credits', 'add', '--account', 'nobody', '--usd', '1');
+    expect(nobody.code).toBe(2);
+    expect(nobody.stderr.split('\n')[0]).toBe(`no account nobody (accounts: default; declare one under accounts: in ${file})`);
+  });
 });
 
 describe('config reload', () => {
