@@ -184,6 +184,17 @@ describe('chat → messages: tools and tool choice', () => {
     ]);
   });
 
+  it('gives a function schema without `type` the object type the Messages API requires', () => {
+    const tools = [
+      { type: 'function', function: { name: 'empty', parameters: {} } },
+      { type: 'function', function: { name: 'props', parameters: { properties: { q: { type: 'string' } }, required: ['q'] } } },
+    ];
+    expect(toMessages(chat({ tools })).tools).toEqual([
+      { name: 'empty', input_schema: { type: 'object' } },
+      { name: 'props', input_schema: { type: 'object', properties: { q: { type: 'string' } }, required: ['q'] } },
+    ]);
+  });
+
   const choices: [string, Body, unknown][] = [
     ['none', { tool_choice: 'none' }, { type: 'none' }],
     ['auto', { tool_choice: 'auto' }, { type: 'auto' }],

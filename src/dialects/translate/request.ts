@@ -235,7 +235,7 @@ function chatToolsToMessages(tools: unknown, choice: unknown, parallel: unknown)
       const f = t.function;
       const tool: Obj = { name: f.name };
       if (typeof f.description === 'string') tool.description = f.description;
-      tool.input_schema = isObj(f.parameters) ? f.parameters : { type: 'object', properties: {} };
+      tool.input_schema = inputSchemaOf(f.parameters);
       if (typeof f.strict === 'boolean') tool.strict = f.strict;
       if (isObj(t.cache_control)) tool.cache_control = t.cache_control;
       return tool;
@@ -255,6 +255,16 @@ function chatToolsToMessages(tools: unknown, choice: unknown, parallel: unknown)
   if (!list.length) return {};
   if (parallel === false && tc?.type !== 'none') tc = { ...(tc ?? { type: 'auto' }), disable_parallel_tool_use: true };
   return tc ? { tools: list, tool_choice: tc } : { tools: list };
+}
+
+/**
+ * A chat function's `parameters` as a messages `input_schema`. The Messages API requires its `type` (400
+ * "tools.0.custom.input_schema.type: Field required"), which chat leaves optional: `parameters: {}` (a tool
+ * without arguments, as many MCP bridges declare it) or a schema giving only `properties` is an object schema.
+ */
+function inputSchemaOf(parameters: unknown): Obj {
+  if (!isObj(parameters)) return { type: 'object', properties: {} };
+  return parameters.type === undefined ? { type: 'object', ...parameters } : parameters;
 }
 
 /**
