@@ -435,7 +435,8 @@ describe('messages → chat: top-level fields', () => {
   it.each([
     ['string', 'be brief', 'be brief'],
     ['one block (cache_control dropped)', [{ type: 'text', text: 'be brief', cache_control: { type: 'ephemeral' } }], 'be brief'],
-    ['several blocks', [{ type: 'text', text: 'a' }, { type: 'text', text: 'b' }], [{ type: 'text', text: 'a' }, { type: 'text', text: 'b' }]],
+    // One string, not text parts: DeepSeek's and Moonshot's chat APIs refuse a list ("expected a string").
+    ['several blocks', [{ type: 'text', text: 'a', cache_control: { type: 'ephemeral' } }, { type: 'text', text: 'b' }], 'a\nb'],
   ])('system %s → a leading system message', (_name, system, content) => {
     const out = toChat(msgs({ system }));
     expect(out.messages[0]).toEqual({ role: 'system', content });
@@ -453,11 +454,34 @@ describe('messages → chat: content blocks', () => {
       { type: 'document', title: 'r.pdf', source: { type: 'base64', media_type: 'application/pdf', data: PDF }, cache_control: { type: 'ephemeral' } },
       { type: 'file', file: { filename: 'r.pdf', file_data: `data:application/pdf;base64,${PDF}` } },
     ],
-    ['text document', { type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'doc text' } }, { type: 'text', text: 'doc text' }],
   ];
   it.each(cases)('%s', (_name, block, part) => {
     const out = toChat(msgs({ messages: [{ role: 'user', content: [{ type: 'text', text: 'see' }, block] }] }));
     expect(out.messages[0]).toEqual({ role: 'user', content: [{ type: 'text', text: 'see' }, part] });
+  });
+
+  it('a text document becomes text: with the text around it, one string', () => {
+    const doc = { type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'doc text' } };
+    expect(toChat(msgs({ messages: [{ role: 'user', content: [{ type: 'text', text: 'see' }, doc] }] })).messages[0]).toEqual({ role: 'user', content: 'see\ndoc text' });
+  });
+
+  it('text-only content of every role goes as one string (chat providers that take only strings take it)', () => {
+    const texts = (a: string, b: string) => [{ type: 'text', text: a }, { type: 'text', text: b }];
+    const out = toChat(
+      msgs({
+        messages: [
+          { role: 'user', content: texts('<reminder>', 'q') },
+          { role: 'assistant', content: [...texts('let me', 'check'), { type: 'tool_use', id: 't1', name: 'f', input: {} }] },
+          { role: 'user', content: [{ type: 'tool_result', tool_use_id: 't1', content: texts('r1', 'r2') }, ...texts('and', 'more')] },
+        ],
+      }),
+    );
+    expect(out.messages).toEqual([
+      { role: 'user', content: '<reminder>\nq' },
+      { role: 'assistant', content: 'let me\ncheck', tool_calls: [{ id: 't1', type: 'function', function: { name: 'f', arguments: '{}' } }] },
+      { role: 'tool', tool_call_id: 't1', content: 'r1\nr2' },
+      { role: 'user', content: 'and\nmore' },
+    ]);
   });
 
   it('a lone text block becomes a string', () => {

@@ -13,7 +13,7 @@
  *   file file_id, input_audio, other types → 400: nothing in messages can carry them
  *
  * messages → chat
- *   text → text; image url/base64 → image_url (http URL / data URL); document base64 PDF → file with a data
+ *   text → text (text-only content as one string); image url/base64 → image_url (http URL / data URL); document base64 PDF → file with a data
  *   URL (`title` → `filename`, default `document.pdf`); document text → a text part (chat has no text
  *   document); document content → its text and image parts; search_result → its text parts;
  *   image/document with a `file` source or a PDF URL → 400 (a chat provider cannot fetch either);
@@ -150,7 +150,13 @@ export function blockToChatParts(block: unknown, where: string): Obj[] {
   }
 }
 
-/** Chat content from parts: a lone text part becomes a plain string. */
+/**
+ * Chat content from parts: text alone becomes one string (the texts joined with a line break, as vLLM joins
+ * text parts), parts with an image or file stay a list. A list of text parts is valid chat, but DeepSeek's and
+ * Moonshot's APIs refuse it (400 "invalid type: sequence, expected a string") and some servers drop a tool
+ * message's list; several text blocks (Claude Code's system prompt, a system reminder before a prompt, a tool
+ * result in blocks) are common in a messages request, and a string carries them to every chat provider.
+ */
 export function chatContent(parts: Obj[]): string | Obj[] {
-  return parts.length === 1 && parts[0].type === 'text' ? parts[0].text : parts;
+  return parts.every((p) => p.type === 'text') ? parts.map((p) => p.text).join('\n') : parts;
 }

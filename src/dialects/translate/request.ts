@@ -7,7 +7,7 @@
  * - System prompts: every chat `system`/`developer` message, wherever it stands, is folded into the
  *   top-level messages `system`, in order (messages has no system turn, and a later instruction is still
  *   an instruction). One plain text → a string, otherwise an array of text blocks (cache_control kept).
- *   messages → chat: one leading `system` message (a string for one block, text parts for several);
+ *   messages → chat: one leading `system` message (a string; several blocks joined, see chatContent);
  *   cache_control is dropped (chat providers cache on their own).
  * - Turns: messages needs alternating roles, so consecutive chat messages of one role are merged; `tool`
  *   messages become `tool_result` blocks of a user turn. A trailing assistant message stays last
