@@ -177,6 +177,11 @@ describe('chatToMessagesResponse', () => {
     expect(out.stop_reason).toBe('tool_use');
   });
 
+  it('takes tool call arguments sent as a JSON object (llama-server) as the input', () => {
+    const out = chatToMessagesResponse(completion({ tool_calls: [{ id: 'call_o', type: 'function', function: { name: 'write', arguments: { path: 'a.txt' } } }] }, 'tool_calls'));
+    expect(out.content).toEqual([{ type: 'tool_use', id: 'call_o', name: 'write', input: { path: 'a.txt' } }]);
+  });
+
   it('maps a legacy function_call to a tool_use block with a generated id', () => {
     const body = completion({ function_call: { name: 'f', arguments: '{"a":1}' } }, 'function_call');
     const out = chatToMessagesResponse(body);

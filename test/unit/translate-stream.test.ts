@@ -417,6 +417,19 @@ describe('chatToMessagesStream', () => {
     expect(accumulateMessages(out)).toEqual(chatToMessagesResponse(TOOLS_COMPLETION));
   });
 
+  it('streams tool call arguments sent as a JSON object (llama-server) as their text', () => {
+    const out = run(chatToMessagesStream(), [
+      cc({ role: 'assistant', tool_calls: [{ index: 0, id: 'call_o', type: 'function', function: { name: 'write', arguments: { path: 'a.txt' } } }] }),
+      cc({ tool_calls: [{ index: 1, id: 'call_p', type: 'function', function: { name: 'read', arguments: { path: 'b.txt' } } }] }),
+      cc({}, 'tool_calls'),
+      DONE,
+    ]);
+    expect(accumulateMessages(out).content).toEqual([
+      { type: 'tool_use', id: 'call_o', name: 'write', input: { path: 'a.txt' } },
+      { type: 'tool_use', id: 'call_p', name: 'read', input: { path: 'b.txt' } },
+    ]);
+  });
+
   it('holds text and reasoning that come while a call\'s arguments are still coming: no delta goes to a stopped block', () => {
     const t = chatToMessagesStream();
     const all: SseEvent[] = [];

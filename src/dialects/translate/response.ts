@@ -118,8 +118,13 @@ export function argumentsOf(input: unknown): string {
   return JSON.stringify(input ?? {});
 }
 
-/** A chat `arguments` string → a messages tool `input` object (unparseable text is kept under `_raw`). */
+/**
+ * A chat `arguments` string → a messages tool `input` object (unparseable text is kept under `_raw`). Some
+ * OpenAI-compatible servers (llama.cpp's llama-server) send the arguments as a JSON object rather than its
+ * text: taken as it is (it had become `{}`, and the client ran the tool without the arguments the model gave).
+ */
 export function inputOf(args: unknown): Obj {
+  if (isObj(args)) return args;
   if (typeof args !== 'string' || args.trim() === '') return {};
   try {
     const parsed = JSON.parse(args);

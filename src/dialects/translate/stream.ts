@@ -404,7 +404,8 @@ export function chatToMessagesStream(): StreamTranslator {
       if (typeof tc.id === 'string' && tc.id) t.id = tc.id;
       if (typeof fn.name === 'string' && fn.name) t.name = fn.name;
     }
-    const args = typeof fn.arguments === 'string' ? fn.arguments : '';
+    // Arguments sent as a JSON object (see inputOf) are its text, whole.
+    const args = typeof fn.arguments === 'string' ? fn.arguments : isObj(fn.arguments) ? JSON.stringify(fn.arguments) : '';
     if (t.block >= 0) {
       // A fragment of a call whose block was closed early (text came between) still names its own block.
       if (args) out.push(delta(t.block, { type: 'input_json_delta', partial_json: args }));
