@@ -123,6 +123,21 @@ describe('chat → messages: system prompts and turns', () => {
     expect(out.messages.at(-1)).toEqual({ role: 'assistant', content: '{"a":' });
   });
 
+  it('leaves out assistant text that is only whitespace (the Messages API refuses it)', () => {
+    const call = { id: 'c1', type: 'function', function: { name: 'f', arguments: '{}' } };
+    const out = toMessages({
+      messages: [
+        { role: 'user', content: 'hi' },
+        { role: 'assistant', content: '\n\n', tool_calls: [call] },
+        { role: 'tool', tool_call_id: 'c1', content: 'ok' },
+        { role: 'assistant', content: [{ type: 'text', text: ' ' }, { type: 'text', text: 'done' }] },
+        { role: 'user', content: 'more' },
+      ],
+    });
+    expect(out.messages[1]).toEqual({ role: 'assistant', content: [{ type: 'tool_use', id: 'c1', name: 'f', input: {} }] });
+    expect(out.messages[3]).toEqual({ role: 'assistant', content: 'done' });
+  });
+
   it('rejects a request with only system messages', () => {
     expect(thrown(() => toMessages({ messages: [{ role: 'system', content: 'x' }] })).errorType).toBe('invalid_request');
   });

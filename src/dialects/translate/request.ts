@@ -198,12 +198,11 @@ function assistantBlocks(m: Obj, i: number): Obj[] {
       }
     }
   }
-  if (Array.isArray(m.content)) {
-    // Assistant parts are text or refusal; a refusal part is not something to replay.
-    blocks.push(...chatTextBlocks(m.content.filter((p: unknown) => !(isObj(p) && p.type === 'refusal')), where));
-  } else {
-    blocks.push(...chatTextBlocks(m.content, where));
-  }
+  // Assistant parts are text or refusal; a refusal part is not something to replay. Text that is only
+  // whitespace is left out: the Messages API refuses it (400 "text content blocks must contain non-whitespace
+  // text"), and models write it before a tool call ("\n\n", Claude's too), which chat clients send back.
+  const parts = Array.isArray(m.content) ? m.content.filter((p: unknown) => !(isObj(p) && p.type === 'refusal')) : m.content;
+  blocks.push(...chatTextBlocks(parts, where).filter((b) => b.text.trim() !== ''));
   if (Array.isArray(m.tool_calls)) {
     m.tool_calls.forEach((c: unknown, j: number) => {
       if (!isObj(c) || (c.type !== undefined && c.type !== 'function')) return; // custom tools: no messages form
