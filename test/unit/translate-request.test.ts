@@ -587,7 +587,22 @@ describe('messages → chat: tools and tool choice', () => {
     const out = toChat(msgs({ tools: [tool, { type: 'custom', name: 'c', input_schema: { type: 'object' } }, { type: 'web_search_20250305', name: 'web_search' }, { type: 'bash_20250124', name: 'bash' }] }));
     expect(out.tools).toEqual([
       { type: 'function', function: { name: 'get', description: 'd', parameters: { type: 'object', properties: {} }, strict: true } },
-      { type: 'function', function: { name: 'c', parameters: { type: 'object' } } },
+      { type: 'function', function: { name: 'c', parameters: { type: 'object', properties: {} } } },
+    ]);
+  });
+
+  it('gives an object schema the `properties` (and an array or no `required`) OpenAI requires', () => {
+    const tools = [
+      { name: 'none', input_schema: { type: 'object' } },
+      { name: 'nulls', input_schema: { type: 'object', properties: null, required: null } },
+      { name: 'req', input_schema: { type: 'object', properties: { q: { type: 'string' } }, required: null } },
+      { name: 'whole', input_schema: { type: 'object', properties: { q: { type: 'string' } }, required: ['q'] } },
+    ];
+    expect(toChat(msgs({ tools })).tools.map((t: Body) => t.function.parameters)).toEqual([
+      { type: 'object', properties: {} },
+      { type: 'object', properties: {} },
+      { type: 'object', properties: { q: { type: 'string' } } },
+      { type: 'object', properties: { q: { type: 'string' } }, required: ['q'] },
     ]);
   });
 
@@ -676,7 +691,7 @@ describe('round trips', () => {
       temperature: 0.2,
       stop_sequences: ['S'],
       metadata: { user_id: 'u' },
-      tools: [{ name: 'f', description: 'd', input_schema: { type: 'object' } }],
+      tools: [{ name: 'f', description: 'd', input_schema: { type: 'object', properties: {} } }],
       tool_choice: { type: 'tool', name: 'f', disable_parallel_tool_use: true },
       output_config: { format: { type: 'json_schema', schema: { type: 'object' } } },
       stream: false,

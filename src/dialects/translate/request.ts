@@ -434,13 +434,25 @@ function assistantToChat(content: unknown, where: string): Obj | null {
   return msg;
 }
 
+/**
+ * A messages `input_schema` as chat function `parameters`. OpenAI refuses an object schema without
+ * `properties` (400 "object schema missing properties"; `{type: "object"}` is how a tool without arguments is
+ * often declared, valid for the Messages API) and a `required` that is not an array (spec 4.1 allows null).
+ */
+function parametersOf(schema: unknown): Obj {
+  if (!isObj(schema)) return { type: 'object', properties: {} };
+  if (schema.type !== 'object' || (isObj(schema.properties) && schema.required !== null)) return schema;
+  const { required, ...rest } = schema;
+  return { ...rest, properties: isObj(schema.properties) ? schema.properties : {}, ...(required != null ? { required } : {}) };
+}
+
 function messagesToolsToChat(tools: unknown, choice: unknown): Obj {
   const list = (Array.isArray(tools) ? tools : [])
     .filter((t: unknown) => isObj(t) && (t.type === undefined || t.type === null || t.type === 'custom') && typeof t.name === 'string')
     .map((t: Obj) => {
       const fn: Obj = { name: t.name };
       if (typeof t.description === 'string') fn.description = t.description;
-      fn.parameters = isObj(t.input_schema) ? t.input_schema : { type: 'object', properties: {} };
+      fn.parameters = parametersOf(t.input_schema);
       if (typeof t.strict === 'boolean') fn.strict = t.strict;
       return { type: 'function', function: fn };
     });
