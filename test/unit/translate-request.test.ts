@@ -138,6 +138,11 @@ describe('chat → messages: system prompts and turns', () => {
     expect(out.messages[3]).toEqual({ role: 'assistant', content: 'done' });
   });
 
+  it('trims the whitespace a prefill ends with (the Messages API refuses it), and only there', () => {
+    const out = toMessages({ messages: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'a ' }, { role: 'user', content: 'x' }, { role: 'assistant', content: 'Answer:\n' }] });
+    expect(out.messages.map((m: Body) => m.content)).toEqual(['hi', 'a ', 'x', 'Answer:']);
+  });
+
   it('rejects a request with only system messages', () => {
     expect(thrown(() => toMessages({ messages: [{ role: 'system', content: 'x' }] })).errorType).toBe('invalid_request');
   });

@@ -162,6 +162,11 @@ function chatMessagesToMessages(list: unknown): { system: string | Obj[] | undef
     const results = m.content.filter((b: Obj) => b.type === 'tool_result');
     if (results.length > 0 && m.content[0].type !== 'tool_result') m.content = [...results, ...m.content.filter((b: Obj) => b.type !== 'tool_result')];
   }
+  // A trailing assistant turn is a prefill, and the Messages API refuses one whose text ends in whitespace
+  // (400 "final assistant content cannot end with trailing whitespace"): the model goes on from its last word.
+  const last = out[out.length - 1];
+  const tail = last.role === 'assistant' ? last.content[last.content.length - 1] : undefined;
+  if (tail?.type === 'text') tail.text = tail.text.trimEnd();
   // A single plain text block reads better (and round-trips) as a string.
   for (const m of out) if (m.content.length === 1 && isPlainText(m.content[0])) m.content = m.content[0].text;
   const sys = system.length === 0 ? undefined : system.length === 1 && isPlainText(system[0]) ? system[0].text : system;
