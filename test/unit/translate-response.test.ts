@@ -177,6 +177,14 @@ describe('chatToMessagesResponse', () => {
     expect(out.stop_reason).toBe('tool_use');
   });
 
+  it('gives tool calls sent with an empty id (Gemini, LM Studio) ids of their own', () => {
+    const call = (name: string) => ({ id: '', type: 'function', function: { name, arguments: '{}' } });
+    const out = chatToMessagesResponse(completion({ tool_calls: [call('a'), call('b')] }, 'tool_calls'));
+    const ids = out.content.map((b: Obj) => b.id);
+    expect(ids).toEqual([expect.stringMatching(/^toolu_/), expect.stringMatching(/^toolu_/)]);
+    expect(ids[0]).not.toBe(ids[1]);
+  });
+
   it('takes tool call arguments sent as a JSON object (llama-server) as the input', () => {
     const out = chatToMessagesResponse(completion({ tool_calls: [{ id: 'call_o', type: 'function', function: { name: 'write', arguments: { path: 'a.txt' } } }] }, 'tool_calls'));
     expect(out.content).toEqual([{ type: 'tool_use', id: 'call_o', name: 'write', input: { path: 'a.txt' } }]);

@@ -229,7 +229,10 @@ export function chatToMessagesResponse(body: Record<string, any>): Record<string
   if (isObj(message.function_call)) calls.push({ function: message.function_call });
   for (const call of calls) {
     const fn = isObj(call?.function) ? call.function : {};
-    content.push({ type: 'tool_use', id: typeof call.id === 'string' ? call.id : toolUseId(), name: fn.name ?? '', input: inputOf(fn.arguments) });
+    // Gemini's OpenAI-compatible API and LM Studio send `id: ""`: a tool_use needs an id its result can name
+    // (the Messages API refuses an empty one, and parallel calls would share it), as the stream translation gives.
+    const id = typeof call.id === 'string' && call.id ? call.id : toolUseId();
+    content.push({ type: 'tool_use', id, name: fn.name ?? '', input: inputOf(fn.arguments) });
   }
   const refusal = typeof message.refusal === 'string' && message.refusal ? message.refusal : null;
   const stopReason = refusal ? 'refusal' : stopReasonOf(choice.finish_reason, calls.length > 0);
