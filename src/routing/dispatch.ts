@@ -75,6 +75,9 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
       }
     }
     let last: GatewayError | undefined;
+    // The first endpoint's refusal to express the request in its style: the caller's error only when no endpoint
+    // that could take the request was tried (see the attempt loop).
+    let refused: GatewayError | undefined;
     // Retry hints of the failed attempts (spec 7.10: the answer carries Retry-After only when every one gave one).
     const hints: (string | undefined)[] = [];
     // The last endpoint that accepted a stream (200) and then failed before any output (spec 7.5.2).
@@ -154,8 +157,14 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           deps.metrics?.attempt(candidate.provider.id, gone ? 'cancelled' : e.errorType);
           state.attempts.push({ provider: candidate.provider.id, model: candidate.model.id, upstreamModel: candidate.endpoint.upstream_model, outcome: 'error', errorType: e.errorType, status: e.status, droppedParameters: dropped });
           if (state.abort.aborted) throw cutShort(state, { c: candidate, isByok: apiKey !== undefined }, gone ? new GatewayError('timeout', 'The client closed the request') : e);
-          last = e;
-          hints.push(e.headers?.['retry-after']);
+          // A translation refusal says only that this endpoint cannot take the request: it does not replace the
+          // failure of one that could (a 429 with its Retry-After reached the caller as a 400 "`n` > 1 is not
+          // supported", which no SDK retries), nor count as an attempt without a retry hint.
+          if (e.metadata?.untranslatable) refused ??= e;
+          else {
+            last = e;
+            hints.push(e.headers?.['retry-after']);
+          }
           if (stream && e.metadata?.accepted) accepted = { c: candidate, isByok: apiKey !== undefined };
           if (!blamesCaller(e) && !(apiKey !== undefined && ownKeyFailure(e))) deps.health.recordFailure(endpointKey(candidate));
           const remaining = order.slice(i + 1).filter((c) => !skipped.has(c));
@@ -187,7 +196,8 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
     }
     if (last?.metadata?.after_headers && dialect === 'chat_completions' && !stream) return errorAfterHeaders(state, last);
     if (accepted && last) return streamFailedBeforeOutput(state, accepted, last);
-    throw last ? withRetryHint(withoutRoutingFlags(last), hints) : new GatewayError('provider_unavailable', 'No provider could serve the request');
+    if (last) throw withRetryHint(withoutRoutingFlags(last), hints);
+    throw refused ? withoutRoutingFlags(refused) : new GatewayError('provider_unavailable', 'No provider could serve the request');
   };
 }
 

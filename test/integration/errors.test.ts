@@ -227,6 +227,17 @@ describe('routing errors', () => {
     expect(upstream.received.slice(before).map((r) => r.body.n)).toEqual([2]);
   });
 
+  it('an endpoint that cannot express the request does not hide the failure of one that could (a 429 became a 400)', async () => {
+    upstream.scripts.set('gpt-upstream', [{ kind: 'status', status: 429, headers: { 'retry-after': '7' } }]);
+    const limited = await chat(gw.key, { ...chatBody, model: 'fake/gpt', models: ['fake/claude'], n: 2 });
+    expectStandard(limited, 429, 'rate_limit_exceeded');
+    expect(limited.headers.get('retry-after')).toBe('7');
+    upstream.scripts.set('gpt-upstream', [{ kind: 'status', status: 503 }]);
+    const streamed = await chat(gw.key, { ...chatBody, model: 'fake/gpt', models: ['fake/claude'], n: 2, stream: true });
+    expectStandard(streamed, 503, 'provider_overloaded');
+    upstream.scripts.clear();
+  });
+
   it('a gateway key pasted into model, models or provider.only is masked in the error body and the routing metadata (sk-gw-v1-...abcd), in both envelopes', async () => {
     const label = `sk-gw-v1-...${gw.key.slice(-4)}`;
     const a = await chat(gw.key, { ...chatBody, model: gw.key });
