@@ -78,8 +78,8 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
     // The first endpoint's refusal to express the request in its style: the caller's error only when no endpoint
     // that could take the request was tried (see the attempt loop).
     let refused: GatewayError | undefined;
-    // Retry hints of the failed attempts (spec 7.10: the answer carries Retry-After only when every one gave one).
-    const hints: (string | undefined)[] = [];
+    // The failed attempts: the answer's retry headers are read from all of them (see withRetryHeaders).
+    const failures: GatewayError[] = [];
     // The last endpoint that accepted a stream (200) and then failed before any output (spec 7.5.2).
     let accepted: Served | undefined;
     const skipped = new Set<Candidate>();
@@ -159,11 +159,11 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           if (state.abort.aborted) throw cutShort(state, { c: candidate, isByok: apiKey !== undefined }, gone ? new GatewayError('timeout', 'The client closed the request') : e);
           // A translation refusal says only that this endpoint cannot take the request: it does not replace the
           // failure of one that could (a 429 with its Retry-After reached the caller as a 400 "`n` > 1 is not
-          // supported", which no SDK retries), nor count as an attempt without a retry hint.
+          // supported", which no SDK retries), nor count as an attempt without retry headers.
           if (e.metadata?.untranslatable) refused ??= e;
           else {
             last = e;
-            hints.push(e.headers?.['retry-after']);
+            failures.push(e);
           }
           if (stream && e.metadata?.accepted) accepted = { c: candidate, isByok: apiKey !== undefined };
           if (!blamesCaller(e) && !(apiKey !== undefined && ownKeyFailure(e))) deps.health.recordFailure(endpointKey(candidate));
@@ -175,7 +175,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
             : nextStep(e, { retriedSame, lastCandidate: remaining.length === 0, retryWaitMaxMs: deps.routing.retry_wait_max_ms });
           if (step.kind === 'stop') {
             if (accepted) return streamFailedBeforeOutput(state, accepted, e);
-            throw withRetryHint(withoutRoutingFlags(e), hints);
+            throw withRetryHeaders(withoutRoutingFlags(e), failures);
           }
           if (step.kind === 'retry_same' && !retriedSame) {
             if (step.waitMs > 0) {
@@ -196,7 +196,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
     }
     if (last?.metadata?.after_headers && dialect === 'chat_completions' && !stream) return errorAfterHeaders(state, last);
     if (accepted && last) return streamFailedBeforeOutput(state, accepted, last);
-    if (last) throw withRetryHint(withoutRoutingFlags(last), hints);
+    if (last) throw withRetryHeaders(withoutRoutingFlags(last), failures);
     throw refused ? withoutRoutingFlags(refused) : new GatewayError('provider_unavailable', 'No provider could serve the request');
   };
 }
@@ -230,17 +230,25 @@ function streamFailedBeforeOutput(state: GatewayState, served: Served, err: Gate
 }
 
 /**
- * The caller's Retry-After (spec 7.10): only when every failed attempt gave a retry hint, the longest of them
- * (a wait that serves the first endpoint may not serve the others); otherwise none. It had been the last
- * attempt's, even when another endpoint had given none, or a longer one.
+ * The caller's retry headers, from every failed attempt and not the last one alone:
+ * - Retry-After (spec 7.10): only when every failed attempt gave a retry hint, the longest of them (a wait that
+ *   serves the first endpoint may not serve the others); otherwise none. It had been the last attempt's, even
+ *   when another endpoint had given none, or a longer one.
+ * - `x-should-retry: false` (a provider refused our credentials or model: that endpoint fails the same way until
+ *   the operator acts) only when every failed attempt said so. An endpoint that was overloaded, rate-limited or
+ *   unreachable may serve the same request soon, and the official SDKs read the header before the status: a 503
+ *   from the first endpoint and a 401 from the last had them give up at once.
  */
-function withRetryHint(err: GatewayError, hints: readonly (string | undefined)[]): GatewayError {
-  const own = err.headers?.['retry-after'];
-  if (own === undefined) return err;
-  const seconds = hints.map((h) => (h !== undefined && /^\d+$/.test(h.trim()) ? Number(h) : Number.NaN));
-  const every = hints.every((h) => h !== undefined);
-  const { 'retry-after': _drop, ...rest } = err.headers!;
-  const headers = every ? { ...rest, 'retry-after': seconds.every((n) => !Number.isNaN(n)) ? String(Math.max(...seconds)) : own } : rest;
+function withRetryHeaders(err: GatewayError, failures: readonly GatewayError[]): GatewayError {
+  if (!err.headers) return err;
+  const { 'retry-after': own, 'x-should-retry': shouldRetry, ...headers } = err.headers;
+  if (own !== undefined) {
+    const hints = failures.map((f) => f.headers?.['retry-after']);
+    const seconds = hints.map((h) => (h !== undefined && /^\d+$/.test(h.trim()) ? Number(h) : Number.NaN));
+    if (hints.every((h) => h !== undefined)) headers['retry-after'] = seconds.every((n) => !Number.isNaN(n)) ? String(Math.max(...seconds)) : own;
+  }
+  if (shouldRetry !== undefined && (shouldRetry !== 'false' || failures.every((f) => f.headers?.['x-should-retry'] === 'false'))) headers['x-should-retry'] = shouldRetry;
+  if (headers['retry-after'] === own && headers['x-should-retry'] === shouldRetry) return err;
   return new GatewayError(err.errorType, err.message, { status: err.status, metadata: err.metadata, headers: Object.keys(headers).length > 0 ? headers : undefined, details: err.details, cause: err.cause ?? err });
 }
 

@@ -331,6 +331,20 @@ describe('circuit breaker and sticky sessions', () => {
     expect(served.status).toBe(200);
     expect(served.json.provider).toBe('pb');
   });
+
+  it('x-should-retry: false only when every failed endpoint refused for good (an overloaded one may serve a retry)', async () => {
+    await fresh();
+    upstream.always.set('up-a', { kind: 'status', status: 503 });
+    upstream.always.set('up-b', { kind: 'status', status: 401 });
+    const mixed = await ask({ model: 'r/pair' });
+    expect(mixed.status).toBe(502);
+    expect(mixed.json.error.metadata.provider_code).toBe(401);
+    expect(mixed.headers.get('x-should-retry')).toBeNull();
+    upstream.always.set('up-a', { kind: 'status', status: 404 });
+    const both = await ask({ model: 'r/pair' });
+    expect(both.status).toBe(502);
+    expect(both.headers.get('x-should-retry')).toBe('false');
+  });
 });
 
 describe('sticky sessions in Redis', () => {
