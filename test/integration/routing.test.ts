@@ -181,6 +181,26 @@ describe('attempt policy', () => {
     expect(seen(n)).toEqual(['up-small', 'up-big']);
   });
 
+  it('an error a provider reports in a 2xx body or in its stream is classified by its message as an HTTP error is', async () => {
+    await fresh();
+    const tooLong = { error: { code: 400, message: "This model's maximum context length is 8000 tokens" } };
+    upstream.scripts.set('up-small', [{ kind: 'status', status: 200, body: tooLong }]);
+    let n = upstream.received.length;
+    const json = await ask({ model: 'r/small', models: ['r/big'] });
+    expect(json.json.model).toBe('r/big');
+    expect(seen(n)).toEqual(['up-small', 'up-big']);
+    upstream.scripts.set('up-small', [{ kind: 'raw-stream', text: `data: ${JSON.stringify(tooLong)}\n\n` }]);
+    n = upstream.received.length;
+    const streamed = await ask({ model: 'r/small', models: ['r/big'], stream: true });
+    expect(sseEvents(streamed.text).map((e) => e.data).join('')).toContain(TEXT[0]);
+    expect(seen(n)).toEqual(['up-small', 'up-big']);
+    // 7.4 rule 1: a content filter is content_policy_violation (403) whatever status the provider gave it.
+    upstream.scripts.set('up-solo', [{ kind: 'raw-stream', text: `data: ${JSON.stringify({ error: { code: 400, message: 'Your input was flagged by the content filter' } })}\n\n` }]);
+    const filtered = await ask({ model: 'r/solo', stream: true });
+    const error = JSON.parse(sseEvents(filtered.text)[0].data).error;
+    expect(error).toMatchObject({ code: 403, metadata: { error_type: 'content_policy_violation' } });
+  });
+
   it('a provider that never answers costs one headers timeout, then the next endpoint answers', async () => {
     await fresh();
     upstream.scripts.set('up-a', [{ kind: 'hang' }]);

@@ -135,6 +135,16 @@ describe('messagesToChatResponse', () => {
     expect(out).toEqual({ id: 'req_1', error: { code: 503, message: 'Busy', metadata: { error_type: 'provider_overloaded', provider_code: null } } });
     expect(out).not.toHaveProperty('choices');
   });
+
+  it('classifies a messages error by its type and message, as the HTTP error of that type (prompt too long, credit balance)', () => {
+    const code = (error: object) => messagesToChatResponse({ type: 'error', error }).error.metadata.error_type;
+    expect(code({ type: 'invalid_request_error', message: 'prompt is too long: 250000 tokens > 200000 maximum' })).toBe('context_length_exceeded');
+    expect(code({ type: 'invalid_request_error', message: 'Your credit balance is too low to access the Anthropic API.' })).toBe('provider_unavailable');
+    expect(code({ type: 'invalid_request_error', message: 'messages: roles must alternate' })).toBe('invalid_request');
+    expect(code({ type: 'timeout_error', message: 'm' })).toBe('timeout');
+    expect(code({ type: 'authentication_error', message: 'm' })).toBe('provider_unavailable');
+    expect(code({ type: 'constructor', message: 'm' })).toBe('provider_unavailable');
+  });
 });
 
 describe('chatToMessagesResponse', () => {

@@ -568,6 +568,9 @@ describe('chatToMessagesStream', () => {
     [{ code: 403, message: 'm', metadata: { error_type: 'refusal' } }, { type: 'invalid_request_error', message: 'm', error_type: 'refusal' }],
     [{ code: 429, message: 'm' }, { type: 'rate_limit_error', message: 'm', error_type: 'rate_limit_exceeded' }],
     [{ code: 529, message: 'm' }, { type: 'overloaded_error', message: 'm', error_type: 'provider_overloaded' }],
+    // The status with its message, as an HTTP error is classified (a plain invalid_request before).
+    [{ code: 400, message: 'maximum context length is 8192' }, { type: 'invalid_request_error', message: 'maximum context length is 8192', error_type: 'context_length_exceeded' }],
+    [{ code: 400, message: 'flagged by the content filter' }, { type: 'invalid_request_error', message: 'flagged by the content filter', error_type: 'content_policy_violation' }],
   ])('maps the chunk error %j (its error_type first, else its status)', (error, expected) => {
     const out = run(chatToMessagesStream(), [{ data: JSON.stringify({ error, choices: [] }) }]);
     expect(JSON.parse(out[0].data).error).toEqual(expected);

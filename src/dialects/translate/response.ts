@@ -76,14 +76,18 @@ export function chatUsageToMessages(u: unknown): Obj {
 
 // ---- errors ----
 
-const TYPE_OF_MESSAGES_ERROR: Record<string, ErrorType> = {
-  invalid_request_error: 'invalid_request',
-  request_too_large: 'payload_too_large',
-  rate_limit_error: 'rate_limit_exceeded',
-  overloaded_error: 'provider_overloaded',
-  timeout_error: 'timeout',
-  // Authentication, permission, billing and not-found errors upstream concern the gateway's own
-  // credentials and configuration, not the caller's (as in the provider layer's classification).
+/**
+ * The HTTP status a messages-style error type stands for, to classify an in-band error as the provider layer
+ * classifies an HTTP error of that status (`upstreamErrorType`: its message decides context length, content
+ * policy, the operator's account). Authentication, permission, billing and not-found errors upstream concern
+ * the gateway's own credentials and configuration, not the caller's: they are not here (`provider_unavailable`).
+ */
+const STATUS_OF_MESSAGES_ERROR: Record<string, number> = {
+  invalid_request_error: 400,
+  request_too_large: 413,
+  rate_limit_error: 429,
+  overloaded_error: 529,
+  timeout_error: 504,
 };
 
 const isErrorType = (v: unknown): v is ErrorType => typeof v === 'string' && Object.prototype.hasOwnProperty.call(ERROR_STATUS, v);
@@ -91,8 +95,10 @@ const isErrorType = (v: unknown): v is ErrorType => typeof v === 'string' && Obj
 /** A messages-style `error` object (`{type, message, error_type?}`) → the chat error object `{code, message, metadata}`. */
 export function messagesErrorToChat(e: unknown): Obj {
   const err = isObj(e) ? e : {};
-  const errorType: ErrorType = isErrorType(err.error_type) ? err.error_type : (TYPE_OF_MESSAGES_ERROR[err.type] ?? 'provider_unavailable');
   const message = typeof err.message === 'string' ? err.message : 'Provider error';
+  const status = typeof err.type === 'string' && Object.hasOwn(STATUS_OF_MESSAGES_ERROR, err.type) ? STATUS_OF_MESSAGES_ERROR[err.type] : undefined;
+  // Read as an HTTP error of its status is: a "prompt is too long" in a stream had been a plain invalid_request.
+  const errorType: ErrorType = isErrorType(err.error_type) ? err.error_type : status !== undefined ? upstreamErrorType(status, String(err.type), message) : 'provider_unavailable';
   // `code` is the status this gateway gives the error type (a chat error carries one); the provider sent none,
   // so `provider_code` says so (it had been read back as the provider's: an overloaded Anthropic stream showed 503).
   return { code: ERROR_STATUS[errorType], message, metadata: { error_type: errorType, provider_code: null } };
@@ -102,12 +108,14 @@ export function messagesErrorToChat(e: unknown): Obj {
 export function chatErrorToMessages(e: unknown): Obj {
   const err = isObj(e) ? e : {};
   const meta = isObj(err.metadata) ? err.metadata : {};
+  const message = typeof err.message === 'string' ? err.message : 'Provider error';
   let errorType: ErrorType;
   if (isErrorType(meta.error_type)) errorType = meta.error_type;
-  else if (typeof err.code === 'number') errorType = upstreamErrorType(err.code);
+  // A status as the code: classified with its message as an HTTP error of that status is (7.4 rule 1: a content
+  // filter is 403 whatever the status; a context-length 400 lets a larger model be tried).
+  else if (typeof err.code === 'number') errorType = upstreamErrorType(err.code, typeof err.type === 'string' ? err.type : '', message);
   else if (isErrorType(err.code)) errorType = err.code;
   else errorType = 'provider_unavailable';
-  const message = typeof err.message === 'string' ? err.message : 'Provider error';
   return { type: messagesErrorType(errorType), message, error_type: errorType };
 }
 
