@@ -34,8 +34,8 @@ export function statusFor(err: GatewayError, style: ApiStyle): number {
   return err.status;
 }
 
-/** Spec 7.4 rule 3: a 500 (`server`, `unmapped`) shows a generic message and no provider details. */
-function masked(err: GatewayError): boolean {
+/** Spec 7.4 rule 3: a 500 (`server`, `unmapped`) shows a generic message, no provider details and no routing metadata. */
+export function masked(err: GatewayError): boolean {
   return err.status >= 500 && (err.errorType === 'server' || err.errorType === 'unmapped');
 }
 

@@ -1,6 +1,6 @@
 import { SpanStatusCode, type Span } from '@opentelemetry/api';
 import type { Middleware } from 'koa';
-import { errorBody, statusFor, type ApiStyle } from '../errors/envelope';
+import { errorBody, masked, statusFor, type ApiStyle } from '../errors/envelope';
 import { GatewayError, toGatewayError } from '../errors/gateway-error';
 import { CLIENT_CLOSED, clientClosed, RequestAbort } from '../pipeline/request-abort';
 import type { EndpointId, GatewayContext, GatewayState } from '../pipeline/types';
@@ -163,7 +163,8 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       if (state?.requestId) ctx.set(requestIdHeader(style), state.requestId);
       if (drain?.started) ctx.set('Connection', 'close');
       const body = errorBody(e, style, state?.requestId ?? null);
-      if (state?.metadataOptIn && (state.candidates.length > 0 || state.pipeline.length > 0)) {
+      // Not on a 500 (spec 7.4 rule 3: its routing metadata is omitted, as its provider details are).
+      if (state?.metadataOptIn && (state.candidates.length > 0 || state.pipeline.length > 0) && !masked(e)) {
         (body as Record<string, unknown>).gateway_metadata = routingMetadata(state);
       }
       // What a stage put in an error's metadata or in the pipeline records may not be JSON (a BigInt, a

@@ -87,6 +87,16 @@ describe('a stage that misbehaves', () => {
     }
   });
 
+  it('answers a 500 after routing without the routing metadata asked for (spec 7.4 rule 3), in both envelopes', async () => {
+    for (const ask of [chat, messages]) {
+      const path = ask === chat ? 'chat/completions' : 'messages';
+      const res = await post(`${gw.url}/${path}`, gw.key, { model: 'sim/chat', max_tokens: 50, messages: [{ role: 'user', content: 'hi' }] }, { 'x-mb': 'status-999', 'x-gateway-metadata': 'enabled' });
+      expect(res.status).toBe(500);
+      expect(res.json).not.toHaveProperty('gateway_metadata');
+      expect(res.headers.get(ask === chat ? 'x-request-id' : 'request-id')).toMatch(/^gen-/);
+    }
+  });
+
   it('puts what JSON cannot hold (a BigInt, a cycle) in an error or the records: an enveloped 500 with the request id, not a bare text/plain one', async () => {
     for (const ask of [chat, messages]) {
       const bigint = await ask('bigint-metadata');
