@@ -153,13 +153,15 @@ export const chatCompletions: DialectAdapter = {
         }
         // Data that is no chunk (no choices, no usage, no error: a provider's keep-alive `{}`) is not passed on.
         if (!Array.isArray(chunk.choices) && chunk.usage == null && !chunk.error) return null;
+        // The provider's error ends the stream as the gateway's own in-band error (one, with error_type): an
+        // `error` member, or a choice finished "error" (which had been relayed as a finish, billed completed).
+        const failure = streamFailure(chunk);
+        if (failure) throw providerStreamError('chat_completions', failure, info.provider);
         if (Array.isArray(chunk.choices) && chunk.choices.some((c: { finish_reason?: unknown }) => typeof c?.finish_reason === 'string')) finished = true;
         chunk.id = info.generationId;
         chunk.model = info.model;
         chunk.provider = info.provider;
         if (typeof chunk.created === 'number') created = chunk.created;
-        // The provider's error ends the stream as the gateway's own in-band error (one, with error_type).
-        if (chunk.error) throw providerStreamError('chat_completions', chunk, info.provider);
         if (chunk.usage) {
           usage = chatUsage(chunk.usage);
           if (usage) {
@@ -210,7 +212,8 @@ export const chatCompletions: DialectAdapter = {
     if (ev.data === '[DONE]') throw endedBeforeOutput(providerId);
     const chunk = eventData(ev, providerId) as Record<string, any> | null;
     if (!chunk || typeof chunk !== 'object') throw providerStreamError('chat_completions', {}, providerId);
-    if (chunk.error) throw providerStreamError('chat_completions', chunk, providerId);
+    const failure = streamFailure(chunk);
+    if (failure) throw providerStreamError('chat_completions', failure, providerId);
     const choices: unknown[] = Array.isArray(chunk.choices) ? chunk.choices : [];
     // A usage chunk comes after the finish; a chunk without choices otherwise carries no output.
     if (choices.length === 0) return chunk.usage != null;
@@ -220,6 +223,17 @@ export const chatCompletions: DialectAdapter = {
     });
   },
 };
+
+/**
+ * The failure a chat chunk reports, as `{error}` for providerStreamError, or undefined: its `error` member, or a
+ * choice finished `"error"` (with the choice's own `error`, if any), as a 2xx JSON answer's failure is read
+ * (providers/json-stream.ts). Such a choice is no finish: before output the next endpoint is tried.
+ */
+function streamFailure(chunk: Record<string, any>): { error?: unknown } | undefined {
+  if (chunk.error) return chunk;
+  const choice = Array.isArray(chunk.choices) ? chunk.choices.find((c: { finish_reason?: unknown } | null) => c?.finish_reason === 'error') : undefined;
+  return choice ? { error: choice.error ?? {} } : undefined;
+}
 
 /** A delta that carries something beyond its role: text, a tool call, a refusal, reasoning… (empty values do not count). */
 function hasOutput(delta: Record<string, unknown> | undefined): boolean {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { post, sseEvents, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+import { ledgerRowSoon, post, sseEvents, testConfigYaml, type TestGateway } from '../fixtures/gateway';
 import { perTestGateways } from '../fixtures/per-test';
 
 const t = perTestGateways();
@@ -119,6 +119,25 @@ describe('streams fail over until the answer begins (spec 7.5.2)', () => {
     expect(JSON.parse(errorEvents[0].data)).toEqual({ type: 'error', error: { type: 'overloaded_error', message: expect.any(String), error_type: 'provider_overloaded' } });
     expect(messages.at(-1)!.data).toBe('[DONE]');
     expect(upstreamModels()).toEqual(['first-msg']);
+  });
+
+  it('chat: a choice finished "error" without an error member is a failure, not a finish: failover before output, the error chunk after', async () => {
+    g = await t.start({ yaml: yaml() });
+    const errorFinish = sse(null, { id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'first-chat', choices: [{ index: 0, delta: {}, finish_reason: 'error' }] });
+    t.upstream.scripts.set('first-chat', [{ kind: 'raw-stream', text: ROLE_CHUNK + errorFinish + sse(null, '[DONE]') }]);
+    const before = sseEvents((await ask('chat/completions')).text);
+    expect(before.some((e) => e.data.includes('"finish_reason":"error"'))).toBe(false);
+    expect(upstreamModels()).toEqual(['first-chat', 'second-chat']);
+
+    t.upstream.received.length = 0;
+    t.upstream.scripts.set('first-chat', [{ kind: 'raw-stream', text: ROLE_CHUNK + chatText('Hel') + errorFinish + sse(null, '[DONE]') }]);
+    const res = await ask('chat/completions');
+    const chunks = sseEvents(res.text).filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+    // Spec 7.5.3: the error chunk carries `error` with its error_type (it had gone out bare, billed completed).
+    expect(chunks.at(-1)).toMatchObject({ error: { code: 502, metadata: { error_type: 'provider_unavailable' } }, choices: [{ finish_reason: 'error' }] });
+    expect(chunks.filter((c) => c.choices?.[0]?.finish_reason === 'error')).toHaveLength(1);
+    expect(upstreamModels()).toEqual(['first-chat']);
+    expect((await ledgerRowSoon(g, res.headers.get('x-request-id')!))?.status).toBe('failed');
   });
 
   it('messages: message_start and then [DONE] (no answer) fails over', async () => {
