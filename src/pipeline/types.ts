@@ -17,7 +17,17 @@ export interface SseEvent {
 
 /** What a pipeline answers with. Post-stages may wrap `events` to transform a stream as it flows. */
 export type GatewayResponse =
-  | { kind: 'json'; status: number; body: unknown; headers?: Record<string, string> }
+  | {
+      kind: 'json';
+      status: number;
+      body: unknown;
+      headers?: Record<string, string>;
+      /**
+       * The error_type of a failure the answer reports in its body with a 200 (spec 7.5.4: every provider failed
+       * after answering 2xx): the access line, the metrics and the span count the request as that error.
+       */
+      failure?: string;
+    }
   | { kind: 'sse'; status: number; events: AsyncIterable<SseEvent>; headers?: Record<string, string> };
 
 /** Token usage in one shape for both dialects. `inputTokens` includes cached and cache-write tokens. */

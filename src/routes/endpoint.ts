@@ -234,7 +234,12 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
 
     function afterAnswer(answered: GatewayState, answerSpan: Span, status: number): void {
       try {
-        finish(runtime, answered, answerSpan, status);
+        const ended = endedAs(answered);
+        if (ended !== 'none') {
+          answerSpan.setStatus({ code: SpanStatusCode.ERROR, message: 'The answer reports a failure' });
+          answerSpan.setAttribute('gateway.error_type', ended);
+        }
+        finish(runtime, answered, answerSpan, status, ended === 'none' ? undefined : ended);
       } catch (err) {
         // The answer is out: nothing to turn into an error answer any more.
         runtime.services.logger.error({ err, generation_id: answered.requestId }, 'finishing a request failed');
@@ -252,8 +257,10 @@ function msSince(start: number): number {
   return Math.round((performance.now() - start) * 10) / 10;
 }
 
-/** The `error_type` metric label of an answer that is not an error: how a stream ended; `none` for JSON. */
+/** The `error_type` metric label of an answer that is not an error: how a stream ended; `none` for JSON (unless it reports a failure). */
 function endedAs(state: GatewayState | undefined): string {
+  // A JSON answer that reports a failure with its 200 (spec 7.5.4) is counted as that failure.
+  if (state?.response?.kind === 'json') return state.response.failure ?? 'none';
   if (state?.response?.kind !== 'sse' || state.outcome === 'completed') return 'none';
   return state.outcome === 'cancelled' ? 'cancelled' : 'stream_failed';
 }

@@ -212,6 +212,8 @@ function errorAfterHeaders(state: GatewayState, err: GatewayError): GatewayRespo
     kind: 'json',
     status: 200,
     body: { id: state.requestId, error: { code: err.status, message: err.message, metadata: { ...metadata, error_type: err.errorType } } },
+    // A failed request all the same: it had been logged and counted as a success (status 200, error_type none).
+    failure: err.errorType,
   };
 }
 

@@ -452,6 +452,10 @@ describe('the stream-failure contract (7.5)', () => {
     expect(res.json.id).toMatch(/^gen-/);
     expect(res.json.error.metadata.error_type).toBe('provider_unavailable');
     expect(seen(n)).toEqual(['up-solo', 'up-solo']); // a reset after headers is retried once too
+    // A failed request all the same: its access line (and the metrics) name the error, not a plain 200.
+    await new Promise((r) => setTimeout(r, 20));
+    const line = gw.logs.map((l) => JSON.parse(l)).find((l) => l.msg === 'request' && l.generation_id === res.json.id);
+    expect(line).toMatchObject({ status: 200, error_type: 'provider_unavailable' });
     // Messages callers get the real status; the flag routing reads is not in what they see.
     upstream.scripts.set('up-solo', [{ kind: 'midstream' }, { kind: 'midstream' }]);
     const messages = await post(`${gw.url}/messages`, gw.key, { model: 'r/solo', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] });
