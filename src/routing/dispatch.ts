@@ -175,6 +175,9 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
             : nextStep(e, { retriedSame, lastCandidate: remaining.length === 0, retryWaitMaxMs: deps.routing.retry_wait_max_ms });
           if (step.kind === 'stop') {
             if (accepted) return streamFailedBeforeOutput(state, accepted, e);
+            // A caller mistake a provider reported in its 2xx body ends the request as any failure after headers
+            // does (spec 7.5.4); it had been the only one answered with its own status.
+            if (e.metadata?.after_headers && dialect === 'chat_completions' && !stream) return errorAfterHeaders(state, e);
             throw withRetryHeaders(withoutRoutingFlags(e), failures);
           }
           if (step.kind === 'retry_same' && !retriedSame) {

@@ -456,6 +456,12 @@ describe('the stream-failure contract (7.5)', () => {
     await new Promise((r) => setTimeout(r, 20));
     const line = gw.logs.map((l) => JSON.parse(l)).find((l) => l.msg === 'request' && l.generation_id === res.json.id);
     expect(line).toMatchObject({ status: 200, error_type: 'provider_unavailable' });
+    // A caller mistake the provider reported in its 2xx body: the same 200 (it was the one answered 400), not retried.
+    upstream.scripts.set('up-solo', [{ kind: 'status', status: 200, body: { error: { code: 400, message: 'Invalid value for temperature' } } }]);
+    const mistake = await ask({ model: 'r/solo' });
+    expect(mistake.status).toBe(200);
+    expect(Object.keys(mistake.json).sort()).toEqual(['error', 'id']);
+    expect(mistake.json.error).toMatchObject({ code: 400, message: 'Invalid value for temperature', metadata: { error_type: 'invalid_request' } });
     // Messages callers get the real status; the flag routing reads is not in what they see.
     upstream.scripts.set('up-solo', [{ kind: 'midstream' }, { kind: 'midstream' }]);
     const messages = await post(`${gw.url}/messages`, gw.key, { model: 'r/solo', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] });
