@@ -9,6 +9,7 @@ import { chatUsageBody } from '../dialects/chat-completions';
 import { inBandError } from '../dialects/in-band-error';
 import { messagesUsageBody } from '../dialects/messages';
 import { shutdownCut } from '../drain';
+import { standardEnvelope } from '../errors/envelope';
 import { GatewayError, toGatewayError } from '../errors/gateway-error';
 import { clientClosed } from '../pipeline/request-abort';
 import type { GatewayResponse, GatewayState, NormalizedUsage } from '../pipeline/types';
@@ -210,11 +211,14 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
  * callers get the real error status instead: their SDK would read a 200 as a message.
  */
 function errorAfterHeaders(state: GatewayState, err: GatewayError): GatewayResponse {
-  const { after_headers: _drop, ...metadata } = err.metadata ?? {};
+  // The standard envelope's error (a gateway key quoted in it masked, as in every error body), and the routing
+  // metadata a caller opted into, as other error bodies after routing carry it (it had none).
+  const body: Record<string, unknown> = { id: state.requestId, ...standardEnvelope(withoutRoutingFlags(err)) };
+  if (state.metadataOptIn) body.gateway_metadata = routingMetadata(state);
   return {
     kind: 'json',
     status: 200,
-    body: { id: state.requestId, error: { code: err.status, message: err.message, metadata: { ...metadata, error_type: err.errorType } } },
+    body,
     // A failed request all the same: it had been logged and counted as a success (status 200, error_type none).
     failure: err.errorType,
   };

@@ -462,6 +462,11 @@ describe('the stream-failure contract (7.5)', () => {
     expect(mistake.status).toBe(200);
     expect(Object.keys(mistake.json).sort()).toEqual(['error', 'id']);
     expect(mistake.json.error).toMatchObject({ code: 400, message: 'Invalid value for temperature', metadata: { error_type: 'invalid_request' } });
+    // With routing metadata asked for, it rides along, as on other error bodies after routing (it had none).
+    upstream.scripts.set('up-solo', [{ kind: 'midstream' }, { kind: 'midstream' }]);
+    const described = await ask({ model: 'r/solo' }, gw.key, { 'x-gateway-metadata': 'enabled' });
+    expect(described.status).toBe(200);
+    expect(described.json.gateway_metadata.attempts.map((a: { provider: string }) => a.provider)).toEqual(['pa', 'pa']);
     // Messages callers get the real status; the flag routing reads is not in what they see.
     upstream.scripts.set('up-solo', [{ kind: 'midstream' }, { kind: 'midstream' }]);
     const messages = await post(`${gw.url}/messages`, gw.key, { model: 'r/solo', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] });
