@@ -65,8 +65,9 @@ export function planFor(state: GatewayState, deps: PlanDeps, stuck: string | und
     requestedParameters: requested,
     allowedRegions,
   });
-  // The caller's own provider order stands as given; `require_parameters` has filtered already.
-  if (preferences?.order) return plan;
+  // The caller's own provider order stands as given; `require_parameters` has filtered already. An empty one
+  // orders nothing (as planRoute reads it): it had switched off the session's endpoint and the tools-first order.
+  if (preferences?.order?.length) return plan;
   const sticky = stuck === undefined ? plan : withStuckFirst(plan, stuck, deps);
   return requireAll ? sticky : withShapingFirst(sticky, body, state.endpoint as Dialect);
 }

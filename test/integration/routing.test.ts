@@ -323,6 +323,8 @@ describe('circuit breaker and sticky sessions', () => {
     // The caller's own order still stands (and the endpoint then drops what it does not list).
     expect((await ask({ model: 'r/tools', tools, provider: { order: ['pa'] } })).json.provider).toBe('pa');
     expect(upstream.received.slice(n).map((r) => r.body.model)).toEqual(['up-notools', 'up-tools', 'up-tools', 'up-notools']);
+    // An empty order orders nothing (as in planning): the tools still go where they are taken (they were dropped).
+    expect((await ask({ model: 'r/tools', tools, tool_choice: 'required', provider: { order: [] } })).json.provider).toBe('pb');
   });
 
   it("asks the provider for no more than the model's max_output_tokens (the spend hold held that much; 90 000 were billed)", async () => {
