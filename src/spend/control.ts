@@ -214,8 +214,11 @@ export class SpendControl {
   }
 
   /**
-   * A video job's hold ends: it is released from its groups, and for a billed job (`billed`, only by the
-   * writer of its ledger row) the cost is added to the spend counters in the same call. The ledger row debited
+   * A video job's hold ends: it is released from its groups, and for a billed job (`billed`) the cost is added
+   * to the spend counters in the same call, only if the hold was still in one of its groups (`retry`): the
+   * writer of the ledger row and a poller that found the row written (its writer may have died before settling)
+   * both settle, and only the first counts. A hold in no group has nothing to tell by: the writer alone passes
+   * counters then. The ledger row debited
    * the balance already, so the cost stays in the account's video in-flight group only for
    * `spend.balance_cache_ms`, while other processes' cached balances may not show the debit yet. Never throws:
    * a call the state refused is retried (SettleRetries; a retry counts the cost only if the hold was still
@@ -238,6 +241,7 @@ export class SpendControl {
       byok: billed?.byok ?? false,
       costNano,
       inFlight: hold.inFlightGroup ? { group: hold.inFlightGroup, until: linger > 0 ? now + linger : 0 } : null,
+      retry: billed !== undefined && hold.groups.length > 0,
     };
     try {
       await this.deps.state.settle(input);
@@ -310,7 +314,8 @@ export class SpendControl {
       this.retries.markStale(input.counters);
       return false;
     }
-    this.retries.add(input, generationId, this.clock() + COUNT_RETRY_MS, true);
+    // Counted outright: the hold a `retry` would need may have lapsed by now.
+    this.retries.add({ ...input, retry: false }, generationId, this.clock() + COUNT_RETRY_MS, true);
     return true;
   }
 

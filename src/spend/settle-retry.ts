@@ -96,11 +96,12 @@ export class SettleRetries {
 
   /**
    * `neverRan`: the first attempt is known not to have reached the state (refused before it was sent), so the
-   * retry counts the cost whether or not a hold is there (a video job's cost has no hold: `groups` is empty).
+   * retry counts the cost whether or not a hold is there (a video job's cost has no hold: `groups` is empty),
+   * unless the input itself is a `retry` (a billed video job's: another poller may have counted the cost).
    */
   add(input: SettleInput, generationId: string | null, holdUntil: number, neverRan = false): void {
     if (this.waiting.length >= this.options.maxWaiting) this.giveUp(this.waiting.shift()!, 'too many settlements waiting');
-    this.waiting.push({ input: { ...input, retry: !neverRan }, generationId, since: this.clock(), holdUntil });
+    this.waiting.push({ input: { ...input, retry: input.retry === true || !neverRan }, generationId, since: this.clock(), holdUntil });
     this.schedule();
   }
 

@@ -70,8 +70,9 @@ export interface SettleInput {
   /** The in-flight hold turns into the actual cost until `until` (epoch ms), covering the balance's lag. */
   inFlight: { group: string; until: number } | null;
   /**
-   * A settlement sent again after the state refused it: the cost is counted only if the hold was still in
-   * one of `groups` (a first attempt that ran, its reply lost, removed it), so it is never counted twice.
+   * The cost is counted only if the hold was still in one of `groups`, so it is never counted twice: set on a
+   * settlement sent again after the state refused it (a first attempt that ran, its reply lost, removed it),
+   * and on every billed video job's (two pollers may both settle one job: see `billVideoJob`).
    */
   retry?: boolean;
 }

@@ -78,18 +78,21 @@ export function videoLedgerRow(job: VideoJob): LedgerRow {
  * Bills a completed (or since expired) job exactly once: the ledger row is written straight to the store
  * (not through the batching writer, so it is durable before the job is marked billed) and debits the
  * account; the store ignores a second row with the same generation id, so two pollers, or a restart between
- * completion and billing, cannot bill twice. Only the writer of the row adds the cost to the cached budget
- * counters of the shared state, for the same reason, and releases the job's hold in the same call.
+ * completion and billing, cannot bill twice. The writer of the row adds the cost to the cached budget
+ * counters of the shared state and releases the job's hold in the same call. A poller that finds the row
+ * already written settles the hold too, counting the cost only if the hold is still there (see
+ * `settleVideoJob`): the writer may have died before its settlement (kill -9, OOM), which had left the hold
+ * until it lapsed and the cost out of the counters for good; and whichever of the two settles first counts it.
  */
 export async function billVideoJob(services: Services, job: VideoJob): Promise<void> {
   if (!job.generationId) throw new Error(`video job ${job.id} is ${job.status} without a generation id`);
   const row = videoLedgerRow(job);
   const inserted = await services.store.insertLedger(row);
-  if (inserted) {
-    services.spend.forgetAccount(job.accountId);
+  if (inserted) services.spend.forgetAccount(job.accountId);
+  if (inserted || job.request.hold) {
     // The counters are caches of ledger sums: a failure here is logged (and retried when the state never ran
     // the call, see countInBudgets), never a reason to bill again.
-    await countInBudgets(services, job, row).catch((err) =>
+    await countInBudgets(services, job, row, inserted).catch((err) =>
       services.logger.error({ err, video_job_id: job.id }, 'adding a video job cost to the spend counters failed'),
     );
   }
@@ -99,14 +102,15 @@ export async function billVideoJob(services: Services, job: VideoJob): Promise<v
 /**
  * Adds the job's cost to the existing spend counters of every budget of its key (missing ones are rebuilt from
  * the ledger), and releases its hold in the same settlement. A job created before holds has none: its cost is
- * counted alone, as it was then.
+ * counted alone, as it was then, and only by the row's writer (`wroteRow`). A hold held in no budget group
+ * cannot tell whether the writer counted the cost, so only the writer counts it then.
  */
-async function countInBudgets(services: Services, job: VideoJob, row: LedgerRow): Promise<void> {
+async function countInBudgets(services: Services, job: VideoJob, row: LedgerRow, wroteRow: boolean): Promise<void> {
   const hold = job.request.hold;
   if (hold) {
     let counters: string[] = [];
     try {
-      if (row.costUsd > 0) counters = await budgetCounters(services, job.keyId, new Date(row.createdAt));
+      if (row.costUsd > 0 && (wroteRow || hold.groups.length > 0)) counters = await budgetCounters(services, job.keyId, new Date(row.createdAt));
     } catch (err) {
       // The hold is released all the same: the balance was debited, so a prepaid account's video group would
       // count the job twice until the hold lapsed (an hour or more).
@@ -114,6 +118,7 @@ async function countInBudgets(services: Services, job: VideoJob, row: LedgerRow)
     }
     return services.spend.settleVideoJob(services.config, hold, job.id, { counters, byok: row.isByok, costUsd: row.costUsd });
   }
+  if (!wroteRow) return;
   const counters = row.costUsd > 0 ? await budgetCounters(services, job.keyId, new Date(row.createdAt)) : [];
   if (counters.length === 0) return;
   const input = { holdId: randomUUID(), groups: [], counters, byok: row.isByok, costNano: toNano(row.costUsd), inFlight: null };

@@ -7,6 +7,7 @@ import { toNano, type SettleInput } from '../../src/state/types';
 import { deleteRedisKeys, REDIS_URL, uniquePrefix } from '../fixtures/backing';
 import { startFakeVideoUpstream, type FakeVideoJob, type FakeVideoUpstream } from '../fixtures/fake-video-upstream';
 import { post, startTestGateway, type TestGateway } from '../fixtures/gateway';
+import { billVideoJob } from '../../src/videos/billing';
 import { cancelVideo, createVideo, fund, videoConfigYaml } from '../fixtures/videos';
 import { spent } from '../fixtures/ledger';
 
@@ -268,6 +269,74 @@ describe.each(['memory', 'redis'] as const)('video job spend checks and holds (%
     expect((await createVideo(g, JOB, second.secret)).status).toBe(200);
   });
 
+  it('a process that dies between writing a job’s ledger row and settling its hold: the next poller settles it, counting the cost once', async () => {
+    const g = await start();
+    // 0.5 admits one job of 0.55 at a time; the billed 0.25 leaves room for one more.
+    const limited = await g.createKey({ name: 'limited', limitUsd: 0.5 });
+    const group = `key:${limited.record.id}`;
+    const res = await createVideo(g, JOB, limited.secret);
+    expect(res.status).toBe(200);
+    // The first billing "dies" right after its row is committed: no settlement, not marked billed (what a
+    // kill -9 or OOM kill of that process leaves). The next round (this process's or another's) finds the
+    // row already written.
+    const insert = g.store.insertLedger.bind(g.store);
+    let died = false;
+    g.store.insertLedger = async (row) => {
+      const inserted = await insert(row);
+      if (row.endpoint === 'videos' && !died) {
+        died = true;
+        throw new Error('process killed');
+      }
+      return inserted;
+    };
+    try {
+      Object.assign(await upstreamJob(g, res.json.id), { status: 'succeeded', seconds: 2 });
+      await billed(g, res.json.id);
+    } finally {
+      g.store.insertLedger = insert;
+    }
+    expect(died).toBe(true);
+    expect((await g.store.usageForKey(limited.record.id)).usage).toBeCloseTo(COST_2S, 9);
+    // Before, the hold stayed until it lapsed (job_timeout_s + 10 min) and the cost never reached the spend
+    // counters: with a lifetime limit the key could spend it again for good.
+    expect(await held(g, group)).toBe(0);
+    expect((await createVideo(g, JOB, limited.secret)).status).toBe(200);
+    const refused = await createVideo(g, JOB, limited.secret);
+    expect(refused.status).toBe(402);
+    expect(refused.json.error.metadata.spend_usd).toBeCloseTo(COST_2S + EST, 9);
+    await g.gateway.videos.poll(); // billing again changes nothing
+    expect((await createVideo(g, JOB, limited.secret)).json.error.metadata.spend_usd).toBeCloseTo(COST_2S + EST, 9);
+  });
+
+  it('two pollers billing one job at once count its cost once', async () => {
+    const g = await start();
+    const limited = await g.createKey({ name: 'limited', limitUsd: 0.5 });
+    const res = await createVideo(g, JOB, limited.secret);
+    expect(res.status).toBe(200);
+    // The other poller's billing runs between this one's row and its settlement (both see the completion).
+    const insert = g.store.insertLedger.bind(g.store);
+    let raced = false;
+    g.store.insertLedger = async (row) => {
+      const inserted = await insert(row);
+      if (row.endpoint === 'videos' && inserted && !raced) {
+        raced = true;
+        const job = (await g.store.getVideoJob(res.json.id, g.keyRecord.workspaceId))!;
+        await billVideoJob(g.gateway.runtime().services, job);
+      }
+      return inserted;
+    };
+    try {
+      Object.assign(await upstreamJob(g, res.json.id), { status: 'succeeded', seconds: 2 });
+      await billed(g, res.json.id);
+    } finally {
+      g.store.insertLedger = insert;
+    }
+    expect(raced).toBe(true);
+    expect(await held(g, `key:${limited.record.id}`)).toBe(0);
+    expect((await createVideo(g, JOB, limited.secret)).status).toBe(200);
+    expect((await createVideo(g, JOB, limited.secret)).json.error.metadata.spend_usd).toBeCloseTo(COST_2S + EST, 9);
+  });
+
   it('shared state unreachable: the 503 of the chat checks, nothing submitted or stored', async () => {
     const g = await start();
     const state = g.gateway.state;
@@ -314,10 +383,10 @@ describe.each(['memory', 'redis'] as const)('video job spend checks and holds (%
       } finally {
         state.settle = settle;
       }
-      expect(calls[0]).toMatchObject({ costNano: toNano(COST_2S) });
-      expect(calls[0].retry).toBeFalsy();
-      // Only a retry whose first attempt may have run needs the hold to tell; one never sent counts outright.
-      expect(calls[1]).toMatchObject({ costNano: toNano(COST_2S), retry: first !== 'unsent' });
+      // Every billing settlement counts the cost only if the hold is still there (another poller may have
+      // settled the job: see billVideoJob), a first attempt never sent too: its hold is still there.
+      expect(calls[0]).toMatchObject({ costNano: toNano(COST_2S), retry: true });
+      expect(calls[1]).toMatchObject({ costNano: toNano(COST_2S), retry: true });
       // Counted once: 0.25 < 0.5 admits one more job, whose refusal shows 0.25 + its 0.55.
       expect((await createVideo(g, JOB, limited.secret)).status).toBe(200);
       const refused = await createVideo(g, JOB, limited.secret);
