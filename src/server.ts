@@ -135,8 +135,9 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const runtime = () => current;
   journal?.start();
   // Started at once: jobs left unfinished by an earlier process are resumed from the store, their holds first
-  // put back into in-process state (which starts empty).
-  const restored = await restoreVideoHolds(store, state);
+  // put back into in-process state (which starts empty). Redis keeps them: the poller puts them back only
+  // once Redis lost them (holdsLost).
+  const restored = state.holdsLost ? 0 : await restoreVideoHolds(store, state);
   if (restored > 0) logger.info({ holds: restored }, 'video jobs: holds of unfinished jobs put back');
   const videos = new VideoPoller(() => current.services, spend.clock);
   videos.start();

@@ -207,6 +207,24 @@ end
 return 1
 `;
 
+/**
+ * KEYS: the hold's groups. ARGV: holdId, amount, until, now, ttl. Puts the hold into each group that does not
+ * have it (one there is the live one, left as it is), unless it has lapsed.
+ */
+export const restoreLua =
+  helpers +
+  `
+local id, amount, untilMs = ARGV[1], ARGV[2], ARGV[3]
+if tonumber(untilMs) <= tonumber(ARGV[4]) then return 0 end
+for i = 1, #KEYS do
+  if redis.call('HEXISTS', KEYS[i], id) == 0 then
+    addHold(KEYS[i], id, amount, untilMs)
+    keepFor(KEYS[i], tonumber(ARGV[5]))
+  end
+end
+return 0
+`;
+
 /** KEYS: the group. ARGV: now. */
 export const heldLua =
   helpers +

@@ -1,6 +1,6 @@
 import type Redis from 'ioredis';
-import { heldLua, hitLua, initCounterLua, initRateLua, reserveLua, settleLua, unhitLua } from './redis-scripts';
-import type { RateLine, RateResult, ReserveInput, ReserveResult, SettleInput, SharedState } from './types';
+import { heldLua, hitLua, initCounterLua, initRateLua, reserveLua, restoreLua, settleLua, unhitLua } from './redis-scripts';
+import type { RateLine, RateResult, ReserveInput, ReserveResult, RestoredHold, SettleInput, SharedState } from './types';
 
 export interface RedisStateOptions {
   url: string;
@@ -14,6 +14,7 @@ const scripts = {
   budgetSettle: settleLua,
   counterInit: initCounterLua,
   holdsSum: heldLua,
+  holdsRestore: restoreLua,
   rateHit: hitLua,
   rateInit: initRateLua,
   rateUnhit: unhitLua,
@@ -126,6 +127,21 @@ export class RedisState implements SharedState {
     await this.run('budgetSettle', keys, args);
   }
 
+  async restoreHolds(holds: readonly RestoredHold[]): Promise<void> {
+    const now = this.clock();
+    await Promise.all(
+      holds.map((h) => this.run('holdsRestore', [...new Set(h.groups)].map((g) => this.key('holds', g)), [h.id, h.amountNano, h.until, now, this.gcTtl(h.until)])),
+    );
+  }
+
+  async holdsLost(): Promise<boolean> {
+    return (await (await this.client()).exists(this.markerKey())) === 0;
+  }
+
+  async markHolds(): Promise<void> {
+    await (await this.client()).set(this.markerKey(), '1');
+  }
+
   async initCounter(counter: string, paidNano: number, byokNano: number, expiresAt: number | null): Promise<void> {
     const args = [this.clock(), paidNano, byokNano, expiresAt ?? '', expiresAt === null ? '' : this.gcTtl(expiresAt)];
     await this.run('counterInit', [this.key('counter', counter)], args);
@@ -198,6 +214,11 @@ export class RedisState implements SharedState {
 
   private key(kind: 'counter' | 'holds' | 'rate' | 'sticky', id: string): string {
     return `${this.options.prefix}${kind}:${id}`;
+  }
+
+  /** Set (without a TTL) once the holds are known to be all there: gone, Redis lost its data. */
+  private markerKey(): string {
+    return `${this.options.prefix}holds-kept`;
   }
 
   /** TTL (ms) that lets Redis collect a key once its logical expiry `until` is well past. */

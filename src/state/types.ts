@@ -96,11 +96,19 @@ export interface SharedState {
   readonly driver: 'memory' | 'redis';
   reserve(input: ReserveInput): Promise<ReserveResult>;
   /**
-   * Puts holds back as they were (each `amountNano` in each of its groups, until `until`; lapsed ones skipped),
-   * without checking any limit: what a restarted process lost of the holds stored elsewhere (video jobs').
-   * Only the in-process driver has it: it starts empty, where Redis keeps its holds across a gateway restart.
+   * Puts holds back as they were (each `amountNano` in each of its groups, until `until`; lapsed ones skipped,
+   * one still there left as it is), without checking any limit: what the state lost of the holds stored
+   * elsewhere (video jobs'). The in-process driver starts empty: at every start. Redis keeps its holds across a
+   * gateway restart: only once `holdsLost` says it lost them.
    */
   restoreHolds?(holds: readonly RestoredHold[]): Promise<void>;
+  /**
+   * Redis only: whether the state may have lost its holds since `markHolds` (Redis restarted without
+   * persistence, flushed, or the keys evicted), told by a marker key `markHolds` sets going missing.
+   */
+  holdsLost?(): Promise<boolean>;
+  /** Sets the marker `holdsLost` looks for, once the holds it lost are put back. */
+  markHolds?(): Promise<void>;
   settle(input: SettleInput): Promise<void>;
   /** Sets a spend counter unless it exists (first writer wins); `expiresAt` null for lifetime counters. */
   initCounter(counter: string, paidNano: number, byokNano: number, expiresAt: number | null): Promise<void>;

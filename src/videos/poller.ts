@@ -1,6 +1,7 @@
 import type { Services } from '../services';
 import type { VideoJob, VideoJobCursor } from '../store/types';
 import { advanceJob, type AdvanceDeps } from './advance';
+import { restoreVideoHolds } from './billing';
 
 /** Jobs read per page, and how many of them are advanced at once. */
 const PAGE = 200;
@@ -56,6 +57,7 @@ export class VideoPoller {
   async poll(): Promise<void> {
     const services = this.services();
     const deps = { services, clock: this.clock };
+    await this.restoreLostHolds(services);
     const now = this.clock();
     const expired = await this.read(services, () => services.store.listExpiredVideoJobs(now, PAGE));
     if (!expired) return;
@@ -73,6 +75,24 @@ export class VideoPoller {
       }
       const last = jobs[jobs.length - 1];
       this.cursor = { updatedAt: last.updatedAt, id: last.id };
+    }
+  }
+
+  /**
+   * Redis lost its data (restarted without persistence, flushed): the holds of unfinished jobs are put back
+   * before any job moves on. Without it their estimates were free again, and a key limited to $1 started
+   * job after job while four $0.85 jobs ran. Several processes may do it at once: a hold still there is kept.
+   */
+  private async restoreLostHolds(services: Services): Promise<void> {
+    const state = services.state;
+    if (!state.holdsLost || !state.markHolds) return;
+    try {
+      if (!(await state.holdsLost())) return;
+      const restored = await restoreVideoHolds(services.store, state);
+      await state.markHolds();
+      if (restored > 0) services.logger.warn({ holds: restored }, 'video jobs: the shared state had lost the holds of unfinished jobs; put back');
+    } catch (err) {
+      services.logger.warn({ err }, 'video jobs: checking the shared state for lost holds failed; trying again next round');
     }
   }
 

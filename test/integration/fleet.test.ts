@@ -45,11 +45,16 @@ spend: { hold_ttl_ms: ${HOLD_TTL_MS} }
 accounts: [{ name: default, billing: invoice }]
 providers:
   - { id: fake-openai, kind: openai, base_url: ${upstreamUrl}, api_key: sk-upstream }
+  - { id: sim-video, kind: simulated-video, queued_ms: 600000, running_ms: 1000 }
 models:
   - id: fake/gpt
     endpoints: [{ provider: fake-openai, upstream_model: gpt-upstream, pricing: { prompt: 1, completion: 2 } }]
   - id: fake/limited
     endpoints: [{ provider: fake-openai, upstream_model: gpt-limited, pricing: { prompt: 1, completion: 2 } }]
+video_models:
+  - id: sim/video
+    endpoints: [{ provider: sim-video, upstream_model: sim-video-1, pricing: { per_second: 0.1, per_job: 0.05 } }]
+videos: { poll_interval_ms: 100 }
 rate_limits:
   models: [{ model: fake/limited, requests: 10, window_s: 600, per: key }]
 pipelines:
@@ -160,4 +165,24 @@ describe('a fleet of gateway processes sharing PostgreSQL and Redis', () => {
     expect(Date.now() - killedAt).toBeLessThan(HOLD_TTL_MS + 5000);
     for (const p of pending) expect(await store.getLedger(p.generationId)).toMatchObject({ status: 'interrupted', costUsd: 0, keyId: key.id });
   }, 40_000);
+
+  // Last: it deletes every Redis key of the fleet.
+  it('Redis loses its data: the pollers put the holds of unfinished video jobs back', async () => {
+    const key = await createKey('--limit', '1');
+    const job = { model: 'sim/video', prompt: 'a lighthouse', duration_seconds: 8 }; // held at 0.85, queued for 10 minutes
+    expect((await post(`${urls[0]}/videos`, key.secret, job)).status).toBe(200);
+    expect((await post(`${urls[1]}/videos`, key.secret, job)).status).toBe(200); // 0.85 < 1
+    expect((await post(`${urls[0]}/videos`, key.secret, job)).status).toBe(402); // 1.70 ≥ 1
+    await deleteRedisKeys(prefix); // Redis restarted without persistence
+    const state = new RedisState({ url: REDIS_URL, prefix, commandTimeoutMs: 1000 });
+    try {
+      await expect.poll(() => state.held(`key:${key.id}`, Date.now()), { timeout: 5000, interval: 100 }).toBe(2 * toNano(0.85));
+    } finally {
+      await state.close();
+    }
+    // Before, the estimates were free again: this key started two more jobs, four of $0.85 under its $1.
+    const refused = await post(`${urls[1]}/videos`, key.secret, job);
+    expect(refused.status).toBe(402);
+    expect(refused.json.error.metadata).toMatchObject({ limit_source: 'gateway_key_limit', spend_usd: 1.7 });
+  }, 30_000);
 });

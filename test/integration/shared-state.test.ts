@@ -43,6 +43,18 @@ describe.each(drivers)('shared state contract (%s)', (_name, make) => {
     await state?.close();
   });
 
+  it('puts lost holds back (video jobs\'): once, lapsed ones skipped, and a settlement still releases them', async () => {
+    state = make();
+    const hold = { id: 'v1', groups: ['key:k1', 'videos:account:a'], amountNano: 850, until: NOW + 60_000 };
+    await state.restoreHolds!([hold, { id: 'v2', groups: ['key:k1'], amountNano: 5, until: NOW }]);
+    await state.restoreHolds!([hold]); // another process putting them back too
+    expect(await state.held('key:k1', NOW)).toBe(850);
+    expect(await state.held('videos:account:a', NOW)).toBe(850);
+    await state.settle({ holdId: 'v1', groups: ['key:k1'], counters: [], byok: false, costNano: 0, inFlight: { group: 'videos:account:a', until: 0 } });
+    expect(await state.held('key:k1', NOW)).toBe(0);
+    expect(await state.held('videos:account:a', NOW)).toBe(0);
+  });
+
   it('asks for counters that do not exist, holding nothing', async () => {
     state = make();
     const r = await state.reserve(reserve());
@@ -257,5 +269,23 @@ describe('redis state', () => {
     const down = open('redis://127.0.0.1:1', 300);
     await expect(down.reserve(reserve())).rejects.toThrow();
     await expect(down.held('key:k1', NOW)).rejects.toThrow(); // later calls fail too, without waiting
+  });
+});
+
+describe('redis state: lost holds', () => {
+  it('tells that its holds may be lost until they are marked kept; a flush loses the mark', async () => {
+    const state = redisState();
+    const redis = new Redis(REDIS_URL);
+    try {
+      expect(await state.holdsLost()).toBe(true);
+      await state.markHolds();
+      expect(await state.holdsLost()).toBe(false);
+      const prefix = prefixes[prefixes.length - 1];
+      await redis.del(...(await redis.keys(`${prefix}*`))); // what a Redis restarted without persistence has
+      expect(await state.holdsLost()).toBe(true);
+    } finally {
+      redis.disconnect();
+      await state.close();
+    }
   });
 });
