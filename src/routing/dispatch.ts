@@ -19,7 +19,7 @@ import { ABSURD_TOKENS, billedByDelivery, boundedUsage, estimatedAnswerUsage, ty
 import { pendingRowOf, type LedgerJournal } from '../spend/journal';
 import { requestedMaxTokens } from '../spend/estimate';
 import { costOf } from '../spend/pricing';
-import { blamesCaller, nextStep, type NextStep } from './attempt-policy';
+import { blamesCaller, nextStep, retryAfterMs, type NextStep } from './attempt-policy';
 import type { Candidate } from './candidates';
 import { generationId } from './generation-id';
 import type { EndpointHealth } from './health';
@@ -240,9 +240,9 @@ function streamFailedBeforeOutput(state: GatewayState, served: Served, err: Gate
 
 /**
  * The caller's retry headers, from every failed attempt and not the last one alone:
- * - Retry-After (spec 7.10): only when every failed attempt gave a retry hint, the longest of them (a wait that
- *   serves the first endpoint may not serve the others); otherwise none. It had been the last attempt's, even
- *   when another endpoint had given none, or a longer one.
+ * - Retry-After (spec 7.10): only when every failed attempt gave a readable retry hint, the longest of them (a
+ *   wait that serves the first endpoint may not serve the others), in whole seconds; otherwise none. It had
+ *   been the last attempt's, even when another endpoint had given none, or a longer one.
  * - `x-should-retry: false` (a provider refused our credentials or model: that endpoint fails the same way until
  *   the operator acts) only when every failed attempt said so. An endpoint that was overloaded, rate-limited or
  *   unreachable may serve the same request soon, and the official SDKs read the header before the status: a 503
@@ -252,9 +252,10 @@ function withRetryHeaders(err: GatewayError, failures: readonly GatewayError[]):
   if (!err.headers) return err;
   const { 'retry-after': own, 'x-should-retry': shouldRetry, ...headers } = err.headers;
   if (own !== undefined) {
-    const hints = failures.map((f) => f.headers?.['retry-after']);
-    const seconds = hints.map((h) => (h !== undefined && /^\d+$/.test(h.trim()) ? Number(h) : Number.NaN));
-    if (hints.every((h) => h !== undefined)) headers['retry-after'] = seconds.every((n) => !Number.isNaN(n)) ? String(Math.max(...seconds)) : own;
+    // Whole seconds, as HTTP's delta-seconds has no fraction (a provider's `1.5` had reached the caller as it
+    // was), rounded up; an HTTP date becomes the seconds to it; a hint no one can read (`soon`) is none.
+    const waits = failures.map((f) => retryAfterMs(f.headers?.['retry-after']));
+    if (waits.length > 0 && waits.every((w) => w !== null)) headers['retry-after'] = String(Math.ceil(Math.max(...(waits as number[])) / 1000));
   }
   if (shouldRetry !== undefined && (shouldRetry !== 'false' || failures.every((f) => f.headers?.['x-should-retry'] === 'false'))) headers['x-should-retry'] = shouldRetry;
   if (headers['retry-after'] === own && headers['x-should-retry'] === shouldRetry) return err;

@@ -172,6 +172,22 @@ describe('attempt policy', () => {
     expect(res.headers.get('retry-after')).toBe('30');
   });
 
+  it("gives the caller a provider's Retry-After in whole seconds, rounded up; one no one can read is none", async () => {
+    await fresh();
+    upstream.scripts.set('up-solo', [{ kind: 'status', status: 429, headers: { 'retry-after': '31.2' } }]);
+    const fraction = await ask({ model: 'r/solo' });
+    expect(fraction.status).toBe(429);
+    expect(fraction.headers.get('retry-after')).toBe('32'); // HTTP's delta-seconds has no fraction
+    upstream.scripts.set('up-solo', [{ kind: 'status', status: 429, headers: { 'retry-after': new Date(Date.now() + 40_000).toUTCString() } }]);
+    const date = await ask({ model: 'r/solo' });
+    expect(Number(date.headers.get('retry-after'))).toBeGreaterThanOrEqual(38);
+    expect(Number(date.headers.get('retry-after'))).toBeLessThanOrEqual(41);
+    upstream.scripts.set('up-solo', [{ kind: 'status', status: 429, headers: { 'retry-after': 'soon' } }]);
+    const unreadable = await ask({ model: 'r/solo' });
+    expect(unreadable.status).toBe(429);
+    expect(unreadable.headers.get('retry-after')).toBeNull();
+  });
+
   it('moves to a model with a larger context on context_length_exceeded', async () => {
     await fresh();
     upstream.scripts.set('up-small', [{ kind: 'status', status: 400, body: { error: { message: 'maximum context length is 8000 tokens' } } }]);
