@@ -155,7 +155,8 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           // The client went away mid-call: the attempt is cancelled, not the timeout the abort surfaces as.
           const gone = clientClosed(state.abort);
           endAttempt(attempt, e, gone);
-          deps.metrics?.attempt(candidate.provider.id, gone ? 'cancelled' : e.errorType);
+          // A request this endpoint cannot express never reached its provider: no upstream attempt to count.
+          if (!e.metadata?.untranslatable) deps.metrics?.attempt(candidate.provider.id, gone ? 'cancelled' : e.errorType);
           state.attempts.push({ provider: candidate.provider.id, model: candidate.model.id, upstreamModel: candidate.endpoint.upstream_model, outcome: 'error', errorType: e.errorType, status: e.status, droppedParameters: dropped });
           if (state.abort.aborted) throw cutShort(state, { c: candidate, isByok: apiKey !== undefined }, gone ? new GatewayError('timeout', 'The client closed the request') : e);
           // A translation refusal says only that this endpoint cannot take the request: it does not replace the

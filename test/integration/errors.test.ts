@@ -217,6 +217,9 @@ describe('routing errors', () => {
     expect(res.json.error.message).toMatch(/`n`/);
     expect(res.json.error.metadata).not.toHaveProperty('untranslatable');
     expect(upstream.received.length).toBe(before);
+    // No upstream attempt was made: none is counted (it had been counted as an invalid_request attempt).
+    const metrics = await (await fetch(new URL('/metrics', gw.url))).text();
+    expect(metrics).not.toMatch(/^gateway_upstream_attempts_total\{provider="fake-anthropic",outcome="invalid_request"\}/m);
   });
 
   it('a request one endpoint\'s style cannot express goes to the next endpoint, which speaks the client\'s', async () => {
