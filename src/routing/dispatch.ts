@@ -158,6 +158,9 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           // A request this endpoint cannot express never reached its provider: no upstream attempt to count.
           if (!e.metadata?.untranslatable) deps.metrics?.attempt(candidate.provider.id, gone ? 'cancelled' : e.errorType);
           state.attempts.push({ provider: candidate.provider.id, model: candidate.model.id, upstreamModel: candidate.endpoint.upstream_model, outcome: 'error', errorType: e.errorType, status: e.status, droppedParameters: dropped });
+          // Whether the failure is the endpoint's (else a half-open probe is given back: see health.release).
+          const endpointFailed = !state.abort.aborted && !blamesCaller(e) && !(apiKey !== undefined && ownKeyFailure(e));
+          if (!endpointFailed) deps.health.release(endpointKey(candidate));
           if (state.abort.aborted) throw cutShort(state, { c: candidate, isByok: apiKey !== undefined }, gone ? new GatewayError('timeout', 'The client closed the request') : e);
           // A translation refusal says only that this endpoint cannot take the request: it does not replace the
           // failure of one that could (a 429 with its Retry-After reached the caller as a 400 "`n` > 1 is not
@@ -168,7 +171,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
             failures.push(e);
           }
           if (stream && e.metadata?.accepted) accepted = { c: candidate, isByok: apiKey !== undefined };
-          if (!blamesCaller(e) && !(apiKey !== undefined && ownKeyFailure(e))) deps.health.recordFailure(endpointKey(candidate));
+          if (endpointFailed) deps.health.recordFailure(endpointKey(candidate));
           const remaining = order.slice(i + 1).filter((c) => !skipped.has(c));
           // A request the other API style cannot express (chat `n` > 1 for a messages provider, …) may still
           // be served by an endpoint that speaks the client's style: the next one is tried.

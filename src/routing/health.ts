@@ -7,8 +7,8 @@
  * - closed: the endpoint is fine (fewer than `failureThreshold` failures in a row).
  * - open: it failed `failureThreshold` times in a row and its cooldown is still running; it is not tried.
  * - half_open: the cooldown is over; `tryAcquire` grants one probe. The probe's success closes the breaker, its
- *   failure reopens it for another cooldown. A probe that never reports back (caller gone) expires after one
- *   cooldown, so the endpoint cannot be locked out for ever.
+ *   failure reopens it for another cooldown; one that tells neither is given back (`release`). A probe that
+ *   never reports back expires after one cooldown, so the endpoint cannot be locked out for ever.
  *
  * @example
  *   const h = new EndpointHealth({ failureThreshold: 3, cooldownMs: 30_000 });
@@ -80,6 +80,16 @@ export class EndpointHealth {
     if (e.probeSince !== null && now - e.probeSince < Math.max(this.options.cooldownMs, 1)) return false;
     e.probeSince = now;
     return true;
+  }
+
+  /**
+   * Gives back a half-open probe that told nothing about the endpoint: the call was never made (the request
+   * cannot be expressed in its API style), the provider blamed the caller, or the client left. The next request
+   * probes; without this the endpoint waited out another cooldown though nothing had failed.
+   */
+  release(key: string): void {
+    const e = this.entries.get(key);
+    if (e) e.probeSince = null;
   }
 
   /** Closes the breaker and folds the sample into the EWMA latency (time to first byte) and throughput (tokens/s). */

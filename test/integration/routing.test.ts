@@ -301,6 +301,22 @@ describe('circuit breaker and sticky sessions', () => {
     expect(gw.gateway.health.state('pa/up-a')).toBe('closed');
   });
 
+  it('a half-open probe that tells nothing about the endpoint (the provider blames the caller) is given back: the next request probes', async () => {
+    gw = await startTestGateway({ yaml: yaml(upstream.url).replace('cooldown_ms: 60000', 'cooldown_ms: 300') });
+    upstream.always.set('up-a', { kind: 'status', status: 503 });
+    await ask({ model: 'r/pair' });
+    await ask({ model: 'r/pair' }); // the breaker of pa/up-a opens
+    upstream.always.clear();
+    await new Promise((r) => setTimeout(r, 350)); // past the cooldown: half-open
+    upstream.scripts.set('up-a', [{ kind: 'status', status: 400 }]);
+    const probe = await ask({ model: 'r/pair' });
+    expect(probe.status).toBe(400);
+    // The endpoint answered; the caller was at fault. It had kept the probe out for another cooldown (300 ms
+    // here, 30 s by default), every request meanwhile sent elsewhere.
+    expect(gw.gateway.health.state('pa/up-a')).toBe('half_open');
+    expect(gw.gateway.health.tryAcquire('pa/up-a')).toBe(true);
+  });
+
   it('a stream the provider cuts after its answer began counts against the endpoint (it was recorded a success at its first token)', async () => {
     await fresh();
     upstream.always.set('up-a', { kind: 'midstream' });

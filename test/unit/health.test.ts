@@ -60,6 +60,20 @@ describe('EndpointHealth breaker', () => {
     expect(h.tryAcquire(K, t + 500)).toBe(true);
   });
 
+  it('a probe given back (it told nothing) lets the next request probe; the breaker stays half-open', () => {
+    const h = new EndpointHealth({ failureThreshold: 1, cooldownMs: 1000 });
+    h.recordFailure(K, T0);
+    const t = T0 + 1000;
+    expect(h.tryAcquire(K, t)).toBe(true);
+    expect(h.tryAcquire(K, t + 1)).toBe(false);
+    h.release(K);
+    expect(h.state(K, t + 2)).toBe('half_open');
+    expect(h.tryAcquire(K, t + 2)).toBe(true);
+    expect(h.tryAcquire(K, t + 3)).toBe(false);
+    h.release('never/seen'); // nothing to give back
+    expect(h.state('never/seen', t)).toBe('closed');
+  });
+
   it('a failed half-open probe reopens the breaker for another full cooldown', () => {
     const h = new EndpointHealth({ failureThreshold: 3, cooldownMs: 1000 });
     failTimes(h, 3);
