@@ -293,6 +293,21 @@ function listenProblem(err: NodeJS.ErrnoException, host: string, port: number): 
   return why[err.code ?? ''] ?? `cannot listen on ${host}:${port}: ${err.message}`;
 }
 
+/**
+ * `watchFile`, or a warning when the folder cannot be watched (ENOSPC: the host's inotify limits, shared by
+ * every process of the user; EACCES): the watcher is a convenience, SIGHUP still reloads, and its throw had
+ * ended `serve` after the store was opened, naming no setting.
+ */
+function watchConfig(file: string, onChange: () => void, logger: ReturnType<typeof createLogger>): () => void {
+  try {
+    return watchFile(file, onChange);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+    logger.warn({ code }, `server.watch_config: the folder of ${file} cannot be watched (${code}); edits are applied on SIGHUP only (kill -HUP <pid>), or set watch_config: false`);
+    return () => undefined;
+  }
+}
+
 async function serve(file: string): Promise<number> {
   const config = loadConfig(file, { registry });
   tuneHeap();
@@ -339,7 +354,7 @@ async function serve(file: string): Promise<number> {
       stop();
     });
   });
-  const stopWatching = config.server.watch_config ? watchFile(file, () => void reload('file changed')) : () => undefined;
+  const stopWatching = config.server.watch_config ? watchConfig(file, () => void reload('file changed'), logger) : () => undefined;
   // Everything is loaded: free what start-up left behind before the first request (README, Performance).
   const gcMs = collectStartupGarbage();
   logger.debug({ ms: gcMs === null ? null : Math.round(gcMs) }, gcMs === null ? 'start-up garbage not collected' : 'start-up garbage collected');

@@ -443,6 +443,21 @@ describe('config reload', () => {
     expect(await proc.stop()).toBe(0);
   });
 
+  it('a config folder that cannot be watched (ENOSPC: inotify limits) is a warning naming watch_config, and SIGHUP reloads (serve had died)', async () => {
+    const { dir, file } = configDir({ models: ['m/a'], level: 'info' });
+    const preload = path.join(dir, 'no-watch.cjs');
+    writeFileSync(preload, "const fs = require('node:fs'); fs.watch = () => { throw Object.assign(new Error('ENOSPC: System limit for number of file watchers reached'), { code: 'ENOSPC' }); };\n");
+    const { proc, url } = await startServe(['--config', file], { cwd: dir, env: { NODE_OPTIONS: `--require ${preload}` } });
+    const warning = (await proc.waitFor(/^.*server\.watch_config.*$/m))[0];
+    expect(JSON.parse(warning)).toMatchObject({ level: 40, code: 'ENOSPC' });
+    writeConfig(file, { models: ['m/a', 'm/b'], level: 'info' });
+    const since = proc.stdout.length;
+    proc.child.kill('SIGHUP');
+    await proc.waitFor(/"why":"SIGHUP".*config reloaded/, { since });
+    expect(await modelIds(url, KEY.exec(proc.stdout)![0])).toEqual(['m/a', 'm/b']);
+    expect(await proc.stop()).toBe(0);
+  });
+
   it('survives a SIGHUP sent as soon as "Gateway listening" is printed', async () => {
     // The handler must be installed before the line: otherwise a supervisor that reloads on that line kills
     // the gateway (SIGHUP's default action), which happened on about one start in two.
