@@ -2,6 +2,8 @@
 // First, before anything else loads: holds the young generation small during start-up (README, Performance).
 import './start-heap';
 import { takeEarlyHup } from './early-hup';
+import { existsSync } from 'node:fs';
+import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { trace } from '@opentelemetry/api';
 import { registry } from '../plugins';
@@ -95,13 +97,27 @@ async function main(argv: string[]): Promise<number> {
   // store, an empty database, before it said so).
   PRECHECKS[`${command} ${sub ?? ''}`]?.(values, arg);
   const config = loadConfig(file, { registry });
+  const fresh = newDatabase(config);
   const store = await openStore(config.storage);
+  // A relative storage.path is found from the current folder, not the config's: a command run from another
+  // folder than serve's had made a second, empty database without a word, and its key was unknown (401).
+  if (fresh) process.stderr.write(`warning: no database at ${fresh.file} (storage.path ${fresh.path}, from the current folder ${process.cwd()}): a new, empty one was made; a gateway serving another database does not see what this command does\n`);
   try {
     await ensureDeclared(store, config);
     return await run(store, config, values, arg);
   } finally {
     await store.close();
   }
+}
+
+/**
+ * The SQLite database a relative `storage.path` names from the current folder when no file is there yet (the
+ * command would make it), else null. An absolute path names one file wherever the command runs.
+ */
+function newDatabase(config: GatewayConfig): { file: string; path: string } | null {
+  if (config.storage.driver !== 'sqlite' || config.storage.path === ':memory:' || config.storage.path === '' || path.isAbsolute(config.storage.path)) return null;
+  const file = path.resolve(config.storage.path);
+  return existsSync(file) ? null : { file, path: config.storage.path };
 }
 
 /** The commands that work on the store, by `<command> <sub>`: one list for the dispatch and the typo check. */

@@ -131,6 +131,17 @@ describe('arguments a command needs no store to refuse', () => {
   });
 });
 
+describe('a command that finds no database', () => {
+  it('says it made a new, empty one and where (a relative storage.path from another folder than serve\'s had made one silently)', async () => {
+    const { dir, file } = configDir();
+    writeFileSync(file, readFileSync(file, 'utf8').replace(/path: "[^"]*"/, 'path: ./data/gw.db'));
+    const first = await runCli(['keys', 'list', '--config', file], { cwd: dir });
+    expect(first.code).toBe(0);
+    expect(first.stderr).toBe(`warning: no database at ${path.join(dir, 'data', 'gw.db')} (storage.path ./data/gw.db, from the current folder ${dir}): a new, empty one was made; a gateway serving another database does not see what this command does\n`);
+    expect((await runCli(['keys', 'list', '--config', file], { cwd: dir })).stderr).toBe('');
+  });
+});
+
 describe('serve', () => {
   /** A preload that misbehaves as a stage might, once serve has its process handlers in place. */
   function strayPreload(dir: string, what: 'reject' | 'throw'): Record<string, string> {
