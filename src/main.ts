@@ -19,7 +19,7 @@ import { routeDiagToLog } from './telemetry/diag-log';
 import { closeUpstreamPool, createGateway, type Gateway } from './server';
 import { generateKey, hashKey, maskKey } from './store/key-secret';
 import { openStore } from './store';
-import { ensureDeclared, warnMisplaced } from './store/declared';
+import { ensureDeclared, misplacedMessage, warnMisplaced } from './store/declared';
 import type { LimitReset, Store, Workspace } from './store/types';
 import { createLogger } from './telemetry/log';
 import { startTelemetry } from './telemetry/otel';
@@ -103,7 +103,9 @@ async function main(argv: string[]): Promise<number> {
   // folder than serve's had made a second, empty database without a word, and its key was unknown (401).
   if (fresh) process.stderr.write(`warning: no database at ${fresh.file} (storage.path ${fresh.path}, from the current folder ${process.cwd()}): a new, empty one was made; a gateway serving another database does not see what this command does\n`);
   try {
-    await ensureDeclared(store, config);
+    // Told here as `serve` tells it: `keys create --workspace team-a` had made, without a word, a key that bills
+    // the account the store keeps team-a under, not the one gateway.yaml declares.
+    for (const m of (await ensureDeclared(store, config)).elsewhere) process.stderr.write(`warning: ${misplacedMessage(m)}\n`);
     return await run(store, config, values, arg);
   } finally {
     await store.close();

@@ -34,7 +34,10 @@ export interface Misplaced {
 
 /** Logs each `Misplaced` workspace (at start and on a reload, which declare alike). */
 export function warnMisplaced(elsewhere: readonly Misplaced[], logger: Logger): void {
-  for (const m of elsewhere) {
-    logger.warn(m, `workspace "${m.workspace}" was in the store under another account before gateway.yaml declared it in "${m.declared}": it keeps that account (its requests bill it), as a workspace is not moved between accounts behind an operator's back`);
-  }
+  for (const m of elsewhere) logger.warn(m, misplacedMessage(m));
+}
+
+/** What `serve`, a reload and the CLI tell the operator of a declared workspace the store keeps under another account. */
+export function misplacedMessage(m: Misplaced): string {
+  return `workspace "${m.workspace}" was in the store under another account before gateway.yaml declared it in "${m.declared}": it keeps that account (its requests bill it), as a workspace is not moved between accounts behind an operator's back`;
 }

@@ -1,4 +1,4 @@
-import { existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -308,6 +308,16 @@ describe('keys and credits', () => {
     const w1 = (await keyInfo(a1)).workspace_id;
     expect(w1).not.toBe(defaultWorkspace);
     expect((await keyInfo(a2)).workspace_id).toBe(w1);
+  });
+
+  it('a command warns of a declared workspace the store keeps under another account, as serve does (its keys bill that one)', async () => {
+    const { dir: d, file: f } = configDir();
+    const made = await runCli(['keys', 'create', '--name', 'early', '--workspace', 'team-x', '--config', f], { cwd: d });
+    expect(made.code, made.stderr).toBe(0); // team-x made in the default account
+    appendFileSync(f, 'accounts:\n  - { name: acme }\nworkspaces:\n  - { name: team-x, account: acme }\n');
+    const r = await runCli(['keys', 'create', '--name', 'late', '--workspace', 'team-x', '--config', f], { cwd: d });
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toContain('warning: workspace "team-x" was in the store under another account before gateway.yaml declared it in "acme"');
   });
 
   it('--limit 5 --limit-reset daily', async () => {
