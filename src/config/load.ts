@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import Ajv, { type ErrorObject } from 'ajv';
+import type { ErrorObject } from 'ajv';
 import { parse as parseYaml } from 'yaml';
 import { parseEncryptionKey } from '../auth/byok-seal';
 import { guardrailConfigProblem, guardrailStageProblem } from '../guardrails/check';
@@ -9,10 +9,10 @@ import { moderationConfigProblem } from '../moderation/config';
 import { configValueProblem, durationProblem, pathText, scalarChange, scalarsOf, shownKey, urlProblem } from './values';
 import type { StageRegistry } from '../pipeline/types';
 import type { GatewayConfig } from './types';
-import { findPackageFile } from './package-root';
 import { videoConfigProblem } from '../videos/config-check';
 import { redisUrlProblem } from '../state/redis-url';
 import { postgresUrlProblem } from '../store/postgres-url';
+import { configValidators } from './validators';
 
 /** A config that cannot be used; `message` starts with the path of the bad field. */
 export class ConfigError extends Error {
@@ -98,18 +98,15 @@ export function validateConfig(raw: unknown, options: LoadOptions): GatewayConfi
   const valueProblem = configValueProblem(raw);
   if (valueProblem) throw new ConfigError(valueProblem);
   const scalars = scalarsOf(raw);
-  const schema = JSON.parse(readFileSync(findPackageFile('schemas/gateway.schema.json'), 'utf8'));
-  schema.definitions.stageId.enum = [...options.registry.keys()];
-  // coerceTypes: `port: ${PORT:-8080}` interpolates to a string; the schema's type turns it back into a number.
-  const ajv = new Ajv({ useDefaults: true, allErrors: true, strict: false, coerceTypes: true, discriminator: true, verbose: true });
-  const validate = ajv.compile<GatewayConfig>(schema);
+  const validators = configValidators([...options.registry.keys()]);
+  const validate = validators.config;
   if (!validate(raw)) throw new ConfigError(describe(validate.errors ?? []));
   const config = raw;
 
   for (const [id, stageConfig] of Object.entries(config.plugins)) {
     const def = options.registry.get(id);
     if (!def) throw new ConfigError(`plugins.${id}: unknown stage id (known: ${[...options.registry.keys()].join(', ')})`);
-    const check = ajv.compile(def.configSchema);
+    const check = validators.stage(def.configSchema);
     const value = stageConfig ?? {};
     if (!check(value)) throw new ConfigError(describe(check.errors ?? [], `plugins.${id}`));
     config.plugins[id] = value;
@@ -121,7 +118,7 @@ export function validateConfig(raw: unknown, options: LoadOptions): GatewayConfi
       const value = {};
       // Checked as a written section is: a stage whose schema requires a field must get it (it had been
       // created without it, where `plugins.<id>:` with nothing under it was refused).
-      const check = ajv.compile(options.registry.get(id)!.configSchema);
+      const check = validators.stage(options.registry.get(id)!.configSchema);
       if (!check(value)) throw new ConfigError(describe(check.errors ?? [], `plugins.${id}`));
       config.plugins[id] = value;
     }

@@ -415,7 +415,7 @@ describe('keys and credits', () => {
     expect((await cli('credits', 'add', '--account', 'nobody', '--usd', '1')).code).toBe(2);
     // The refused calls added nothing.
     expect(balance((await cli('credits', 'add', '--account', 'default', '--usd', '0.5')).stdout)).toBeCloseTo(after10 + 3, 9);
-  });
+  }, 60_000); // eleven CLI processes one after another: past the default 20 s on a loaded machine
   it('credits add to an unknown account names the accounts there are and where one is declared (it said only "no account nobody")', async () => {
     const nobody = await cli('credits', 'add', '--account', 'nobody', '--usd', '1');
     expect(nobody.code).toBe(2);
@@ -491,5 +491,5 @@ describe('config reload', () => {
       expect(outcome, `start ${i + 1}`).toBe('reloaded');
       expect(await proc.stop()).toBe(0);
     }
-  });
+  }, 60_000); // five gateway starts one after another: past the default 20 s on a loaded machine
 });

@@ -10,6 +10,7 @@ import type { Store } from '../../src/store/types';
 import { createLogger } from '../../src/telemetry/log';
 import type { GatewayConfig } from '../../src/config/types';
 import { registry } from '../../plugins/index';
+import { configValidators } from '../../src/config/validators';
 
 const ROOT = path.resolve(__dirname, '../..');
 
@@ -597,5 +598,22 @@ describe("stages' own checks of their config (run when the pipelines are built: 
     // Anything else passes through as it is.
     expect(() => inConfigFile('x.yaml', () => { throw new TypeError('t'); })).toThrow(TypeError);
     expect(inConfigFile('x.yaml', () => 7)).toBe(7);
+  });
+});
+
+describe('the compiled validators are reused between loads', () => {
+  it('one compile per stage-id set; each load still gets its own defaults and its own errors', () => {
+    const ids = [...registry.keys()];
+    expect(configValidators(ids)).toBe(configValidators(ids));
+    expect(configValidators([...ids, 'extra-stage'])).not.toBe(configValidators(ids));
+    const first = parse(MINIMAL);
+    const second = parse(MINIMAL);
+    expect(second).not.toBe(first);
+    expect(second.server).toEqual(first.server); // defaults filled in again, on the second object too
+    first.server.port = 1;
+    expect(second.server.port).not.toBe(1);
+    // An error after a good load, and a good load after an error: each load's own outcome.
+    expectPathError(MINIMAL.replace('kind: simulated', 'kind: simulated, latncy_ms: 5'), 'providers[0].latncy_ms');
+    expect(parse(MINIMAL).providers[0].id).toBe('local');
   });
 });
