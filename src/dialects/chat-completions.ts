@@ -113,8 +113,26 @@ export const chatCompletions: DialectAdapter = {
     let usage: NormalizedUsage | null = null;
     let cost: number | null = null;
     let done = false;
-    let finished = false; // a choice reported its finish_reason
+    let finished = false; // the answer is whole: its choice (every choice that began, with n > 1) reported its finish_reason
     let failed = false;
+    // With n > 1 one choice's finish is not the answer's: a stream cut after choice 0 finished, while choice 1
+    // was still streaming, ended as a clean `[DONE]` billed completed (the SDK then failed on "missing
+    // finish_reason for choice 1"). Such streams take the parsing path, which tracks every choice.
+    const many = (info.choices ?? 1) > 1;
+    const open = new Set<number>();
+    const closed = new Set<number>();
+    const noteChoices = (choices: unknown[]): void => {
+      for (const c of choices) {
+        const choice = c as { index?: unknown; finish_reason?: unknown } | null;
+        const index = typeof choice?.index === 'number' ? choice.index : 0;
+        if (closed.has(index)) continue;
+        if (typeof choice?.finish_reason === 'string') {
+          open.delete(index);
+          closed.add(index);
+        } else open.add(index);
+      }
+      finished = closed.size > 0 && open.size === 0;
+    };
     let created = Math.floor(Date.now() / 1000);
     const stamp = { id: JSON.stringify(info.generationId), model: JSON.stringify(info.model), provider: JSON.stringify(info.provider) };
     return {
@@ -136,7 +154,7 @@ export const chatCompletions: DialectAdapter = {
         // ~1.3 µs: a 20-chunk stream 36 µs instead of 8), with the member cut out of the text when the client
         // did not ask for usage.
         const text = ev.data;
-        if (!text.includes('error"')) {
+        if (!many && !text.includes('error"')) {
           const plain = withUsageSettled(text, info.clientWantsUsage);
           const fast = plain === null ? null : stampChunk(plain, stamp);
           if (fast !== null) {
@@ -157,7 +175,10 @@ export const chatCompletions: DialectAdapter = {
         // `error` member, or a choice finished "error" (which had been relayed as a finish, billed completed).
         const failure = streamFailure(chunk);
         if (failure) throw providerStreamError('chat_completions', failure, info.provider);
-        if (Array.isArray(chunk.choices) && chunk.choices.some((c: { finish_reason?: unknown }) => typeof c?.finish_reason === 'string')) finished = true;
+        if (Array.isArray(chunk.choices)) {
+          if (many) noteChoices(chunk.choices);
+          else if (chunk.choices.some((c: { finish_reason?: unknown }) => typeof c?.finish_reason === 'string')) finished = true;
+        }
         chunk.id = info.generationId;
         chunk.model = info.model;
         chunk.provider = info.provider;

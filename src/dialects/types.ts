@@ -12,6 +12,11 @@ export interface FinishInfo {
   costOf(usage: NormalizedUsage): number;
   /** Chat: whether the client asked for the usage chunk (`stream_options.include_usage`). */
   clientWantsUsage: boolean;
+  /**
+   * Chat: how many choices the client asked for (`n`, 1 when unset). Above 1 the answer is whole only once
+   * every choice that began has its finish_reason.
+   */
+  choices?: number;
   /** Routing metadata to carry in the stream (messages style: in message_start), when opted in. */
   metadata?: Record<string, unknown>;
 }

@@ -428,6 +428,7 @@ function finishInfo(state: GatewayState, { c, isByok }: Served): FinishInfo {
     isByok,
     costOf: (u: Parameters<typeof costOf>[0]) => costOf(u, c.endpoint.pricing),
     clientWantsUsage: options?.include_usage === true,
+    choices: choiceCount(state.body ?? {}),
   };
 }
 

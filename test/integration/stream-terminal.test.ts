@@ -226,3 +226,36 @@ describe('what a same-style stream passes on', () => {
     expect((await rowOf(id))?.status).toBe('failed');
   });
 });
+
+describe('a chat stream with n > 1 choices', () => {
+  const choice = (index: number, delta: object, finish: string | null = null) =>
+    sse(null, { id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'held-chat', choices: [{ index, delta, finish_reason: finish }] });
+  const askTwo = () => post(`${g.url}/chat/completions`, g.key, { model: 'held/chat', n: 2, stream: true, messages: [{ role: 'user', content: 'hi' }] });
+  const begun = [choice(0, { role: 'assistant', content: 'A' }), choice(1, { role: 'assistant', content: 'B' }), choice(0, {}, 'stop')].join('');
+
+  it.each([
+    ['the connection is cut', { kind: 'raw-stream', text: begun, destroy: true }],
+    ['the provider sends [DONE]', { kind: 'raw-stream', text: begun + sse(null, '[DONE]') }],
+  ] as const)('is not whole while a choice that began has no finish_reason: %s', async (_name, fault) => {
+    g = await t.start({ yaml: yaml() });
+    t.upstream.always.set('held-chat', fault);
+    const data = sseEvents((await askTwo()).text).filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+    // It had ended as a clean [DONE], billed completed, with choice 1 unfinished.
+    expect(data.filter((d) => d.error)).toHaveLength(1);
+    expect(data.at(-1).choices[0].finish_reason).toBe('error');
+    expect((await rowOf(data[0].id))?.status).toBe('failed');
+  });
+
+  it('is whole once every choice finished (and when the provider gave only one choice)', async () => {
+    g = await t.start({ yaml: yaml() });
+    t.upstream.always.set('held-chat', { kind: 'raw-stream', text: begun + choice(1, {}, 'length'), destroy: true });
+    const data = sseEvents((await askTwo()).text).filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+    expect(data.filter((d) => d.error)).toEqual([]);
+    expect(data.map((d) => [d.choices[0].index, d.choices[0].finish_reason])).toEqual([[0, null], [1, null], [0, 'stop'], [1, 'length']]);
+    expect((await rowOf(data[0].id))?.status).toBe('completed');
+    t.upstream.always.set('held-chat', { kind: 'raw-stream', text: choice(0, { role: 'assistant', content: 'A' }) + choice(0, {}, 'stop') + sse(null, '[DONE]') });
+    const one = sseEvents((await askTwo()).text).filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+    expect(one.filter((d) => d.error)).toEqual([]);
+    expect((await rowOf(one[0].id))?.status).toBe('completed');
+  });
+});
