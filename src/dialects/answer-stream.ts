@@ -8,8 +8,8 @@ const isObj = (v: unknown): v is Obj => !!v && typeof v === 'object' && !Array.i
  * A complete JSON answer, in the client's dialect, replayed as that dialect's stream. For answers the gateway
  * assembles from several upstream calls (a server-tool loop) where only the last call's answer reaches the
  * client: the events carry the same id, model, provider, usage and `gateway_metadata` as the JSON answer.
- * Chat: an optional metadata chunk (no choices), per choice one content chunk (role, content, reasoning, tool
- * calls) and a finish chunk, the usage chunk when the client asked for it (`stream_options.include_usage`), `[DONE]`.
+ * Chat: an optional metadata chunk (no choices), per choice one content chunk (role, content, tool calls and
+ * every other message member, its logprobs) and a finish chunk, the answer's other top-level members on each, the usage chunk when the client asked for it (`stream_options.include_usage`), `[DONE]`.
  * Messages: message_start, one start/delta/stop triple per content block, message_delta, message_stop, `[DONE]`.
  *
  * @example const events = answerEvents('messages', answer, { includeUsage: true });
@@ -18,10 +18,19 @@ export function answerEvents(dialect: 'chat_completions' | 'messages', body: Obj
   return dialect === 'chat_completions' ? chatEvents(body, options.includeUsage) : messagesEvents(body);
 }
 
+/** Members of a chat answer that its chunks carry in their own way; any other (system_fingerprint, service_tier, …) rides on every chunk, as OpenAI streams them. */
+const CHUNK_OWN = new Set(['id', 'object', 'created', 'model', 'provider', 'choices', 'usage', 'error', 'gateway_metadata']);
+/** Message members a content chunk's delta does not take as they are. */
+const DELTA_OWN = new Set(['role', 'content', 'tool_calls']);
+
 function chatEvents(body: Obj, includeUsage: boolean): SseEvent[] {
   const created = typeof body.created === 'number' ? body.created : Math.floor(Date.now() / 1000);
+  // Everything the answer says reaches the client (a provider that answered a stream with JSON had its
+  // system_fingerprint, service_tier, logprobs, audio and reasoning_content dropped).
+  const top: Obj = {};
+  for (const [k, v] of Object.entries(body)) if (!CHUNK_OWN.has(k)) top[k] = v;
   const chunk = (extra: Obj): SseEvent => ({
-    data: JSON.stringify({ id: body.id, object: 'chat.completion.chunk', created, model: body.model, provider: body.provider, ...extra }),
+    data: JSON.stringify({ id: body.id, object: 'chat.completion.chunk', created, model: body.model, provider: body.provider, ...top, ...extra }),
   });
   const out: SseEvent[] = [];
   if (isObj(body.gateway_metadata)) out.push(chunk({ choices: [], gateway_metadata: body.gateway_metadata }));
@@ -37,12 +46,16 @@ function chatEvents(body: Obj, includeUsage: boolean): SseEvent[] {
     const index = typeof choice.index === 'number' ? choice.index : i;
     const message: Obj = isObj(choice.message) ? choice.message : {};
     const delta: Obj = { role: 'assistant', content: typeof message.content === 'string' ? message.content : '' };
-    for (const k of ['reasoning', 'reasoning_details', 'refusal', 'annotations']) if (message[k] !== undefined && message[k] !== null) delta[k] = message[k];
+    for (const [k, v] of Object.entries(message)) if (!DELTA_OWN.has(k) && v !== undefined && v !== null) delta[k] = v;
     if (Array.isArray(message.tool_calls) && message.tool_calls.length > 0) {
       delta.tool_calls = message.tool_calls.map((call: Obj, n: number) => ({ index: n, ...call }));
     }
     out.push(chunk({ choices: [{ index, delta, finish_reason: null }] }));
-    out.push(chunk({ choices: [{ index, delta: {}, finish_reason: choice.finish_reason ?? 'stop' }] }));
+    // The logprobs ride on the finish chunk: the openai SDK appends a choice's later logprobs to those of its
+    // first chunk, which it keeps by reference, so logprobs in the first chunk came out twice.
+    const finish: Obj = { index, delta: {}, finish_reason: choice.finish_reason ?? 'stop' };
+    if (choice.logprobs !== undefined) finish.logprobs = choice.logprobs;
+    out.push(chunk({ choices: [finish] }));
   });
   if (includeUsage && isObj(body.usage)) out.push(chunk({ choices: [], usage: body.usage }));
   return [...out, DONE];

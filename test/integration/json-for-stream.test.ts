@@ -95,6 +95,22 @@ describe('a provider that answers a streaming request with JSON', () => {
     expect(chunks.filter((c) => c.choices?.[0]?.finish_reason === 'stop').map((c) => c.choices[0].index)).toEqual([0, 1]);
   });
 
+  it('nothing of the answer is lost: system_fingerprint, service_tier, logprobs, audio, reasoning, annotations (the openai SDK assembles them)', async () => {
+    g = await t.start({ yaml: yaml() });
+    const logprobs = { content: [{ token: 'Hi', logprob: -0.5, bytes: [72, 105], top_logprobs: [] }], refusal: null };
+    const message = {
+      role: 'assistant', content: 'Hi', refusal: null, reasoning_content: 'thought', audio: { id: 'audio_1', data: 'AAAA', transcript: 'Hi', expires_at: 9 },
+      annotations: [{ type: 'url_citation', url_citation: { url: 'https://a.test', title: 'A', start_index: 0, end_index: 2 } }],
+    };
+    const answer = { ...CHAT_JSON, system_fingerprint: 'fp_json', service_tier: 'flex', choices: [{ index: 0, message, logprobs, finish_reason: 'stop' }] };
+    t.upstream.faults.push({ kind: 'status', status: 200, body: answer });
+    const client = new OpenAI({ apiKey: g.key, baseURL: g.url, maxRetries: 0 });
+    const final = await client.chat.completions.stream({ model: 'fake/gpt', logprobs: true, messages: [{ role: 'user', content: 'hi' }] }).finalChatCompletion();
+    expect(final).toMatchObject({ system_fingerprint: 'fp_json', service_tier: 'flex' });
+    expect(final.choices[0].logprobs).toEqual(logprobs);
+    expect(final.choices[0].message).toMatchObject(message);
+  });
+
   it('a 2xx JSON error keeps its type and fails over to the next endpoint; the client sees only the answer', async () => {
     g = await t.start({ yaml: yaml() });
     t.upstream.scripts.set('gpt-first', [{ kind: 'status', status: 200, body: { error: { message: 'Rate limit reached', type: 'requests', code: 'rate_limit_exceeded' } } }]);
