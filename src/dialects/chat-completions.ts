@@ -184,12 +184,8 @@ export const chatCompletions: DialectAdapter = {
         chunk.provider = info.provider;
         if (typeof chunk.created === 'number') created = chunk.created;
         if (chunk.usage) {
-          const reported = chatUsage(chunk.usage);
-          usage = reported && info.billedUsage ? info.billedUsage(reported) : reported;
+          usage = chatUsage(chunk.usage);
           if (usage) {
-            // A provider that reported more than the request allowed is billed the bound: the chunk says so (its
-            // cost had been the reported figures', not the ledger's).
-            if (usage !== reported) chunk.usage = chatUsageBody(usage);
             cost = info.costOf(usage);
             stampUsage(chunk.usage, cost, info.isByok);
           }

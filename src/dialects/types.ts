@@ -10,11 +10,6 @@ export interface FinishInfo {
   isByok: boolean;
   /** Cost of a usage under the serving endpoint's pricing. */
   costOf(usage: NormalizedUsage): number;
-  /**
-   * Chat streams: the usage billed for what the provider reported, within what the request allowed (it is
-   * returned as is when within). The usage chunk then says what is billed, as a JSON answer's `usage` does.
-   */
-  billedUsage?(usage: NormalizedUsage): NormalizedUsage;
   /** Chat: whether the client asked for the usage chunk (`stream_options.include_usage`). */
   clientWantsUsage: boolean;
   /**

@@ -421,14 +421,12 @@ function cutShort(state: GatewayState, served: Served, e: GatewayError): Gateway
 
 function finishInfo(state: GatewayState, { c, isByok }: Served): FinishInfo {
   const options = state.body?.stream_options as { include_usage?: unknown } | undefined;
-  const bounds = usageBounds(state, c);
   return {
     generationId: state.requestId!,
     model: c.model.id,
     provider: c.provider.id,
     isByok,
     costOf: (u: Parameters<typeof costOf>[0]) => costOf(u, c.endpoint.pricing),
-    billedUsage: (u) => boundedUsage(u, bounds),
     clientWantsUsage: options?.include_usage === true,
     choices: choiceCount(state.body ?? {}),
   };
