@@ -1,3 +1,5 @@
+import { chatUsageBody } from '../dialects/chat-completions';
+import { messagesUsageBody } from '../dialects/messages';
 import type { FinishInfo, StreamRewriter } from '../dialects/types';
 import type { NormalizedUsage, SseEvent } from '../pipeline/types';
 import { inputTokens } from './estimate';
@@ -93,11 +95,35 @@ export function billedByDelivery(
     estimated = { inputTokens: o.body ? inputTokens(o.body) : 0, outputTokens: output, cachedTokens: 0, cacheWriteTokens: 0, reasoningTokens: 0 };
     return estimated;
   };
+  /**
+   * The event that carries the provider's final usage (chat: the usage chunk; messages: message_delta), with
+   * the usage and `cost` the request is billed when those differ from the provider's figures (output above
+   * the limit the provider was given, no output for relayed text): the stream's answer says what the ledger
+   * says, as a JSON answer does. The provider's figures had been shown: 5 000 output tokens and $0.076 for a
+   * request billed 100 and $0.0025.
+   */
+  const billedEvent = (out: SseEvent): SseEvent => {
+    if (!carriesUsage(o.dialect, out)) return out;
+    const provided = inner.usage();
+    if (!provided) return out;
+    let billed = o.bounds ? boundedUsage(provided, o.bounds) : provided;
+    if (billed.outputTokens === 0) {
+      countUncounted();
+      const output = Math.ceil(chars / CHARS_PER_TOKEN);
+      if (output > 0) billed = { ...billed, outputTokens: o.bounds ? Math.min(output, o.bounds.maxOutputTokens) : output };
+    }
+    if (billed === provided) return out;
+    const data = JSON.parse(out.data) as { usage?: Record<string, unknown> };
+    const { cost: _cost, is_byok: _byok, ...rest } = data.usage ?? {};
+    const shaped = o.dialect === 'chat_completions' ? chatUsageBody(billed) : messagesUsageBody(billed);
+    data.usage = { ...rest, ...shaped, cost: o.info.costOf(billed), is_byok: o.info.isByok };
+    return { ...out, data: JSON.stringify(data) };
+  };
   return {
     rewrite(ev) {
       const out = inner.rewrite(ev);
       if (out && uncounted.push(out) >= UNCOUNTED_MAX) countUncounted();
-      return out;
+      return out ? billedEvent(out) : out;
     },
     failure: (err) => inner.failure(err),
     end() {
@@ -116,6 +142,15 @@ export function billedByDelivery(
     complete: () => inner.complete(),
     answered: () => inner.answered(),
   };
+}
+
+/**
+ * Whether a client-dialect event relays the provider's usage as the dialect rewriter stamped it (with `cost`):
+ * a chat chunk with a usage object, a messages `message_delta`. A string search: this runs for every event.
+ */
+function carriesUsage(dialect: StreamDialect, ev: SseEvent): boolean {
+  if (dialect === 'messages') return ev.event === 'message_delta' && ev.data.includes('"cost":');
+  return ev.data.includes('"usage":{');
 }
 
 /**

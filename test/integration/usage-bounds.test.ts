@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ledgerRowSoon, post, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+import { ledgerRowSoon, post, sseEvents, testConfigYaml, type TestGateway } from '../fixtures/gateway';
 import { perTestGateways } from '../fixtures/per-test';
 
 /**
@@ -82,5 +82,33 @@ describe('provider usage is billed within what the request allowed', () => {
     const bigRow = await ledgerRowSoon(g, big.headers.get('x-request-id')!);
     expect(bigRow).toMatchObject({ status: 'completed', completionTokens: 100 });
     expect(bigRow!.costUsd).toBeCloseTo((10 * 10 + 100 * 30) / 1e6, 12);
+  });
+
+  it('streams: the usage chunk and message_delta say what is billed, not the figures the provider reported', async () => {
+    const g = await t.start({ yaml: yaml() });
+    const stream = (usage: Record<string, unknown>) =>
+      chunk({ choices: [{ index: 0, delta: { role: 'assistant', content: TEXT }, finish_reason: null }] }) +
+      chunk({ choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] }) +
+      chunk({ choices: [], usage }) +
+      'data: [DONE]\n\n';
+    const cases = [
+      { model: 'capped', usage: { prompt_tokens: 10, completion_tokens: 1e12 }, completion: 100 }, // above the model's max_output_tokens
+      { model: 'open', usage: { prompt_tokens: 10, completion_tokens: 0 }, completion: 500 }, // no output for 2 000 characters
+    ];
+    for (const { model, usage, completion } of cases) {
+      for (const path of ['chat/completions', 'messages']) {
+        t.upstream.scripts.set(`up-${model}`, [{ kind: 'raw-stream', text: stream(usage) }]);
+        const body = { model: `b/${model}`, max_tokens: 1000, stream: true, stream_options: path === 'messages' ? undefined : { include_usage: true }, messages: [{ role: 'user', content: 'hi' }] };
+        const res = await post(`${g.url}/${path}`, g.key, body);
+        const events = sseEvents(res.text).filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+        const id = events[0].id ?? events[0].message.id;
+        const shown = path === 'messages' ? events.find((e) => e.type === 'message_delta').usage : events.find((e) => e.usage).usage;
+        const row = await ledgerRowSoon(g, id);
+        const what = `${path} ${JSON.stringify(usage)}`;
+        expect(row, what).toMatchObject({ status: 'completed', promptTokens: 10, completionTokens: completion });
+        expect(shown.cost, what).toBe(row!.costUsd);
+        expect(shown[path === 'messages' ? 'output_tokens' : 'completion_tokens'], what).toBe(completion);
+      }
+    }
   });
 });
