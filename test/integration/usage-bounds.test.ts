@@ -111,4 +111,25 @@ describe('provider usage is billed within what the request allowed', () => {
       }
     }
   });
+
+  it('streams: the usage chunk a client asked for says what is billed, as a JSON answer does (it gave the reported figures and their cost)', async () => {
+    const g = await t.start({ yaml: yaml() });
+    const usage = { prompt_tokens: 10, completion_tokens: 5000, total_tokens: 5010, prompt_tokens_details: { cached_tokens: 0 } };
+    const text =
+      chunk({ choices: [{ index: 0, delta: { role: 'assistant', content: 'Hi' }, finish_reason: null }] }) +
+      chunk({ choices: [{ index: 0, delta: {}, finish_reason: 'length' }] }) +
+      chunk({ choices: [], usage }) +
+      'data: [DONE]\n\n';
+    t.upstream.scripts.set('up-capped', [{ kind: 'raw-stream', text }]);
+    const res = await post(`${g.url}/chat/completions`, g.key, { model: 'b/capped', max_tokens: 50, stream: true, stream_options: { include_usage: true }, messages: [{ role: 'user', content: 'hi' }] });
+    const row = await ledgerRowSoon(g, res.headers.get('x-request-id')!);
+    expect(row).toMatchObject({ status: 'completed', completionTokens: 50 });
+    const last = JSON.parse(res.text.split('\n\n').filter((b) => b.startsWith('data: {')).at(-1)!.slice(6));
+    expect(last.usage).toMatchObject({ prompt_tokens: 10, completion_tokens: 50, total_tokens: 60, cost: row!.costUsd });
+    // Within the bound, the provider's usage object is passed on as it is.
+    t.upstream.scripts.set('up-capped', [{ kind: 'raw-stream', text: text.replace('"completion_tokens":5000,"total_tokens":5010', '"completion_tokens":40,"total_tokens":50') }]);
+    const fine = await post(`${g.url}/chat/completions`, g.key, { model: 'b/capped', max_tokens: 50, stream: true, stream_options: { include_usage: true }, messages: [{ role: 'user', content: 'hi' }] });
+    const fineLast = JSON.parse(fine.text.split('\n\n').filter((b) => b.startsWith('data: {')).at(-1)!.slice(6));
+    expect(fineLast.usage).toEqual({ prompt_tokens: 10, completion_tokens: 40, total_tokens: 50, prompt_tokens_details: { cached_tokens: 0 }, cost: (10 * 10 + 40 * 30) / 1e6, is_byok: false });
+  });
 });
