@@ -56,6 +56,8 @@ export function keyInfoStage(services: Services): Stage {
     const now = new Date(services.spend.clock());
     // Read your own writes: rows of requests that already finished are written before the sums are read.
     await services.ledger.flush();
+    // Sums of ledger costs are rounded as each cost is (spend/pricing.ts): a SQL SUM of 0.1 and 0.2 is
+    // 0.30000000000000004, shown next to a budget's `spend_usd` of 0.3.
     const [usage, account, workspace] = await Promise.all([
       services.store.usageForKey(key.id, now),
       services.store.findAccount(key.accountId),
@@ -68,10 +70,10 @@ export function keyInfoStage(services: Services): Stage {
     const data: Record<string, unknown> = {
       allowed_data_regions: key.allowedDataRegions,
       budgets,
-      byok_usage: usage.byokUsage,
-      byok_usage_daily: usage.byokUsageDaily,
-      byok_usage_weekly: usage.byokUsageWeekly,
-      byok_usage_monthly: usage.byokUsageMonthly,
+      byok_usage: roundUsd(usage.byokUsage),
+      byok_usage_daily: roundUsd(usage.byokUsageDaily),
+      byok_usage_weekly: roundUsd(usage.byokUsageWeekly),
+      byok_usage_monthly: roundUsd(usage.byokUsageMonthly),
       creator_user_id: key.creatorUserId,
       expires_at: key.expiresAt,
       free_model_daily_requests: await freeModelCounter(services, key, account, now),
@@ -86,10 +88,10 @@ export function keyInfoStage(services: Services): Stage {
       organization_id: key.accountId,
       workspace_id: key.workspaceId,
       rate_limit: { interval: '10s', note: 'Deprecated; safe to ignore.', requests: -1 },
-      usage: usage.usage,
-      usage_daily: usage.usageDaily,
-      usage_weekly: usage.usageWeekly,
-      usage_monthly: usage.usageMonthly,
+      usage: roundUsd(usage.usage),
+      usage_daily: roundUsd(usage.usageDaily),
+      usage_weekly: roundUsd(usage.usageWeekly),
+      usage_monthly: roundUsd(usage.usageMonthly),
     };
     const effective = effectiveBudget(budgets);
     if (effective) data.effective_budget = effective;

@@ -1,6 +1,7 @@
 import { chatUsageBody } from '../dialects/chat-completions';
 import { messagesUsageBody } from '../dialects/messages';
 import type { NormalizedUsage } from '../pipeline/types';
+import { roundUsd } from './pricing';
 
 /*
  * Totals over several upstream calls made for one client request (fusion's candidates and judge, a
@@ -19,10 +20,10 @@ export function addUsage(list: (NormalizedUsage | null)[]): NormalizedUsage | nu
   return { inputTokens: sum('inputTokens'), outputTokens: sum('outputTokens'), cachedTokens: sum('cachedTokens'), cacheWriteTokens: sum('cacheWriteTokens'), reasoningTokens: sum('reasoningTokens') };
 }
 
-/** Sum of costs; null when none is known. */
+/** Sum of costs, rounded as each cost is (0.1 + 0.2 is no 0.30000000000000004 in an answer); null when none is known. */
 export function addCost(list: (number | null)[]): number | null {
   const known = list.filter((c): c is number => typeof c === 'number');
-  return known.length === 0 ? null : known.reduce((s, c) => s + c, 0);
+  return known.length === 0 ? null : roundUsd(known.reduce((s, c) => s + c, 0));
 }
 
 /**
