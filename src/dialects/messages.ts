@@ -25,6 +25,18 @@ export function messagesUsage(u: unknown): NormalizedUsage | null {
   };
 }
 
+/**
+ * A `message_start` usage without its `output_tokens`: that is the count when the answer began (Anthropic
+ * sends 1), not the answer's, whose count comes in `message_delta`. Taken as the answer's, a stream whose
+ * `message_delta` reported no output (none, or 0) was billed 1 output token for 2 000 characters of text;
+ * left out, such a stream is billed its output from the text it relayed (spend/delivered.ts).
+ */
+export function openingUsage(u: unknown): Record<string, unknown> | undefined {
+  if (!u || typeof u !== 'object' || Array.isArray(u)) return undefined;
+  const { output_tokens: _opening, ...rest } = u as Record<string, unknown>;
+  return rest;
+}
+
 /** Normalized usage → the messages `usage` object (for translated answers). */
 export function messagesUsageBody(u: NormalizedUsage): Record<string, unknown> {
   const out: Record<string, unknown> = {
@@ -152,7 +164,8 @@ export const messages: DialectAdapter = {
             if (info.metadata) data.message.gateway_metadata = info.metadata;
             // A usage of zeros (a translated stream's message_start, before its provider reported any) is not
             // usage: the bill of a stream cut short then counts the input from the request (spend/delivered.ts).
-            if (counts(data.message.usage)) take(data.message.usage);
+            const opening = openingUsage(data.message.usage);
+            if (counts(opening)) take(opening);
             return { event: ev.event, data: JSON.stringify(data) };
           }
           case 'message_delta': {

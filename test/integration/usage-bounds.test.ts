@@ -84,6 +84,27 @@ describe('provider usage is billed within what the request allowed', () => {
     expect(bigRow!.costUsd).toBeCloseTo((10 * 10 + 100 * 30) / 1e6, 12);
   });
 
+  it("streams: a messages provider whose message_delta reports no output (none, or 0) is billed from the text, not message_start's opening 1", async () => {
+    const g = await t.start({ yaml: yaml() });
+    const ev = (name: string, o: Record<string, unknown>) => `event: ${name}\ndata: ${JSON.stringify({ type: name, ...o })}\n\n`;
+    const stream = (final: Record<string, unknown>) =>
+      ev('message_start', { message: { id: 'msg_1', type: 'message', role: 'assistant', model: 'claude-upstream', content: [], stop_reason: null, usage: { input_tokens: 10, output_tokens: 1 } } }) +
+      ev('content_block_start', { index: 0, content_block: { type: 'text', text: '' } }) +
+      ev('content_block_delta', { index: 0, delta: { type: 'text_delta', text: TEXT } }) +
+      ev('content_block_stop', { index: 0 }) +
+      ev('message_delta', { delta: { stop_reason: 'end_turn', stop_sequence: null }, ...final }) +
+      ev('message_stop', {});
+    for (const final of [{}, { usage: { output_tokens: 0 } }]) {
+      for (const path of ['messages', 'chat/completions']) {
+        t.upstream.scripts.set('claude-upstream', [{ kind: 'raw-stream', text: stream(final) }]);
+        const res = await post(`${g.url}/${path}`, g.key, { model: 'fake/claude', max_tokens: 1000, stream: true, messages: [{ role: 'user', content: 'hi' }] });
+        const first = JSON.parse(sseEvents(res.text)[0].data);
+        const row = await ledgerRowSoon(g, first.id ?? first.message.id);
+        expect(row, `${path} ${JSON.stringify(final)}`).toMatchObject({ status: 'completed', promptTokens: 10, completionTokens: 500 });
+      }
+    }
+  });
+
   it('streams: the usage chunk and message_delta say what is billed, not the figures the provider reported', async () => {
     const g = await t.start({ yaml: yaml() });
     const stream = (usage: Record<string, unknown>) =>

@@ -1,6 +1,6 @@
 import { GatewayError } from '../../errors/gateway-error';
 import type { NormalizedUsage, SseEvent } from '../../pipeline/types';
-import { messagesUsage } from '../messages';
+import { messagesUsage, openingUsage } from '../messages';
 import { isObj, type Obj } from '../common';
 import {
   argumentsOf,
@@ -135,7 +135,7 @@ export function messagesToChatStream(): StreamTranslator {
           const m = isObj(data.message) ? data.message : {};
           if (typeof m.id === 'string') id = m.id;
           if (typeof m.model === 'string') model = m.model;
-          mergeUsage(usage, m.usage);
+          mergeUsage(usage, openingUsage(m.usage));
           if (typeof m.usage?.service_tier === 'string') tier = tierToChat(m.usage.service_tier);
           start(out);
           break;
