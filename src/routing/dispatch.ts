@@ -15,7 +15,7 @@ import { clientClosed } from '../pipeline/request-abort';
 import type { GatewayResponse, GatewayState, NormalizedUsage } from '../pipeline/types';
 import { batched, batchesOf } from '../providers/sse';
 import type { Dialect, Provider, UpstreamCall, UpstreamReply } from '../providers/types';
-import { ABSURD_TOKENS, billedByDelivery, boundedUsage, estimatedAnswerUsage, type StreamDialect, type UsageBounds } from '../spend/delivered';
+import { ABSURD_TOKENS, billedByDelivery, boundedUsage, estimatedAnswerUsage, withRequestInput, type StreamDialect, type UsageBounds } from '../spend/delivered';
 import { pendingRowOf, type LedgerJournal } from '../spend/journal';
 import { requestedMaxTokens } from '../spend/estimate';
 import { costOf } from '../spend/pricing';
@@ -458,7 +458,8 @@ function jsonResponse(state: GatewayState, served: Served, reply: UpstreamReply,
     // No usage from the provider (or a translation's zeros): billed from the request and the answer.
     usage = estimatedAnswerUsage(dialect as StreamDialect, body, state.body);
   } else {
-    usage = boundedUsage(usage, usageBounds(state, c));
+    const bounds = usageBounds(state, c);
+    usage = withRequestInput(boundedUsage(usage, bounds), state.body, bounds);
     // No output (or a count that is no number, or negative) for an answer with text: its output from the text.
     if (usage.outputTokens === 0) {
       const fromText = estimatedAnswerUsage(dialect as StreamDialect, body, null).outputTokens;

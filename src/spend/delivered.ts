@@ -55,7 +55,8 @@ function escaped(data: string, quote: number): boolean {
  * billed for what was delivered: the output tokens are at least those of the text relayed so far (at 4
  * characters per token), and when the provider never reported usage at all, the input tokens are counted
  * from the request body with the tokenizer of the spend estimates. A stream that ended normally with usage
- * keeps the provider's figures.
+ * keeps the provider's figures, but for an input count of none (missing, 0, negative or no number): a request
+ * has input, which is then counted from the request as well (it had been billed as free).
  *
  * @example const rewriter = billedByDelivery(DIALECTS[d].streamRewriter(info), { dialect: d, info, body });
  */
@@ -74,10 +75,17 @@ export function billedByDelivery(
   };
   let ended = false;
   let estimated: NormalizedUsage | null | undefined;
+  // The request's input count, for a provider that reported none: counted once (the tokenizer is not cheap).
+  let requestInput: number | undefined;
+  const withInput = (u: NormalizedUsage): NormalizedUsage => {
+    if (u.inputTokens > 0 || !o.body) return u;
+    requestInput ??= Math.min(inputTokens(o.body), o.bounds?.maxInputTokens ?? Infinity);
+    return requestInput > 0 ? { ...u, inputTokens: requestInput } : u;
+  };
   const usage = (): NormalizedUsage | null => {
     if (estimated !== undefined) return estimated;
     const provided = inner.usage();
-    const reported = provided && o.bounds ? boundedUsage(provided, o.bounds) : provided;
+    const reported = provided ? withInput(o.bounds ? boundedUsage(provided, o.bounds) : provided) : null;
     // A whole stream keeps the provider's figures (within bounds), unless it says no output for relayed text.
     if (ended && reported && reported.outputTokens > 0) return reported;
     countUncounted();
@@ -88,7 +96,7 @@ export function billedByDelivery(
     // count): its figures, not the tokenizer's.
     const partial = o.reported?.();
     if (partial) {
-      estimated = partial.outputTokens >= output ? partial : { ...partial, outputTokens: output };
+      estimated = withInput(partial.outputTokens >= output ? partial : { ...partial, outputTokens: output });
       return estimated;
     }
     // Computed once: the tokenizer is not cheap, and usage() and cost() are both asked.
@@ -106,7 +114,7 @@ export function billedByDelivery(
     if (!carriesUsage(o.dialect, out)) return out;
     const provided = inner.usage();
     if (!provided) return out;
-    let billed = o.bounds ? boundedUsage(provided, o.bounds) : provided;
+    let billed = withInput(o.bounds ? boundedUsage(provided, o.bounds) : provided);
     if (billed.outputTokens === 0) {
       countUncounted();
       const output = Math.ceil(chars / CHARS_PER_TOKEN);
@@ -182,6 +190,17 @@ export function estimatedAnswerUsage(dialect: StreamDialect, answer: Record<stri
     }
   }
   return { inputTokens: request ? inputTokens(request) : 0, outputTokens: Math.ceil(chars / CHARS_PER_TOKEN), cachedTokens: 0, cacheWriteTokens: 0, reasoningTokens: 0 };
+}
+
+/**
+ * `u` with the request's input tokens (the estimate's tokenizer) when the provider reported none (missing, 0,
+ * negative or no number): every request has input, and a JSON answer whose usage said `prompt_tokens: -1000`
+ * or left it out had its whole prompt billed as free. Returns `u` itself otherwise.
+ */
+export function withRequestInput(u: NormalizedUsage, request: Record<string, unknown> | null, b?: UsageBounds): NormalizedUsage {
+  if (u.inputTokens > 0 || !request) return u;
+  const input = Math.min(inputTokens(request), b?.maxInputTokens ?? Infinity);
+  return input > 0 ? { ...u, inputTokens: input } : u;
 }
 
 /** The most a provider can have used for one request: output by the limit it was given, input by the model's context. */

@@ -63,6 +63,28 @@ describe('provider usage is billed within what the request allowed', () => {
     }
   });
 
+  it('a missing, zero, negative or non-numeric input count is billed the request\'s input (the prompt had been free), JSON and stream', async () => {
+    const g = await t.start({ yaml: yaml() });
+    const prompt = 'word '.repeat(400); // ~400 tokens
+    const ask = (stream: boolean) => ({ model: 'b/open', stream, messages: [{ role: 'user', content: prompt }] });
+    for (const input of [undefined, 0, -1_000_000, '400']) {
+      const usage = { prompt_tokens: input, completion_tokens: 500 };
+      t.upstream.scripts.set('up-open', [{ kind: 'status', status: 200, body: answer('up-open', usage) }]);
+      const res = await post(`${g.url}/chat/completions`, g.key, ask(false));
+      const row = await rowOf(g, res);
+      expect(row!.promptTokens, `JSON ${input}`).toBeGreaterThan(390);
+      expect(res.json.usage, `JSON ${input}`).toMatchObject({ prompt_tokens: row!.promptTokens, cost: row!.costUsd });
+
+      const text = chunk({ choices: [{ index: 0, delta: { role: 'assistant', content: TEXT }, finish_reason: 'stop' }] }) + chunk({ choices: [], usage }) + 'data: [DONE]\n\n';
+      t.upstream.scripts.set('up-open', [{ kind: 'raw-stream', text }]);
+      const streamed = await post(`${g.url}/chat/completions`, g.key, { ...ask(true), stream_options: { include_usage: true } });
+      const shown = sseEvents(streamed.text).filter((e) => e.data.includes('"usage":{')).map((e) => JSON.parse(e.data).usage)[0];
+      const streamedRow = await ledgerRowSoon(g, streamed.headers.get('x-request-id')!);
+      expect(streamedRow, `stream ${input}`).toMatchObject({ status: 'completed', promptTokens: row!.promptTokens, completionTokens: 500 });
+      expect(shown, `stream ${input}`).toMatchObject({ prompt_tokens: row!.promptTokens, cost: streamedRow!.costUsd });
+    }
+  });
+
   it('streams: a reported zero output for relayed text is billed from the text; output above the limit is billed at it', async () => {
     const g = await t.start({ yaml: yaml() });
     const stream = (usage: Record<string, unknown>) =>
