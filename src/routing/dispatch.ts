@@ -76,6 +76,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
       }
     }
     let last: GatewayError | undefined;
+    let lastServed: Served | undefined; // the endpoint that gave `last`
     // The first endpoint's refusal to express the request in its style: the caller's error only when no endpoint
     // that could take the request was tried (see the attempt loop).
     let refused: GatewayError | undefined;
@@ -168,6 +169,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           if (e.metadata?.untranslatable) refused ??= e;
           else {
             last = e;
+            lastServed = { c: candidate, isByok: apiKey !== undefined };
             failures.push(e);
           }
           if (stream && e.metadata?.accepted) accepted = { c: candidate, isByok: apiKey !== undefined };
@@ -182,7 +184,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
             if (accepted) return streamFailedBeforeOutput(state, accepted, e);
             // A caller mistake a provider reported in its 2xx body ends the request as any failure after headers
             // does (spec 7.5.4); it had been the only one answered with its own status.
-            if (e.metadata?.after_headers && dialect === 'chat_completions' && !stream) return errorAfterHeaders(state, e);
+            if (e.metadata?.after_headers && dialect === 'chat_completions' && !stream) return errorAfterHeaders(state, { c: candidate, isByok: apiKey !== undefined }, e);
             throw withRetryHeaders(withoutRoutingFlags(e), failures);
           }
           if (step.kind === 'retry_same' && !retriedSame) {
@@ -202,7 +204,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
         }
       }
     }
-    if (last?.metadata?.after_headers && dialect === 'chat_completions' && !stream) return errorAfterHeaders(state, last);
+    if (last?.metadata?.after_headers && lastServed && dialect === 'chat_completions' && !stream) return errorAfterHeaders(state, lastServed, last);
     if (accepted && last) return streamFailedBeforeOutput(state, accepted, last);
     if (last) throw withRetryHeaders(withoutRoutingFlags(last), failures);
     throw refused ? withoutRoutingFlags(refused) : new GatewayError('provider_unavailable', 'No provider could serve the request');
@@ -214,7 +216,11 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
  * with a body holding only `id` and `error` (callers must check for `error` even on 200). Messages-style
  * callers get the real error status instead: their SDK would read a 200 as a message.
  */
-function errorAfterHeaders(state: GatewayState, err: GatewayError): GatewayResponse {
+function errorAfterHeaders(state: GatewayState, served: Served, err: GatewayError): GatewayResponse {
+  // The request reached the endpoint that answered it: its row names it, `failed`, nothing delivered, as a
+  // stream that failed before output is billed (this one had no row, though the client was given its id).
+  state.route = routeOf(served);
+  state.outcome = 'failed';
   // The standard envelope's error (a gateway key quoted in it masked, as in every error body), and the routing
   // metadata a caller opted into, as other error bodies after routing carry it (it had none).
   const body: Record<string, unknown> = { id: state.requestId, ...standardEnvelope(withoutRoutingFlags(err)) };

@@ -178,8 +178,9 @@ describe('a provider whose 2xx JSON answer reports a failure (non-streaming)', (
     expect(Object.keys(r.json).sort()).toEqual(['error', 'id']);
     expect(r.json.id).toMatch(/^gen-/);
     expect(r.json.error).toMatchObject({ code: 429, metadata: { error_type: 'rate_limit_exceeded' } });
-    // A failed JSON request without output is not billed (as for an HTTP error); it was billed `completed`.
-    expect((await g.ledgerRow(r.json.id))?.status ?? 'no row').not.toBe('completed');
+    // A failed JSON request without output is not billed; it was billed `completed`, then had no row at all (the
+    // client holds its id), where a stream failing the same way has a `failed` row.
+    expect(await g.ledgerRow(r.json.id)).toMatchObject({ status: 'failed', model: 'fake/gpt', completionTokens: 0, costUsd: 0 });
   });
 
   it('a chat choice that ended with finish_reason "error" is a failure too', async () => {

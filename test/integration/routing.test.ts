@@ -487,9 +487,8 @@ describe('the stream-failure contract (7.5)', () => {
     expect(res.json.error.metadata.error_type).toBe('provider_unavailable');
     expect(seen(n)).toEqual(['up-solo', 'up-solo']); // a reset after headers is retried once too
     // A failed request all the same: its access line (and the metrics) name the error, not a plain 200.
-    await new Promise((r) => setTimeout(r, 20));
-    const line = gw.logs.map((l) => JSON.parse(l)).find((l) => l.msg === 'request' && l.generation_id === res.json.id);
-    expect(line).toMatchObject({ status: 200, error_type: 'provider_unavailable' });
+    const line = () => gw.logs.map((l) => JSON.parse(l)).find((l) => l.msg === 'request' && l.generation_id === res.json.id);
+    await expect.poll(line).toMatchObject({ status: 200, error_type: 'provider_unavailable' });
     // A caller mistake the provider reported in its 2xx body: the same 200 (it was the one answered 400), not retried.
     upstream.scripts.set('up-solo', [{ kind: 'status', status: 200, body: { error: { code: 400, message: 'Invalid value for temperature' } } }]);
     const mistake = await ask({ model: 'r/solo' });
