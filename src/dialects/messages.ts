@@ -138,9 +138,12 @@ export const messages: DialectAdapter = {
     const take = (u: Record<string, any> | undefined) => {
       if (!u) return;
       haveUsage = true;
-      for (const [k, v] of Object.entries(u)) if (typeof v === 'number') seen[k] = v;
+      // The counts are cumulative: a later event never lowers one. Some Anthropic-compatible servers (sglang)
+      // put `input_tokens: 0` in message_delta after message_start gave the real count; taken as sent, the
+      // request was billed no input.
+      for (const [k, v] of Object.entries(u)) if (typeof v === 'number' && !(v < (seen[k] ?? 0))) seen[k] = v;
       const r = u.output_tokens_details?.reasoning_tokens;
-      if (typeof r === 'number') reasoning = r;
+      if (typeof r === 'number' && r >= reasoning) reasoning = r;
     };
     return {
       rewrite(ev: SseEvent): SseEvent | null {

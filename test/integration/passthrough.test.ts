@@ -183,6 +183,29 @@ describe('same-dialect pass-through: messages → Anthropic', () => {
     expect(row).toMatchObject({ promptTokens: 10, completionTokens: 5, cachedTokens: 4, status: 'completed' });
   });
 
+  it("keeps message_start's input count when message_delta sends a zero for it (sglang does; the counts are cumulative), for a messages and a chat client", async () => {
+    const ev = (type: string, o: Record<string, unknown>) => `event: ${type}\ndata: ${JSON.stringify({ type, ...o })}\n\n`;
+    const text = [
+      ev('message_start', { message: { id: 'msg_1', type: 'message', role: 'assistant', model: 'm', content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 123, output_tokens: 0 } } }),
+      ev('content_block_start', { index: 0, content_block: { type: 'text', text: '' } }),
+      ev('content_block_delta', { index: 0, delta: { type: 'text_delta', text: 'Hi.' } }),
+      ev('content_block_stop', { index: 0 }),
+      ev('message_delta', { delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { input_tokens: 0, output_tokens: 45 } }),
+      ev('message_stop', {}),
+    ].join('');
+    upstream.faults.push({ kind: 'raw-stream', text });
+    const res = await post(`${gw.url}/messages`, gw.key, { model: 'fake/claude', max_tokens: 100, stream: true, messages: [{ role: 'user', content: 'hi' }] });
+    const events = sseEvents(res.text);
+    const id = JSON.parse(events[0].data).message.id;
+    const delta = JSON.parse(events.find((e) => e.event === 'message_delta')!.data);
+    expect(delta.usage.cost).toBeCloseTo((123 * 3 + 45 * 15) / 1e6, 12);
+    expect(await gw.ledgerRow(id)).toMatchObject({ promptTokens: 123, completionTokens: 45, status: 'completed' });
+    upstream.faults.push({ kind: 'raw-stream', text });
+    const chat = await post(`${gw.url}/chat/completions`, gw.key, { model: 'fake/claude', max_tokens: 100, stream: true, stream_options: { include_usage: true }, messages: [{ role: 'user', content: 'hi' }] });
+    const usage = sseEvents(chat.text).map((e) => (e.data === '[DONE]' ? null : JSON.parse(e.data))).find((c) => c?.usage)!.usage;
+    expect(usage).toMatchObject({ prompt_tokens: 123, completion_tokens: 45 });
+  });
+
   it('bills what was delivered when the provider dies mid-stream (status failed)', async () => {
     upstream.faults.push({ kind: 'midstream' });
     const res = await post(`${gw.url}/messages`, gw.key, { model: 'fake/claude', max_tokens: 32, stream: true, messages: [{ role: 'user', content: 'hi' }] });
