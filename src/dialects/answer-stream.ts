@@ -64,10 +64,10 @@ function chatEvents(body: Obj, includeUsage: boolean): SseEvent[] {
 function messagesEvents(body: Obj): SseEvent[] {
   const ev = (event: string, data: Obj): SseEvent => ({ event, data: JSON.stringify({ type: event, ...data }) });
   const usage: Obj = isObj(body.usage) ? body.usage : {};
-  const { content, stop_reason, stop_sequence, usage: _usage, ...rest } = body;
+  const { content, stop_reason, stop_sequence, stop_details, usage: _usage, ...rest } = body;
   const startUsage: Obj = { ...usage, output_tokens: 0 };
   delete startUsage.cost;
-  const out: SseEvent[] = [ev('message_start', { message: { ...rest, content: [], stop_reason: null, stop_sequence: null, usage: startUsage } })];
+  const out: SseEvent[] = [ev('message_start', { message: { ...rest, content: [], stop_reason: null, stop_sequence: null, stop_details: null, usage: startUsage } })];
   const blocks: unknown[] = Array.isArray(content) ? content : [];
   blocks.forEach((block, index) => {
     if (!isObj(block)) return;
@@ -76,7 +76,10 @@ function messagesEvents(body: Obj): SseEvent[] {
     for (const delta of deltas) out.push(ev('content_block_delta', { index, delta }));
     out.push(ev('content_block_stop', { index }));
   });
-  out.push(ev('message_delta', { delta: { stop_reason: stop_reason ?? 'end_turn', stop_sequence: stop_sequence ?? null }, usage }));
+  // stop_details (a refusal's explanation) goes where the Messages API streams it: the SDK's accumulator sets
+  // it from message_delta, so given only in message_start it was lost from `finalMessage()`.
+  const delta = { stop_reason: stop_reason ?? 'end_turn', stop_sequence: stop_sequence ?? null, stop_details: stop_details ?? null };
+  out.push(ev('message_delta', { delta, usage }));
   out.push(ev('message_stop', {}));
   return [...out, DONE];
 }

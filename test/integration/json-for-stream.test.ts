@@ -84,6 +84,16 @@ describe('a provider that answers a streaming request with JSON', () => {
     expect(await rowOf(message.id)).toMatchObject({ status: 'completed', promptTokens: 11, completionTokens: 6 });
   });
 
+  it("a refusal's stop_details reaches the SDK's finalMessage (the Messages API streams it in message_delta)", async () => {
+    g = await t.start({ yaml: yaml() });
+    const stopDetails = { type: 'refusal', category: 'cyber', explanation: 'Declined.' };
+    t.upstream.faults.push({ kind: 'status', status: 200, body: { ...MESSAGES_JSON, content: [], stop_reason: 'refusal', stop_details: stopDetails } });
+    const client = new Anthropic({ apiKey: g.key, baseURL: g.url.replace(/\/v1$/, ''), maxRetries: 0 });
+    const message = await client.messages.stream({ model: 'fake/claude', max_tokens: 20, messages: [{ role: 'user', content: 'hi' }] }).finalMessage();
+    expect(message.stop_reason).toBe('refusal');
+    expect(message.stop_details).toEqual(stopDetails);
+  });
+
   it('every choice of an answer with n > 1 is streamed, each under its index', async () => {
     g = await t.start({ yaml: yaml() });
     const two = { ...CHAT_JSON, choices: [0, 1].map((index) => ({ index, message: { role: 'assistant', content: `Choice ${index}.` }, finish_reason: 'stop' })) };
