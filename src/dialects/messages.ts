@@ -9,15 +9,28 @@ import { num, stripGatewayFields } from './common';
 import { endedBeforeOutput, endedIncomplete, eventData, providerStreamError } from './stream-error';
 import type { DialectAdapter, FinishInfo, StreamRewriter } from './types';
 
-/** Messages usage → normalized usage (`input_tokens` there excludes cache reads and writes). */
+/**
+ * Messages usage → normalized usage (`input_tokens` there excludes cache reads and writes). The tokens of a
+ * `compaction` entry of `usage.iterations` (server-side compaction, `compact_20260112`) are added: the Messages
+ * API leaves them out of the top-level counts, and bills them (the model's own summarizing call).
+ */
 export function messagesUsage(u: unknown): NormalizedUsage | null {
   if (!u || typeof u !== 'object') return null;
   const usage = u as Record<string, any>;
-  const cached = num(usage.cache_read_input_tokens);
-  const written = num(usage.cache_creation_input_tokens);
+  let cached = num(usage.cache_read_input_tokens);
+  let written = num(usage.cache_creation_input_tokens);
+  let plain = num(usage.input_tokens);
+  let output = num(usage.output_tokens);
+  for (const it of Array.isArray(usage.iterations) ? usage.iterations : []) {
+    if (it?.type !== 'compaction') continue;
+    cached += num(it.cache_read_input_tokens);
+    written += num(it.cache_creation_input_tokens);
+    plain += num(it.input_tokens);
+    output += num(it.output_tokens);
+  }
   return {
-    inputTokens: num(usage.input_tokens) + cached + written,
-    outputTokens: num(usage.output_tokens),
+    inputTokens: plain + cached + written,
+    outputTokens: output,
     cachedTokens: cached,
     cacheWriteTokens: written,
     // `thinking_tokens` is the Messages API's own name for what the gateway calls reasoning tokens.
@@ -127,6 +140,7 @@ export const messages: DialectAdapter = {
     let stopped = false; // message_stop seen
     let answered = false; // a message_delta gave the stop reason: the answer is whole
     let reasoning = 0;
+    let iterations: unknown[] | undefined; // usage.iterations, as last sent (compaction tokens are only there)
     const read = (data: string) => {
       try {
         return JSON.parse(data);
@@ -134,7 +148,7 @@ export const messages: DialectAdapter = {
         throw new GatewayError('provider_unavailable', `Provider ${info.provider} sent a malformed stream event`, { metadata: { provider_name: info.provider } });
       }
     };
-    const current = () => (haveUsage ? messagesUsage({ ...seen, output_tokens_details: { reasoning_tokens: reasoning } }) : null);
+    const current = () => (haveUsage ? messagesUsage({ ...seen, output_tokens_details: { reasoning_tokens: reasoning }, iterations }) : null);
     const take = (u: Record<string, any> | undefined) => {
       if (!u) return;
       haveUsage = true;
@@ -144,6 +158,7 @@ export const messages: DialectAdapter = {
       for (const [k, v] of Object.entries(u)) if (typeof v === 'number' && !(v < (seen[k] ?? 0))) seen[k] = v;
       const r = u.output_tokens_details?.reasoning_tokens;
       if (typeof r === 'number' && r >= reasoning) reasoning = r;
+      if (Array.isArray(u.iterations)) iterations = u.iterations;
     };
     return {
       rewrite(ev: SseEvent): SseEvent | null {

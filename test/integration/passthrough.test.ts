@@ -206,6 +206,43 @@ describe('same-dialect pass-through: messages → Anthropic', () => {
     expect(usage).toMatchObject({ prompt_tokens: 123, completion_tokens: 45 });
   });
 
+  it('bills the tokens of a compaction iteration, which the Messages API leaves out of the top-level usage, JSON and streamed', async () => {
+    const usage = {
+      input_tokens: 20, output_tokens: 10, cache_read_input_tokens: 0, cache_creation_input_tokens: 0,
+      iterations: [
+        { type: 'compaction', input_tokens: 300, output_tokens: 40, cache_read_input_tokens: 100, cache_creation_input_tokens: 0 },
+        { type: 'message', input_tokens: 20, output_tokens: 10, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 },
+      ],
+    };
+    const content = [{ type: 'compaction', content: 'Summary.' }, { type: 'text', text: 'Hi.' }];
+    const cost = (320 * 3 + 100 * 0.3 + 50 * 15) / 1e6;
+    const billed = { promptTokens: 420, cachedTokens: 100, completionTokens: 50, status: 'completed' };
+    const body = { model: 'fake/claude', max_tokens: 100, messages: [{ role: 'user', content: 'hi' }], context_management: { edits: [{ type: 'compact_20260112' }] } };
+    upstream.faults.push({ kind: 'status', status: 200, body: { id: 'msg_1', type: 'message', role: 'assistant', model: 'm', content, stop_reason: 'end_turn', stop_sequence: null, usage } });
+    const res = await post(`${gw.url}/messages`, gw.key, body);
+    expect(res.json.usage).toMatchObject({ input_tokens: 20, output_tokens: 10 }); // the provider's figures, as sent
+    expect(res.json.usage.cost).toBeCloseTo(cost, 12);
+    expect(await gw.ledgerRow(res.json.id)).toMatchObject(billed);
+    const ev = (type: string, o: Record<string, unknown>) => `event: ${type}\ndata: ${JSON.stringify({ type, ...o })}\n\n`;
+    const { iterations: _, ...startUsage } = usage;
+    upstream.faults.push({
+      kind: 'raw-stream',
+      text: [
+        ev('message_start', { message: { id: 'msg_1', type: 'message', role: 'assistant', model: 'm', content: [], stop_reason: null, stop_sequence: null, usage: { ...startUsage, output_tokens: 1 } } }),
+        ev('content_block_start', { index: 0, content_block: { type: 'text', text: '' } }),
+        ev('content_block_delta', { index: 0, delta: { type: 'text_delta', text: 'Hi.' } }),
+        ev('content_block_stop', { index: 0 }),
+        ev('message_delta', { delta: { stop_reason: 'end_turn', stop_sequence: null }, usage }),
+        ev('message_stop', {}),
+      ].join(''),
+    });
+    const streamed = await post(`${gw.url}/messages`, gw.key, { ...body, stream: true });
+    const events = sseEvents(streamed.text);
+    const delta = JSON.parse(events.find((e) => e.event === 'message_delta')!.data);
+    expect(delta.usage.cost).toBeCloseTo(cost, 12);
+    expect(await gw.ledgerRow(JSON.parse(events[0].data).message.id)).toMatchObject(billed);
+  });
+
   it('bills what was delivered when the provider dies mid-stream (status failed)', async () => {
     upstream.faults.push({ kind: 'midstream' });
     const res = await post(`${gw.url}/messages`, gw.key, { model: 'fake/claude', max_tokens: 32, stream: true, messages: [{ role: 'user', content: 'hi' }] });
