@@ -21,8 +21,11 @@ export function messagesUsage(u: unknown): NormalizedUsage | null {
   let written = num(usage.cache_creation_input_tokens);
   let plain = num(usage.input_tokens);
   let output = num(usage.output_tokens);
+  let calls = 0;
   for (const it of Array.isArray(usage.iterations) ? usage.iterations : []) {
+    if (it?.type === 'message') calls++;
     if (it?.type !== 'compaction') continue;
+    calls++;
     cached += num(it.cache_read_input_tokens);
     written += num(it.cache_creation_input_tokens);
     plain += num(it.input_tokens);
@@ -35,6 +38,7 @@ export function messagesUsage(u: unknown): NormalizedUsage | null {
     cacheWriteTokens: written,
     // `thinking_tokens` is the Messages API's own name for what the gateway calls reasoning tokens.
     reasoningTokens: num(usage.output_tokens_details?.reasoning_tokens) || num(usage.output_tokens_details?.thinking_tokens),
+    ...(calls > 1 ? { calls } : {}),
   };
 }
 

@@ -37,6 +37,11 @@ export interface NormalizedUsage {
   cachedTokens: number;
   cacheWriteTokens: number;
   reasoningTokens: number;
+  /**
+   * The model calls the provider reports the usage sums (an Anthropic-style provider's `usage.iterations`: a
+   * server-side tool loop, a compaction); 1 when it says nothing. Each call is bounded as one (boundedUsage).
+   */
+  calls?: number;
 }
 
 /** The provider endpoint a request was (finally) served by. */

@@ -15,7 +15,7 @@ import { clientClosed } from '../pipeline/request-abort';
 import type { GatewayResponse, GatewayState, NormalizedUsage } from '../pipeline/types';
 import { batched, batchesOf } from '../providers/sse';
 import type { Dialect, Provider, UpstreamCall, UpstreamReply } from '../providers/types';
-import { ABSURD_TOKENS, billedByDelivery, boundedUsage, estimatedAnswerUsage, withRequestInput, type StreamDialect, type UsageBounds } from '../spend/delivered';
+import { ABSURD_TOKENS, billedByDelivery, boundedUsage, estimatedAnswerUsage, serverLoopCalls, withRequestInput, type StreamDialect, type UsageBounds } from '../spend/delivered';
 import { pendingRowOf, type LedgerJournal } from '../spend/journal';
 import { requestedMaxTokens } from '../spend/estimate';
 import { costOf } from '../spend/pricing';
@@ -449,7 +449,7 @@ function usageBounds(state: GatewayState, c: Candidate): UsageBounds {
   const asked = requestedMaxTokens(b) || undefined;
   const cap = c.model.max_output_tokens;
   const limit = asked !== undefined ? Math.min(asked, cap ?? asked) : cap;
-  return { maxOutputTokens: limit !== undefined ? limit * choiceCount(b) : ABSURD_TOKENS, maxInputTokens: c.model.context_length ?? ABSURD_TOKENS };
+  return { maxOutputTokens: limit !== undefined ? limit * choiceCount(b) : ABSURD_TOKENS, maxInputTokens: c.model.context_length ?? ABSURD_TOKENS, maxCalls: serverLoopCalls(b) };
 }
 
 function jsonResponse(state: GatewayState, served: Served, reply: UpstreamReply, attempt: Span): GatewayResponse {

@@ -207,6 +207,26 @@ export function withRequestInput(u: NormalizedUsage, request: Record<string, unk
 export interface UsageBounds {
   maxOutputTokens: number;
   maxInputTokens: number;
+  /** The most model calls the provider may make for the request (serverLoopCalls); 1 when absent. */
+  maxCalls?: number;
+}
+
+/** The most model calls a server-side loop is billed for (Anthropic pauses a long loop with `pause_turn` well before). */
+export const MAX_SERVER_LOOP_CALLS = 64;
+
+/**
+ * The most model calls a provider may make for one request: several (a server-side tool loop, or a compaction
+ * call before the answer) when the request lets it, with a server tool (a `tools` entry typed other than
+ * `custom`/`function`), `mcp_servers` or `context_management`; else 1. So a provider claiming many calls for a
+ * plain request is still bounded as one call.
+ *
+ * @example serverLoopCalls({ tools: [{ type: 'web_search_20250305', name: 'web_search' }] }) // 64
+ */
+export function serverLoopCalls(body: Record<string, unknown>): number {
+  const tools = Array.isArray(body.tools) ? (body.tools as { type?: unknown }[]) : [];
+  const serverTool = tools.some((t) => typeof t?.type === 'string' && t.type !== 'custom' && t.type !== 'function');
+  const mcp = Array.isArray(body.mcp_servers) && body.mcp_servers.length > 0;
+  return serverTool || mcp || (body.context_management !== undefined && body.context_management !== null) ? MAX_SERVER_LOOP_CALLS : 1;
 }
 
 /** The ceiling when the request and the model say nothing (no model has a context or an output of 100 M tokens). */
@@ -216,12 +236,17 @@ export const ABSURD_TOKENS = 100_000_000;
  * `u` within what the request allowed: output at most the output limit the provider was given (times chat `n`),
  * input at most the model's context, the parts (cached, cache writes, reasoning) at most their whole. A
  * provider that reports more (a bug, or a hostile upstream: 10^15 output tokens were billed as $3·10^10 and
- * took any balance with them) is billed the bound. Returns `u` itself when it is within.
+ * took any balance with them) is billed the bound. Usage summed over several model calls (`u.calls`, up to the
+ * request's `maxCalls`) is bounded per call: an Anthropic server-tool loop's input is every call's context
+ * (it had been cut to one context). Returns `u` itself when it is within.
  */
 export function boundedUsage(u: NormalizedUsage, b: UsageBounds): NormalizedUsage {
-  if (u.outputTokens <= b.maxOutputTokens && u.inputTokens <= b.maxInputTokens && u.reasoningTokens <= u.outputTokens && u.cachedTokens + u.cacheWriteTokens <= u.inputTokens) return u;
-  const inputTokens = Math.min(u.inputTokens, b.maxInputTokens);
-  const outputTokens = Math.min(u.outputTokens, b.maxOutputTokens);
+  const calls = Math.max(1, Math.min(Math.floor(u.calls ?? 1), b.maxCalls ?? 1));
+  const maxInput = b.maxInputTokens * calls;
+  const maxOutput = b.maxOutputTokens * calls;
+  if (u.outputTokens <= maxOutput && u.inputTokens <= maxInput && u.reasoningTokens <= u.outputTokens && u.cachedTokens + u.cacheWriteTokens <= u.inputTokens) return u;
+  const inputTokens = Math.min(u.inputTokens, maxInput);
+  const outputTokens = Math.min(u.outputTokens, maxOutput);
   const cachedTokens = Math.min(u.cachedTokens, inputTokens);
   return {
     inputTokens,

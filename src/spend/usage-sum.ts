@@ -16,7 +16,7 @@ const isObj = (v: unknown): v is Obj => !!v && typeof v === 'object' && !Array.i
 export function addUsage(list: (NormalizedUsage | null)[]): NormalizedUsage | null {
   const known = list.filter((u): u is NormalizedUsage => u !== null);
   if (known.length === 0) return null;
-  const sum = (f: keyof NormalizedUsage) => known.reduce((s, u) => s + u[f], 0);
+  const sum = (f: Exclude<keyof NormalizedUsage, 'calls'>) => known.reduce((s, u) => s + u[f], 0);
   return { inputTokens: sum('inputTokens'), outputTokens: sum('outputTokens'), cachedTokens: sum('cachedTokens'), cacheWriteTokens: sum('cacheWriteTokens'), reasoningTokens: sum('reasoningTokens') };
 }
 

@@ -14,6 +14,10 @@ const MODELS = `
     max_output_tokens: 100
     context_length: 1000
     endpoints: [{ provider: fake-openai, upstream_model: up-capped, pricing: { prompt: 10, completion: 30 } }]
+  - id: b/claude
+    max_output_tokens: 100
+    context_length: 1000
+    endpoints: [{ provider: fake-anthropic, upstream_model: up-claude, pricing: { prompt: 10, completion: 30 } }]
   - id: b/open
     endpoints: [{ provider: fake-openai, upstream_model: up-open, pricing: { prompt: 10, completion: 30 } }]
 `;
@@ -174,5 +178,24 @@ describe('provider usage is billed within what the request allowed', () => {
     const fine = await post(`${g.url}/chat/completions`, g.key, { model: 'b/capped', max_tokens: 50, stream: true, stream_options: { include_usage: true }, messages: [{ role: 'user', content: 'hi' }] });
     const fineLast = JSON.parse(fine.text.split('\n\n').filter((b) => b.startsWith('data: {')).at(-1)!.slice(6));
     expect(fineLast.usage).toEqual({ prompt_tokens: 10, completion_tokens: 40, total_tokens: 50, prompt_tokens_details: { cached_tokens: 0 }, cost: (10 * 10 + 40 * 30) / 1e6, is_byok: false });
+  });
+
+  it("an Anthropic server-side loop's usage (usage.iterations: one entry per model call) is bounded per call, when the request let the provider loop", async () => {
+    const g = await t.start({ yaml: yaml() });
+    const iteration = { type: 'message', input_tokens: 800, output_tokens: 50, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 };
+    const usage = { input_tokens: 2400, output_tokens: 150, iterations: [iteration, iteration, iteration] };
+    const reply = { id: 'msg_1', type: 'message', role: 'assistant', model: 'up-claude', content: [{ type: 'text', text: 'Hi.' }], stop_reason: 'end_turn', stop_sequence: null, usage };
+    const ask = async (extra: Record<string, unknown>) => {
+      t.upstream.scripts.set('up-claude', [{ kind: 'status', status: 200, body: reply }]);
+      const res = await post(`${g.url}/messages`, g.key, { model: 'b/claude', max_tokens: 100, messages: [{ role: 'user', content: 'hi' }], ...extra });
+      expect(res.status).toBe(200);
+      return rowOf(g, res);
+    };
+    // Three calls of a web search loop: each within the context and the output limit, billed whole.
+    const looped = await ask({ tools: [{ type: 'web_search_20250305', name: 'web_search' }] });
+    expect(looped).toMatchObject({ promptTokens: 2400, completionTokens: 150 });
+    expect(looped!.costUsd).toBeCloseTo((2400 * 10 + 150 * 30) / 1e6, 12);
+    // A request that lets the provider make no more than one call is bounded as one, whatever it claims.
+    expect(await ask({})).toMatchObject({ promptTokens: 1000, completionTokens: 100 });
   });
 });
