@@ -27,13 +27,28 @@ export function createAnthropicProvider(config: AnthropicProviderConfig): Provid
     region: config.region,
     dialects: DIALECTS,
     async send(call: UpstreamCall): Promise<UpstreamReply> {
-      const h: Record<string, string> = call.apiKey ? withHeader(headers, 'x-api-key', call.apiKey) : { ...headers };
+      let h: Record<string, string> = call.apiKey ? withHeader(headers, 'x-api-key', call.apiKey) : { ...headers };
       for (const name of FORWARDED) {
         const v = call.forwardHeaders?.[name];
-        if (v) h[name] = v;
+        if (v) h = withHeader(h, name, joinedList(headerIn(h, name), v));
       }
       // The forwarded headers carry no credentials: the provider's own are worked out once, above.
       return sendJson({ target, headers: h, credentials: call.apiKey ? undefined : credentials, call, timeouts, providerId: config.id });
     },
   };
+}
+
+function headerIn(headers: Record<string, string>, name: string): string | undefined {
+  for (const [k, v] of Object.entries(headers)) if (k.toLowerCase() === name) return v;
+  return undefined;
+}
+
+/**
+ * The operator's value of a comma-separated header (`anthropic-beta` in the provider's `headers:`) and the
+ * client's, joined without repeats: the client's had replaced the operator's, so a beta the operator turned
+ * on for every call was off for every client that named one of its own (the Anthropic SDK does for any beta call).
+ */
+function joinedList(operator: string | undefined, client: string): string {
+  const items = [operator ?? '', client].flatMap((v) => v.split(',')).map((v) => v.trim()).filter(Boolean);
+  return [...new Set(items)].join(',');
 }

@@ -153,6 +153,22 @@ describe('same-dialect pass-through: messages → Anthropic', () => {
     expect(res.json.usage.cost).toBeCloseTo((6 * 3 + 4 * 0.3 + 5 * 15) / 1e6, 12);
   });
 
+  it("joins the client's anthropic-beta to the one the operator's provider headers set, instead of replacing it", async () => {
+    const yaml = testConfigYaml(upstream.url).replace('api_key: sk-upstream-anthropic-secret }', 'api_key: sk-upstream-anthropic-secret, headers: { anthropic-beta: context-1m-2025-08-07 } }');
+    const g = await startTestGateway({ yaml });
+    try {
+      const ask = async (headers: Record<string, string>) => {
+        expect((await post(`${g.url}/messages`, g.key, { model: 'fake/claude', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] }, headers)).status).toBe(200);
+        return upstream.received.at(-1)!.headers['anthropic-beta'];
+      };
+      expect(await ask({})).toBe('context-1m-2025-08-07');
+      expect(await ask({ 'anthropic-beta': 'mcp-client-2025-04-04' })).toBe('context-1m-2025-08-07,mcp-client-2025-04-04');
+      expect(await ask({ 'anthropic-beta': 'mcp-client-2025-04-04, context-1m-2025-08-07' })).toBe('context-1m-2025-08-07,mcp-client-2025-04-04');
+    } finally {
+      await g.close();
+    }
+  });
+
   it('a request without max_tokens (optional here, required by the Messages API) gets the model default, above a thinking budget; one that sets it keeps it', async () => {
     const ask = async (extra: Record<string, unknown>) => {
       const res = await post(`${gw.url}/messages`, gw.key, { model: 'fake/claude', messages: [{ role: 'user', content: 'hi' }], ...extra });
