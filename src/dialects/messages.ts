@@ -188,6 +188,9 @@ export const messages: DialectAdapter = {
             // usage: the bill of a stream cut short then counts the input from the request (spend/delivered.ts).
             const opening = openingUsage(data.message.usage);
             if (counts(opening)) take(opening);
+            // The Anthropic SDK reads message_start's usage and message_delta's output_tokens unguarded: a provider
+            // that left them out crashed `finalMessage()` with a TypeError. Zeros then, as a translated stream has.
+            if (!data.message.usage || typeof data.message.usage !== 'object') data.message.usage = { input_tokens: 0, output_tokens: 0 };
             return { event: ev.event, data: JSON.stringify(data) };
           }
           case 'message_delta': {
@@ -196,6 +199,7 @@ export const messages: DialectAdapter = {
             // then billed from what it relayed, as a chat client's is.
             if (counts(data.usage)) take(data.usage);
             if (data.delta?.stop_reason != null) answered = true;
+            if (typeof data.usage?.output_tokens !== 'number') data.usage = { ...data.usage, output_tokens: seen.output_tokens ?? 0 };
             const usage = current();
             if (usage) data.usage = { ...data.usage, cost: info.costOf(usage), is_byok: info.isByok };
             return { event: ev.event, data: JSON.stringify(data) };

@@ -251,6 +251,24 @@ describe('official anthropic SDK', () => {
     expect(lost.error.error.details).toBeUndefined();
   });
 
+  it("reads a provider's stream that carries no usage (the SDK reads message_start's usage and message_delta's output_tokens unguarded)", async () => {
+    const ev = (type: string, o: Record<string, unknown>) => `event: ${type}\ndata: ${JSON.stringify({ type, ...o })}\n\n`;
+    upstream.faults.push({
+      kind: 'raw-stream',
+      text: [
+        ev('message_start', { message: { id: 'msg_1', type: 'message', role: 'assistant', model: 'm', content: [], stop_reason: null, stop_sequence: null } }),
+        ev('content_block_start', { index: 0, content_block: { type: 'text', text: '' } }),
+        ev('content_block_delta', { index: 0, delta: { type: 'text_delta', text: 'Hi there.' } }),
+        ev('content_block_stop', { index: 0 }),
+        ev('message_delta', { delta: { stop_reason: 'end_turn', stop_sequence: null } }),
+        ev('message_stop', {}),
+      ].join(''),
+    });
+    const final = await anthropic.messages.stream({ model: 'fake/claude', max_tokens: 64, messages: [{ role: 'user', content: 'hi' }] }).finalMessage();
+    expect(final.content).toEqual([{ type: 'text', text: 'Hi there.' }]);
+    expect(final.usage).toMatchObject({ input_tokens: 0, output_tokens: 0 });
+  });
+
   it('reports a mid-stream provider failure as an error event', async () => {
     upstream.faults.push({ kind: 'midstream' });
     const stream = anthropic.messages.stream({ model: 'fake/claude', max_tokens: 64, messages: [{ role: 'user', content: 'hi' }] });
