@@ -198,4 +198,24 @@ describe('provider usage is billed within what the request allowed', () => {
     // A request that lets the provider make no more than one call is bounded as one, whatever it claims.
     expect(await ask({})).toMatchObject({ promptTokens: 1000, completionTokens: 100 });
   });
+
+  it("a messages provider's stream: message_delta says what is billed when the provider reported more than the request allowed", async () => {
+    const g = await t.start({ yaml: yaml() });
+    const ev = (type: string, o: Record<string, unknown>) => `event: ${type}\ndata: ${JSON.stringify({ type, ...o })}\n\n`;
+    const text = [
+      ev('message_start', { message: { id: 'msg_1', type: 'message', role: 'assistant', model: 'm', content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 10, output_tokens: 1 } } }),
+      ev('content_block_start', { index: 0, content_block: { type: 'text', text: '' } }),
+      ev('content_block_delta', { index: 0, delta: { type: 'text_delta', text: 'Hi.' } }),
+      ev('content_block_stop', { index: 0 }),
+      ev('message_delta', { delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: 1e12 } }),
+      ev('message_stop', {}),
+    ].join('');
+    t.upstream.scripts.set('up-claude', [{ kind: 'raw-stream', text }]);
+    const res = await post(`${g.url}/messages`, g.key, { model: 'b/claude', max_tokens: 100, stream: true, messages: [{ role: 'user', content: 'hi' }] });
+    const events = sseEvents(res.text);
+    const delta = JSON.parse(events.find((e) => e.event === 'message_delta')!.data);
+    const row = await ledgerRowSoon(g, JSON.parse(events[0].data).message.id);
+    expect(row).toMatchObject({ status: 'completed', promptTokens: 10, completionTokens: 100 });
+    expect(delta.usage).toMatchObject({ input_tokens: 10, output_tokens: 100, cost: row!.costUsd });
+  });
 });
