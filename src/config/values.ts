@@ -104,24 +104,13 @@ export const MAX_TIMER_MS = 2 ** 31 - 1;
  *
  * @example durationProblem({ routing: { retry_wait_max_ms: 3e9 } }) // 'routing.retry_wait_max_ms: must be at most 2147483647 …'
  */
-export function durationProblem(root: unknown, path: (string | number)[] = []): string | undefined {
-  if (Array.isArray(root)) {
-    for (let i = 0; i < root.length; i++) {
-      const problem = durationProblem(root[i], [...path, i]);
-      if (problem) return problem;
-    }
-  } else if (root && typeof root === 'object') {
-    for (const [k, v] of Object.entries(root as Record<string, unknown>)) {
-      const unit = k.endsWith('_ms') ? 'ms' : k.endsWith('_s') ? 's' : undefined;
-      if (unit && typeof v === 'number' && v > MAX_TIMER_MS) {
-        const why = unit === 'ms' ? 'about 24.8 days, the longest timer Node.js runs' : 'about 68 years';
-        return `${pathText([...path, k])}: must be at most ${MAX_TIMER_MS} (${why})`;
-      }
-      const problem = durationProblem(v, [...path, k]);
-      if (problem) return problem;
-    }
-  }
-  return undefined;
+export function durationProblem(root: unknown): string | undefined {
+  return fieldProblem(root, (k, v, path) => {
+    const unit = k.endsWith('_ms') ? 'ms' : k.endsWith('_s') ? 's' : undefined;
+    if (!unit || typeof v !== 'number' || v <= MAX_TIMER_MS) return undefined;
+    const why = unit === 'ms' ? 'about 24.8 days, the longest timer Node.js runs' : 'about 68 years';
+    return `${pathText([...path, k])}: must be at most ${MAX_TIMER_MS} (${why})`;
+  });
 }
 
 /** The fields that hold an HTTP(S) URL, the gateway's and every stage's (`state.url`, `storage.url` have checks of their own). */
@@ -135,20 +124,35 @@ const URL_FIELDS = new Set(['base_url', 'classifier_url', 'output_url', 'endpoin
  *
  * @example urlProblem({ providers: [{ base_url: 'http://h:port' }] }) // 'providers[0].base_url: is not a URL …'
  */
-export function urlProblem(root: unknown, path: (string | number)[] = []): string | undefined {
+export function urlProblem(root: unknown): string | undefined {
+  return fieldProblem(root, (k, v, path) => {
+    // Header names and values are the operator's own, whatever they are called.
+    if (k === 'headers' || (path.length === 0 && (k === 'state' || k === 'storage'))) return SKIP;
+    if (URL_FIELDS.has(k) && typeof v === 'string' && !URL.canParse(v)) {
+      return `${pathText([...path, k])}: is not a URL (write scheme://host[:port]/path, e.g. https://api.example.com/v1: a port of digits, no spaces)`;
+    }
+    return undefined;
+  });
+}
+
+const SKIP = Symbol('skip');
+
+/**
+ * The first problem `check` finds at a field of the config tree, depth first in the file's order: `check` gets
+ * each object member's key, value and the path of the object holding it, and returns a problem, nothing, or
+ * `SKIP` to leave that member's value unread.
+ */
+function fieldProblem(root: unknown, check: (key: string, value: unknown, path: (string | number)[]) => string | typeof SKIP | undefined, path: (string | number)[] = []): string | undefined {
   if (Array.isArray(root)) {
     for (let i = 0; i < root.length; i++) {
-      const problem = urlProblem(root[i], [...path, i]);
+      const problem = fieldProblem(root[i], check, [...path, i]);
       if (problem) return problem;
     }
   } else if (root && typeof root === 'object') {
     for (const [k, v] of Object.entries(root as Record<string, unknown>)) {
-      // Header names and values are the operator's own, whatever they are called.
-      if (k === 'headers' || (path.length === 0 && (k === 'state' || k === 'storage'))) continue;
-      if (URL_FIELDS.has(k) && typeof v === 'string' && !URL.canParse(v)) {
-        return `${pathText([...path, k])}: is not a URL (write scheme://host[:port]/path, e.g. https://api.example.com/v1: a port of digits, no spaces)`;
-      }
-      const problem = urlProblem(v, [...path, k]);
+      const found = check(k, v, path);
+      if (found === SKIP) continue;
+      const problem = found ?? fieldProblem(v, check, [...path, k]);
       if (problem) return problem;
     }
   }
