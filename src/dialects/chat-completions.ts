@@ -90,6 +90,8 @@ export const chatCompletions: DialectAdapter = {
     const out = stripGatewayFields(body, upstreamModel);
     // Spec 4.2: the end-user id goes upstream only as a salted hash.
     if (typeof out.user === 'string') out.user = hashUser(out.user);
+    // OpenAI's successor to `user` names the same end user: it goes upstream hashed alike (it went as sent).
+    if (typeof out.safety_identifier === 'string') out.safety_identifier = hashUser(out.safety_identifier);
     // Spec 4.2: `fast` is an alias of `priority`; `ultrafast` asks for the fastest tier there is.
     if (out.service_tier === 'fast' || out.service_tier === 'ultrafast') out.service_tier = 'priority';
     // Always ask for the usage chunk so the request can be billed; it is dropped again for clients that

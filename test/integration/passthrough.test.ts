@@ -23,6 +23,7 @@ describe('same-dialect pass-through: chat completions → OpenAI-compatible', ()
       messages: [{ role: 'user', content: 'hi' }],
       temperature: 0.5,
       user: 'alice@example.com',
+      safety_identifier: 'alice@example.com',
       session_id: 'sess-1',
       provider: { allow_fallbacks: true },
       plugins: [{ id: 'response-healing', enabled: false }],
@@ -42,6 +43,8 @@ describe('same-dialect pass-through: chat completions → OpenAI-compatible', ()
     expect(got.body.user).not.toContain('alice');
     // salted: not the plain sha256 of the id
     expect(got.body.user).not.toBe(createHash('sha256').update('alice@example.com').digest('hex'));
+    // OpenAI's successor to `user` names the same end user: hashed alike (it went as sent).
+    expect(got.body.safety_identifier).toBe(got.body.user);
   });
 
   it('hashes the same user to the same value (stable per gateway)', async () => {
