@@ -8,7 +8,7 @@ import { parseArgs } from 'node:util';
 import { trace } from '@opentelemetry/api';
 import { registry } from '../plugins';
 import { byokContext, maskProviderKey, parseEncryptionKey, sealProviderKey } from './auth/byok-seal';
-import { ConfigError, inConfigFile, loadConfig, unpricedEndpoints, unusedPluginSections, warnConfigGaps } from './config/load';
+import { ConfigError, inConfigFile, loadConfig, PRICED_FREE_WARNING, pricedFreeEndpoints, unpricedEndpoints, unusedPluginSections, warnConfigGaps } from './config/load';
 import { configReloader } from './config/reload';
 import type { GatewayConfig } from './config/types';
 import { watchFile } from './config/watch';
@@ -87,6 +87,7 @@ async function main(argv: string[]): Promise<number> {
     inConfigFile(file, () => checkPipelines(checked, registry, trace.getTracer('config-check'), createLogger('silent')));
     for (const section of unusedPluginSections(checked)) process.stderr.write(`warning: ${section} is set, but no pipeline runs that stage: its settings do nothing\n`);
     for (const endpoint of unpricedEndpoints(checked)) process.stderr.write(`warning: ${endpoint} has no pricing: its requests are billed $0 (set pricing, or name the model …:free)\n`);
+    for (const endpoint of pricedFreeEndpoints(checked)) process.stderr.write(`warning: ${endpoint} ${PRICED_FREE_WARNING}\n`);
     process.stdout.write(`${file}: ok\n`);
     return 0;
   }

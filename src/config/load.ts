@@ -282,16 +282,32 @@ export function unusedPluginSections(config: GatewayConfig): string[] {
  * it. Not refused (a local model may be free on purpose); `serve`, a reload and `config check` warn, naming them.
  */
 export function unpricedEndpoints(config: GatewayConfig): string[] {
+  return endpointsWhere(config, (free, priced) => !free && !priced);
+}
+
+/**
+ * The endpoints with a price of models named `…:free`: their requests are billed that price, which the
+ * account pays, and are counted against the free-model limits too (`free_models`); a name and a price that
+ * disagree are rarely meant. `serve`, a reload and `config check` warn, naming each.
+ */
+export function pricedFreeEndpoints(config: GatewayConfig): string[] {
+  return endpointsWhere(config, (free, priced) => free && priced);
+}
+
+function endpointsWhere(config: GatewayConfig, pick: (free: boolean, priced: boolean) => boolean): string[] {
   const out: string[] = [];
   config.models.forEach((m, i) => {
-    if (m.id.endsWith(':free')) return;
     m.endpoints.forEach((e, j) => {
       const p = e.pricing;
-      if (!(p.prompt || p.completion || p.request || p.cached_read || p.cache_write)) out.push(`models[${i}].endpoints[${j}] (${m.id} via ${e.provider})`);
+      const priced = !!(p.prompt || p.completion || p.request || p.cached_read || p.cache_write);
+      if (pick(m.id.endsWith(':free'), priced)) out.push(`models[${i}].endpoints[${j}] (${m.id} via ${e.provider})`);
     });
   });
   return out;
 }
+
+/** What `serve`, a reload and `config check` say of a priced endpoint of a `…:free` model. */
+export const PRICED_FREE_WARNING = 'has pricing, but its model is named …:free: its requests are billed that price and also count against the free-model limits (drop the pricing, or the :free)';
 
 /** Logs `unusedPluginSections` and `unpricedEndpoints` (at start and on a reload). */
 export function warnConfigGaps(config: GatewayConfig, logger: Logger): void {
@@ -299,4 +315,6 @@ export function warnConfigGaps(config: GatewayConfig, logger: Logger): void {
   if (sections.length > 0) logger.warn({ sections }, 'plugin settings for stages no pipeline runs: they do nothing');
   const endpoints = unpricedEndpoints(config);
   if (endpoints.length > 0) logger.warn({ endpoints }, 'model endpoints without pricing: their requests are billed $0 (set pricing, or name the model …:free)');
+  const priced = pricedFreeEndpoints(config);
+  if (priced.length > 0) logger.warn({ endpoints: priced }, `model endpoints that ${PRICED_FREE_WARNING}`);
 }

@@ -90,6 +90,13 @@ describe('config check', () => {
     expect(r.stdout).toBe(`${file}: ok\n`);
   });
 
+  it('exits 0 on a priced endpoint of a model named …:free, with a warning naming it (billed that price, counted as free)', async () => {
+    const { dir, file } = configDir({ models: ['acme/small:free'] });
+    const r = await runCli(['config', 'check', '--config', file], { cwd: dir });
+    expect(r.code).toBe(0);
+    expect(r.stderr).toBe('warning: models[0].endpoints[0] (acme/small:free via local) has pricing, but its model is named …:free: its requests are billed that price and also count against the free-model limits (drop the pricing, or the :free)\n');
+  });
+
   it('reads ./gateway.yaml by default, and --config wins over GATEWAY_CONFIG', async () => {
     const dir = tempDir();
     writeConfig(path.join(dir, 'gateway.yaml'));

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { trace } from '@opentelemetry/api';
 import { describe, it, expect } from 'vitest';
-import { ConfigError, inConfigFile, interpolateEnv, loadConfig, parseConfigText, unpricedEndpoints, unusedPluginSections } from '../../src/config/load';
+import { ConfigError, inConfigFile, interpolateEnv, loadConfig, parseConfigText, pricedFreeEndpoints, unpricedEndpoints, unusedPluginSections } from '../../src/config/load';
 import { checkPipelines, type LateServices } from '../../src/runtime';
 import type { Services } from '../../src/services';
 import type { Store } from '../../src/store/types';
@@ -457,6 +457,19 @@ describe('values the schema coercion would hide, and other operator mistakes', (
       }),
     );
     expect(unpricedEndpoints(c)).toEqual(['models[0].endpoints[0] (m1 via local)', 'models[1].endpoints[0] (m2 via local)']);
+  });
+
+  it('names the priced endpoints of models named …:free (billed that price and counted as free; serve, reload and config check warn)', () => {
+    const c = parse(
+      config({
+        models: [
+          '  - { id: m1:free, endpoints: [{ provider: local, upstream_model: sim-1 }, { provider: local, upstream_model: sim-2, pricing: { completion: 0.5 } }] }',
+          '  - { id: m2, endpoints: [{ provider: local, upstream_model: sim-3, pricing: { prompt: 1 } }] }',
+        ].join('\n'),
+      }),
+    );
+    expect(pricedFreeEndpoints(c)).toEqual(['models[0].endpoints[1] (m1:free via local)']);
+    expect(unpricedEndpoints(c)).toEqual([]);
   });
 
   it("a stage whose schema requires a field is refused without it when its section is left out, as when it is empty (it was created without it)", () => {
