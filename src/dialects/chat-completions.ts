@@ -121,20 +121,7 @@ export const chatCompletions: DialectAdapter = {
     // was still streaming, ended as a clean `[DONE]` billed completed (the SDK then failed on "missing
     // finish_reason for choice 1"). Such streams take the parsing path, which tracks every choice.
     const many = (info.choices ?? 1) > 1;
-    const open = new Set<number>();
-    const closed = new Set<number>();
-    const noteChoices = (choices: unknown[]): void => {
-      for (const c of choices) {
-        const choice = c as { index?: unknown; finish_reason?: unknown } | null;
-        const index = typeof choice?.index === 'number' ? choice.index : 0;
-        if (closed.has(index)) continue;
-        if (typeof choice?.finish_reason === 'string') {
-          open.delete(index);
-          closed.add(index);
-        } else open.add(index);
-      }
-      finished = closed.size > 0 && open.size === 0;
-    };
+    const allFinished = many ? choiceEnds() : undefined;
     let created = Math.floor(Date.now() / 1000);
     const stamp = { id: JSON.stringify(info.generationId), model: JSON.stringify(info.model), provider: JSON.stringify(info.provider) };
     return {
@@ -178,7 +165,7 @@ export const chatCompletions: DialectAdapter = {
         const failure = streamFailure(chunk);
         if (failure) throw providerStreamError('chat_completions', failure, info.provider);
         if (Array.isArray(chunk.choices)) {
-          if (many) noteChoices(chunk.choices);
+          if (allFinished) finished = allFinished(chunk.choices);
           else if (chunk.choices.some((c: { finish_reason?: unknown }) => typeof c?.finish_reason === 'string')) finished = true;
         }
         chunk.id = info.generationId;
@@ -246,6 +233,27 @@ export const chatCompletions: DialectAdapter = {
     });
   },
 };
+
+/**
+ * For a stream of several choices (`n` > 1): reads each chunk's choices and says whether the answer is whole,
+ * every choice that began having its finish_reason (a finished choice's later chunks do not reopen it).
+ */
+function choiceEnds(): (choices: unknown[]) => boolean {
+  const open = new Set<number>();
+  const closed = new Set<number>();
+  return (choices) => {
+    for (const c of choices) {
+      const choice = c as { index?: unknown; finish_reason?: unknown } | null;
+      const index = typeof choice?.index === 'number' ? choice.index : 0;
+      if (closed.has(index)) continue;
+      if (typeof choice?.finish_reason === 'string') {
+        open.delete(index);
+        closed.add(index);
+      } else open.add(index);
+    }
+    return closed.size > 0 && open.size === 0;
+  };
+}
 
 /**
  * The failure a chat chunk reports, as `{error}` for providerStreamError, or undefined: its `error` member, or a

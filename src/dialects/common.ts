@@ -46,3 +46,18 @@ export type Obj = Record<string, any>;
 export function isObj(v: unknown): v is Obj {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
+
+/**
+ * Copies the usage fields of a stream event that are present into `into`; later events overwrite earlier ones,
+ * except that a count never goes down: the counts are cumulative, and some Anthropic-compatible servers
+ * (sglang) send `input_tokens: 0` in message_delta after message_start gave the real count (taken as sent,
+ * the request was billed no input). Used by the messages rewriter and the messages → chat translator.
+ */
+export function mergeUsage(into: Obj, u: unknown): void {
+  if (!isObj(u)) return;
+  for (const [k, v] of Object.entries(u)) {
+    if (v === null || v === undefined) continue;
+    if (typeof v === 'number' && typeof into[k] === 'number' && v < into[k]) continue;
+    into[k] = v;
+  }
+}

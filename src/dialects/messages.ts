@@ -5,7 +5,7 @@ import { DONE } from '../providers/sse';
 
 /** The terminal event a provider that stopped after its message_delta still owes the client. */
 const MESSAGE_STOP = { event: 'message_stop', data: '{"type":"message_stop"}' };
-import { num, stripGatewayFields } from './common';
+import { mergeUsage, num, stripGatewayFields, type Obj } from './common';
 import { endedBeforeOutput, endedIncomplete, eventData, providerStreamError } from './stream-error';
 import type { DialectAdapter, FinishInfo, StreamRewriter } from './types';
 
@@ -137,14 +137,13 @@ export const messages: DialectAdapter = {
 
   streamRewriter(info: FinishInfo): StreamRewriter {
     // Usage arrives in parts: input side in message_start, output (cumulative) in message_delta.
-    const seen: Record<string, number> = {};
+    const seen: Obj = {};
     let haveUsage = false;
     let failed = false;
     let ended = false;
     let stopped = false; // message_stop seen
     let answered = false; // a message_delta gave the stop reason: the answer is whole
     let reasoning = 0;
-    let iterations: unknown[] | undefined; // usage.iterations, as last sent (compaction tokens are only there)
     const read = (data: string) => {
       try {
         return JSON.parse(data);
@@ -152,17 +151,13 @@ export const messages: DialectAdapter = {
         throw new GatewayError('provider_unavailable', `Provider ${info.provider} sent a malformed stream event`, { metadata: { provider_name: info.provider } });
       }
     };
-    const current = () => (haveUsage ? messagesUsage({ ...seen, output_tokens_details: { reasoning_tokens: reasoning }, iterations }) : null);
+    const current = () => (haveUsage ? messagesUsage({ ...seen, output_tokens_details: { reasoning_tokens: reasoning } }) : null);
     const take = (u: Record<string, any> | undefined) => {
       if (!u) return;
       haveUsage = true;
-      // The counts are cumulative: a later event never lowers one. Some Anthropic-compatible servers (sglang)
-      // put `input_tokens: 0` in message_delta after message_start gave the real count; taken as sent, the
-      // request was billed no input.
-      for (const [k, v] of Object.entries(u)) if (typeof v === 'number' && !(v < (seen[k] ?? 0))) seen[k] = v;
+      mergeUsage(seen, u); // a later event never lowers a count (usage.iterations: as last sent)
       const r = u.output_tokens_details?.reasoning_tokens;
       if (typeof r === 'number' && r >= reasoning) reasoning = r;
-      if (Array.isArray(u.iterations)) iterations = u.iterations;
     };
     return {
       rewrite(ev: SseEvent): SseEvent | null {

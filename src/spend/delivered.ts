@@ -77,11 +77,8 @@ export function billedByDelivery(
   let estimated: NormalizedUsage | null | undefined;
   // The request's input count, for a provider that reported none: counted once (the tokenizer is not cheap).
   let requestInput: number | undefined;
-  const withInput = (u: NormalizedUsage): NormalizedUsage => {
-    if (u.inputTokens > 0 || !o.body) return u;
-    requestInput ??= Math.min(inputTokens(o.body), o.bounds?.maxInputTokens ?? Infinity);
-    return requestInput > 0 ? { ...u, inputTokens: requestInput } : u;
-  };
+  const countInput = (body: Record<string, unknown>) => (requestInput ??= inputTokens(body));
+  const withInput = (u: NormalizedUsage): NormalizedUsage => withRequestInput(u, o.body, o.bounds, countInput);
   const usage = (): NormalizedUsage | null => {
     if (estimated !== undefined) return estimated;
     const provided = inner.usage();
@@ -100,7 +97,7 @@ export function billedByDelivery(
       return estimated;
     }
     // Computed once: the tokenizer is not cheap, and usage() and cost() are both asked.
-    estimated = { inputTokens: o.body ? inputTokens(o.body) : 0, outputTokens: output, cachedTokens: 0, cacheWriteTokens: 0, reasoningTokens: 0 };
+    estimated = { inputTokens: o.body ? countInput(o.body) : 0, outputTokens: output, cachedTokens: 0, cacheWriteTokens: 0, reasoningTokens: 0 };
     return estimated;
   };
   /**
@@ -195,11 +192,12 @@ export function estimatedAnswerUsage(dialect: StreamDialect, answer: Record<stri
 /**
  * `u` with the request's input tokens (the estimate's tokenizer) when the provider reported none (missing, 0,
  * negative or no number): every request has input, and a JSON answer whose usage said `prompt_tokens: -1000`
- * or left it out had its whole prompt billed as free. Returns `u` itself otherwise.
+ * or left it out had its whole prompt billed as free. Returns `u` itself otherwise. `count`: the tokenizer's
+ * count of the request (a stream's rewriter passes one that counts once).
  */
-export function withRequestInput(u: NormalizedUsage, request: Record<string, unknown> | null, b?: UsageBounds): NormalizedUsage {
+export function withRequestInput(u: NormalizedUsage, request: Record<string, unknown> | null, b?: UsageBounds, count = inputTokens): NormalizedUsage {
   if (u.inputTokens > 0 || !request) return u;
-  const input = Math.min(inputTokens(request), b?.maxInputTokens ?? Infinity);
+  const input = Math.min(count(request), b?.maxInputTokens ?? Infinity);
   return input > 0 ? { ...u, inputTokens: input } : u;
 }
 

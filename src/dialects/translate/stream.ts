@@ -1,7 +1,7 @@
 import { GatewayError } from '../../errors/gateway-error';
 import type { NormalizedUsage, SseEvent } from '../../pipeline/types';
 import { messagesUsage, openingUsage } from '../messages';
-import { isObj, type Obj } from '../common';
+import { isObj, mergeUsage, type Obj } from '../common';
 import {
   argumentsOf,
   chatErrorToMessages,
@@ -50,19 +50,6 @@ function parse(ev: SseEvent): Obj {
   return data;
 }
 
-/**
- * Copies the numeric (and detail object) usage fields that are present; later events overwrite earlier ones,
- * except that a count never goes down: the counts are cumulative, and some Anthropic-compatible servers
- * (sglang) send `input_tokens: 0` in message_delta after message_start gave the real count.
- */
-function mergeUsage(into: Obj, u: unknown): void {
-  if (!isObj(u)) return;
-  for (const [k, v] of Object.entries(u)) {
-    if (v === null || v === undefined) continue;
-    if (typeof v === 'number' && typeof into[k] === 'number' && v < into[k]) continue;
-    into[k] = v;
-  }
-}
 
 // ---------------------------------------------------------------------------------------------------
 // Messages-style events → chat.completion.chunk events
