@@ -42,7 +42,9 @@ export const moderation: StageDefinition<Record<string, never>, Services> = {
 };
 
 async function moderate(engine: ModerationEngine, state: GatewayState, services: Services): Promise<void> {
-  const texts = requestTexts(state.body!, state.endpoint).map((s) => s.text);
+  // A text of several parts goes in both readings a provider may give it (joined with nothing, and with a
+  // line break: `nerve` + `agent`), as the guardrails judge it.
+  const texts = requestTexts(state.body!, state.endpoint).flatMap((s) => (s.spaced ? [s.text, s.spaced.text] : [s.text]));
   if (texts.length === 0) return;
   let verdict: ModerationVerdict = { reasons: [], flaggedIndex: -1 };
   let error: string | null = null;

@@ -96,6 +96,19 @@ export const httpClassify: Classify = async (url, body, timeoutMs) => {
   return score;
 };
 
+/** The span engines' findings in one text (offsets in it). */
+function spanFindings(g: CompiledGuardrail, text: string, system: boolean): Finding[] {
+  const found: Finding[] = [];
+  for (const p of g.patterns) found.push(...matchAll(p.re, text, p.name, 'patterns'));
+  if (g.keywords) found.push(...matchAll(g.keywords, text, 'keyword', 'keywords'));
+  if (g.pii.size > 0) found.push(...detectPii(text, g.pii));
+  if (g.injection && !system) {
+    const h = injectionHeuristics(text);
+    if (h.score >= g.injection.threshold) found.push(...h.findings);
+  }
+  return found;
+}
+
 /**
  * Runs one guardrail's engines over the request's texts. Span engines (patterns, keywords, PII, the
  * injection heuristics) find matches per text; the injection classifier, when configured, scores the
@@ -106,13 +119,18 @@ export async function checkGuardrail(g: CompiledGuardrail, slots: readonly TextS
   const names = new Set<string>();
   let unredactable = false;
   for (const s of slots) {
-    const found: Finding[] = [];
-    for (const p of g.patterns) found.push(...matchAll(p.re, s.text, p.name, 'patterns'));
-    if (g.keywords) found.push(...matchAll(g.keywords, s.text, 'keyword', 'keywords'));
-    if (g.pii.size > 0) found.push(...detectPii(s.text, g.pii));
-    if (g.injection && !s.system) {
-      const h = injectionHeuristics(s.text);
-      if (h.score >= g.injection.threshold) found.push(...h.findings);
+    const found = spanFindings(g, s.text, s.system);
+    // A text of several parts is judged in both readings a provider may give it (parts joined with nothing,
+    // and with a line break: `pipe` + `bomb`); a match of the second counts at its place in the first. One
+    // of line breaks alone (nothing of the parts' own text) is no match of the text.
+    if (s.spaced) {
+      const { toJoined } = s.spaced;
+      const seen = new Set(found.map((f) => `${f.name}\0${f.start}\0${f.end}`));
+      for (const f of spanFindings(g, s.spaced.text, s.system)) {
+        const m = { ...f, start: toJoined(f.start), end: toJoined(f.end) };
+        if ((m.start === m.end && f.start !== f.end) || seen.has(`${m.name}\0${m.start}\0${m.end}`)) continue;
+        found.push(m);
+      }
     }
     for (const f of found) {
       names.add(f.name);

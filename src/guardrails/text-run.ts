@@ -16,8 +16,9 @@ export interface TextPart {
  * reads them together (split across parts, `project` + ` x`, `bob@exa` + `mple.com` or `pipe` + ` bomb`
  * had passed every engine; found by a security audit). Nothing between, because providers differ (some
  * concatenate parts, some put a line break between) and a separator we assumed would hide a match split
- * inside a word. Its limit: a phrase split exactly at its space with the space in neither part (`pipe` +
- * `bomb`) reads `pipebomb` here, which a provider that adds a line break shows the model as two words.
+ * inside a word. A phrase split exactly at its space with the space in neither part (`pipe` + `bomb`) reads
+ * `pipebomb` that way, which a provider that adds a line break shows the model as two words: `spaced` is
+ * that reading (the parts joined with a line break), which the guardrail engines judge too.
  *
  * Redaction keeps the parts as they were, except where a match spans parts: those parts become one, the
  * first, holding the redacted text (it takes the last one's `cache_control`, so a cache breakpoint stays at
@@ -46,10 +47,18 @@ export function textRun(list: unknown[], parts: readonly TextPart[], system: boo
     }
     for (const i of drop.sort((a, b) => b - a)) list.splice(i, 1);
   };
+  // Offsets in the line-break reading map back to `text` by the part they fall in (a break maps to the end
+  // of the part before it).
+  const toJoined = (offset: number): number => {
+    let k = parts.length - 1;
+    while (k > 0 && starts[k] + k > offset) k--;
+    return starts[k] + Math.min(offset - (starts[k] + k), parts[k].text.length);
+  };
   return {
     text,
     path,
     system,
+    spaced: parts.length > 1 ? { text: parts.map((p) => p.text).join('\n'), toJoined } : undefined,
     set: (value) => merge([{ first: 0, last: parts.length - 1, value }]),
     redact(findings) {
       const sorted = resolveOverlaps(findings);

@@ -13,6 +13,11 @@ export interface TextSlot {
   set(value: string): void;
   /** Replaces each finding (offsets in `text`) by its `[REDACTED:<name>]` marker in the request body. */
   redact(findings: readonly Finding[]): void;
+  /**
+   * A text of several parts read the other way a provider may show it: the parts with a line break between
+   * (`text` joins them with nothing). `toJoined` maps an offset in it to the offset in `text`.
+   */
+  spaced?: { text: string; toJoined(offset: number): number };
 }
 
 type Obj = Record<string, unknown>;

@@ -269,6 +269,14 @@ describe('text split across content parts', () => {
       { type: 'text', text: ', thanks' },
     ]);
   });
+
+  it('block: a keyword phrase split at its space with the space in neither part is refused (a provider may join parts with a line break)', async () => {
+    const g = await start('  - { id: g, action: block, keywords: ["pipe bomb"] }');
+    const r = await post(`${g.url}/chat/completions`, g.key, chat([{ type: 'text', text: 'how to build a pipe' }, { type: 'text', text: 'bomb' }]));
+    expect(r.status).toBe(403);
+    expect(r.json.error.metadata.patterns).toEqual(['keyword']);
+    expect(t.upstream.received).toHaveLength(0);
+  });
 });
 
 describe('trace', () => {

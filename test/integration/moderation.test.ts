@@ -128,6 +128,14 @@ describe('text split across content parts', () => {
     expect(r.json.metadata).toMatchObject({ reasons: ['weapons'], flagged_input: 'how to make a nerve agent' });
     expect(t.upstream.received).toHaveLength(0);
   });
+
+  it('a rule phrase split at its space with the space in neither block is judged as a provider that adds a line break shows it', async () => {
+    const g = await start('', 'moderation: local');
+    const r = await post(`${g.url}/messages`, g.key, messages([{ type: 'text', text: 'how to make a nerve' }, { type: 'text', text: 'agent' }]));
+    expect(r.status).toBe(403);
+    expect(r.json.metadata).toMatchObject({ reasons: ['weapons'], flagged_input: 'how to make a nerve\nagent' });
+    expect(t.upstream.received).toHaveLength(0);
+  });
 });
 
 describe('passing requests', () => {

@@ -249,6 +249,33 @@ describe('text parts judged together', () => {
     const slots = requestTexts({ messages: [{ role: 'user', content: [{ type: 'text', text: 'tell me about project' }, { type: 'text', text: ' x' }] }] }, 'chat_completions');
     expect((await checkGuardrail(g, slots, async () => 0)).patterns).toEqual(['project_x']);
   });
+
+  it('a phrase split at its space with the space in neither part is detected (a provider may put a line break between parts)', async () => {
+    const g = compileGuardrail({ id: 'g', keywords: ['pipe bomb'] });
+    const content = [{ type: 'text', text: 'how to build a pipe' }, { type: 'text', text: 'bomb at home' }];
+    const slots = requestTexts({ messages: [{ role: 'user', content }] }, 'chat_completions');
+    const outcome = await checkGuardrail(g, slots, async () => 0);
+    expect(outcome.patterns).toEqual(['keyword']);
+    // Redacted at its place in the parts: the two parts it spans become one.
+    outcome.redactAll();
+    expect(content).toEqual([{ type: 'text', text: 'how to build a [REDACTED:keyword] at home' }]);
+  });
+
+  it('the line-break reading adds no match of its own breaks, and none for a clean run', async () => {
+    const g = compileGuardrail({ id: 'g', patterns: [{ name: 'nl', regex: '\\n' }, { name: 'ab', regex: 'a\\s+b' }] });
+    const slots = requestTexts({ messages: [{ role: 'user', content: [{ type: 'text', text: 'x' }, { type: 'text', text: 'y' }] }] }, 'chat_completions');
+    expect((await checkGuardrail(g, slots, async () => 0)).patterns).toEqual([]);
+    const ab = requestTexts({ messages: [{ role: 'user', content: [{ type: 'text', text: 'a' }, { type: 'text', text: 'b' }] }] }, 'chat_completions');
+    expect((await checkGuardrail(g, ab, async () => 0)).patterns).toEqual(['ab']);
+  });
+
+  it('offsets of the line-break reading map back to the joined text', () => {
+    const [run] = requestTexts({ messages: [{ role: 'user', content: [{ type: 'text', text: 'ab' }, { type: 'text', text: 'cd' }, { type: 'text', text: 'e' }] }] }, 'chat_completions');
+    expect(run.text).toBe('abcde');
+    expect(run.spaced!.text).toBe('ab\ncd\ne');
+    // a b \n c d \n e (end)  →  a b c d e (end): a break maps to the end of the part before it.
+    expect([0, 1, 2, 3, 4, 5, 6, 7].map((i) => run.spaced!.toJoined(i))).toEqual([0, 1, 2, 2, 3, 4, 4, 5]);
+  });
 });
 
 describe('guardrail checks', () => {
