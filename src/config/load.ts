@@ -299,7 +299,7 @@ function endpointsWhere(config: GatewayConfig, pick: (free: boolean, priced: boo
   config.models.forEach((m, i) => {
     m.endpoints.forEach((e, j) => {
       const p = e.pricing;
-      const priced = !!(p.prompt || p.completion || p.request || p.cached_read || p.cache_write);
+      const priced = !!(p.prompt || p.completion || p.request || p.cached_read || p.cache_write || p.cache_write_1h);
       if (pick(m.id.endsWith(':free'), priced)) out.push(`models[${i}].endpoints[${j}] (${m.id} via ${e.provider})`);
     });
   });

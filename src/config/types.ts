@@ -217,6 +217,8 @@ export interface Pricing {
   completion: number;
   cached_read?: number;
   cache_write?: number;
+  /** Prompt tokens written to a 1-hour cache (Anthropic bills them 2× input, a 5-minute write 1.25×); `cache_write`, then `prompt`, when unset. */
+  cache_write_1h?: number;
   request: number;
 }
 

@@ -76,15 +76,18 @@ export function scalarChange(before: Scalar[], after: unknown): string | undefin
  * the operator's own text and may hold a secret: `api_key:sk-live-…` written without a space after the colon
  * is one key, and a key pasted where a field name goes is another (both were echoed whole; found by an
  * operator audit). Text after a colon is cut, and so is a key that looks like a credential: 12 characters or
- * more with a digit in them (no field name of the config's has one).
+ * more with a digit in them (no field name of the config's has one but those of LONG_FIELDS_WITH_DIGITS).
  *
  * @example shownKey('api_key:sk-live-0123') // 'api_key:…'
  */
 export function shownKey(key: string): string {
   const colon = key.indexOf(':');
   if (colon >= 0) return `${key.slice(0, colon)}:…`;
-  return key.length >= 12 && /\d/.test(key) ? `${key.slice(0, 3)}…` : key;
+  return key.length >= 12 && /\d/.test(key) && !LONG_FIELDS_WITH_DIGITS.has(key) ? `${key.slice(0, 3)}…` : key;
 }
+
+/** The config's field names that shownKey would take for a credential. */
+const LONG_FIELDS_WITH_DIGITS: ReadonlySet<string> = new Set(['cache_write_1h']);
 
 /** A field path as config errors write it: `providers[1].api_key`, keys through `shownKey`; `(root)` when empty. */
 export function pathText(parts: readonly (string | number)[], prefix = ''): string {

@@ -2,30 +2,43 @@ import { publicMessage } from '../errors/envelope';
 import { GatewayError } from '../errors/gateway-error';
 import type { NormalizedUsage, SseEvent } from '../pipeline/types';
 import { DONE } from '../providers/sse';
-import { num, stripGatewayFields } from './common';
+import { cacheCreation, num, stripGatewayFields } from './common';
 import { endedBeforeOutput, endedIncomplete, eventData, providerStreamError } from './stream-error';
 import type { DialectAdapter, FinishInfo, StreamRewriter } from './types';
 
-/** Chat-completions usage → normalized usage. */
+/**
+ * Chat-completions usage → normalized usage. The 1-hour share of the cache writes is read from
+ * `prompt_tokens_details.cache_creation` (where chatUsageBody puts an Anthropic-style provider's split).
+ */
 export function chatUsage(u: unknown): NormalizedUsage | null {
   if (!u || typeof u !== 'object') return null;
   const usage = u as Record<string, any>;
+  const details = usage.prompt_tokens_details;
+  const written = num(details?.cache_write_tokens);
+  const hour = Math.min(num(details?.cache_creation?.ephemeral_1h_input_tokens), written);
   return {
     inputTokens: num(usage.prompt_tokens),
     outputTokens: num(usage.completion_tokens),
-    cachedTokens: num(usage.prompt_tokens_details?.cached_tokens),
-    cacheWriteTokens: num(usage.prompt_tokens_details?.cache_write_tokens),
+    cachedTokens: num(details?.cached_tokens),
+    cacheWriteTokens: written,
+    ...(hour > 0 ? { cacheWrite1hTokens: hour } : {}),
     reasoningTokens: num(usage.completion_tokens_details?.reasoning_tokens),
   };
 }
 
-/** Normalized usage → the chat-completions `usage` object (for translated answers). */
+/**
+ * Normalized usage → the chat-completions `usage` object (for translated answers). 1-hour cache writes are
+ * shown split out in `prompt_tokens_details.cache_creation`, named as the Messages API names them.
+ */
 export function chatUsageBody(u: NormalizedUsage): Record<string, unknown> {
+  const details: Record<string, unknown> = { cached_tokens: u.cachedTokens, cache_write_tokens: u.cacheWriteTokens };
+  const hour = u.cacheWrite1hTokens ?? 0;
+  if (hour > 0) details.cache_creation = cacheCreation(u.cacheWriteTokens, hour);
   return {
     prompt_tokens: u.inputTokens,
     completion_tokens: u.outputTokens,
     total_tokens: u.inputTokens + u.outputTokens,
-    prompt_tokens_details: { cached_tokens: u.cachedTokens, cache_write_tokens: u.cacheWriteTokens },
+    prompt_tokens_details: details,
     completion_tokens_details: { reasoning_tokens: u.reasoningTokens },
   };
 }

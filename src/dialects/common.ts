@@ -40,6 +40,11 @@ export function num(v: unknown): number {
   return typeof v === 'number' && v >= 0 && v < Infinity ? v : 0;
 }
 
+/** The Messages API's split of `written` cache-write tokens by cache lifetime (`hour` of them for 1 hour). */
+export function cacheCreation(written: number, hour: number): Record<string, number> {
+  return { ephemeral_5m_input_tokens: Math.max(0, written - hour), ephemeral_1h_input_tokens: hour };
+}
+
 /** A JSON object as the translators handle it. */
 export type Obj = Record<string, any>;
 

@@ -5,20 +5,22 @@ import { DONE } from '../providers/sse';
 
 /** The terminal event a provider that stopped after its message_delta still owes the client. */
 const MESSAGE_STOP = { event: 'message_stop', data: '{"type":"message_stop"}' };
-import { mergeUsage, num, stripGatewayFields, type Obj } from './common';
+import { cacheCreation, mergeUsage, num, stripGatewayFields, type Obj } from './common';
 import { endedBeforeOutput, endedIncomplete, eventData, providerStreamError } from './stream-error';
 import type { DialectAdapter, FinishInfo, StreamRewriter } from './types';
 
 /**
  * Messages usage → normalized usage (`input_tokens` there excludes cache reads and writes). The tokens of a
  * `compaction` entry of `usage.iterations` (server-side compaction, `compact_20260112`) are added: the Messages
- * API leaves them out of the top-level counts, and bills them (the model's own summarizing call).
+ * API leaves them out of the top-level counts, and bills them (the model's own summarizing call). Of the cache
+ * writes, those `cache_creation` gives to the 1-hour cache are kept apart (they are billed at `cache_write_1h`).
  */
 export function messagesUsage(u: unknown): NormalizedUsage | null {
   if (!u || typeof u !== 'object') return null;
   const usage = u as Record<string, any>;
   let cached = num(usage.cache_read_input_tokens);
   let written = num(usage.cache_creation_input_tokens);
+  let hour = Math.min(num(usage.cache_creation?.ephemeral_1h_input_tokens), written);
   let plain = num(usage.input_tokens);
   let output = num(usage.output_tokens);
   let calls = 0;
@@ -27,7 +29,9 @@ export function messagesUsage(u: unknown): NormalizedUsage | null {
     if (it?.type !== 'compaction') continue;
     calls++;
     cached += num(it.cache_read_input_tokens);
-    written += num(it.cache_creation_input_tokens);
+    const itWritten = num(it.cache_creation_input_tokens);
+    written += itWritten;
+    hour += Math.min(num(it.cache_creation?.ephemeral_1h_input_tokens), itWritten);
     plain += num(it.input_tokens);
     output += num(it.output_tokens);
   }
@@ -36,6 +40,7 @@ export function messagesUsage(u: unknown): NormalizedUsage | null {
     outputTokens: output,
     cachedTokens: cached,
     cacheWriteTokens: written,
+    ...(hour > 0 ? { cacheWrite1hTokens: hour } : {}),
     // `thinking_tokens` is the Messages API's own name for what the gateway calls reasoning tokens.
     reasoningTokens: num(usage.output_tokens_details?.reasoning_tokens) || num(usage.output_tokens_details?.thinking_tokens),
     ...(calls > 1 ? { calls } : {}),
@@ -62,6 +67,8 @@ export function messagesUsageBody(u: NormalizedUsage): Record<string, unknown> {
     cache_creation_input_tokens: u.cacheWriteTokens,
     cache_read_input_tokens: u.cachedTokens,
   };
+  const hour = u.cacheWrite1hTokens ?? 0;
+  if (hour > 0) out.cache_creation = cacheCreation(u.cacheWriteTokens, hour);
   // `reasoning_tokens` is what the gateway bills from; `thinking_tokens` is the Messages API's own name.
   if (u.reasoningTokens > 0) out.output_tokens_details = { reasoning_tokens: u.reasoningTokens, thinking_tokens: u.reasoningTokens };
   return out;

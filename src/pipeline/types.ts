@@ -36,6 +36,11 @@ export interface NormalizedUsage {
   outputTokens: number;
   cachedTokens: number;
   cacheWriteTokens: number;
+  /**
+   * Of `cacheWriteTokens`, those written to a 1-hour cache (Anthropic's `cache_creation.ephemeral_1h_input_tokens`),
+   * billed at `cache_write_1h`; absent when none.
+   */
+  cacheWrite1hTokens?: number;
   reasoningTokens: number;
   /**
    * The model calls the provider reports the usage sums (an Anthropic-style provider's `usage.iterations`: a

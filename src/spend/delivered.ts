@@ -232,7 +232,7 @@ export const ABSURD_TOKENS = 100_000_000;
 
 /**
  * `u` within what the request allowed: output at most the output limit the provider was given (times chat `n`),
- * input at most the model's context, the parts (cached, cache writes, reasoning) at most their whole. A
+ * input at most the model's context, the parts (cached, cache writes and their 1-hour share, reasoning) at most their whole. A
  * provider that reports more (a bug, or a hostile upstream: 10^15 output tokens were billed as $3·10^10 and
  * took any balance with them) is billed the bound. Usage summed over several model calls (`u.calls`, up to the
  * request's `maxCalls`) is bounded per call: an Anthropic server-tool loop's input is every call's context
@@ -242,15 +242,19 @@ export function boundedUsage(u: NormalizedUsage, b: UsageBounds): NormalizedUsag
   const calls = Math.max(1, Math.min(Math.floor(u.calls ?? 1), b.maxCalls ?? 1));
   const maxInput = b.maxInputTokens * calls;
   const maxOutput = b.maxOutputTokens * calls;
-  if (u.outputTokens <= maxOutput && u.inputTokens <= maxInput && u.reasoningTokens <= u.outputTokens && u.cachedTokens + u.cacheWriteTokens <= u.inputTokens) return u;
+  const hour = u.cacheWrite1hTokens ?? 0;
+  if (u.outputTokens <= maxOutput && u.inputTokens <= maxInput && u.reasoningTokens <= u.outputTokens && u.cachedTokens + u.cacheWriteTokens <= u.inputTokens && hour <= u.cacheWriteTokens) return u;
   const inputTokens = Math.min(u.inputTokens, maxInput);
   const outputTokens = Math.min(u.outputTokens, maxOutput);
   const cachedTokens = Math.min(u.cachedTokens, inputTokens);
+  const cacheWriteTokens = Math.min(u.cacheWriteTokens, inputTokens - cachedTokens);
+  const cacheWrite1hTokens = Math.min(hour, cacheWriteTokens);
   return {
     inputTokens,
     outputTokens,
     cachedTokens,
-    cacheWriteTokens: Math.min(u.cacheWriteTokens, inputTokens - cachedTokens),
+    cacheWriteTokens,
+    ...(cacheWrite1hTokens > 0 ? { cacheWrite1hTokens } : {}),
     reasoningTokens: Math.min(u.reasoningTokens, outputTokens),
   };
 }

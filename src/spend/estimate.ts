@@ -150,7 +150,7 @@ export function requestedMaxTokens(body: Record<string, unknown>): number | unde
   return max;
 }
 
-const hasPrice = (p: Pricing) => p.prompt > 0 || p.completion > 0 || p.request > 0 || (p.cached_read ?? 0) > 0 || (p.cache_write ?? 0) > 0;
+const hasPrice = (p: Pricing) => p.prompt > 0 || p.completion > 0 || p.request > 0 || (p.cached_read ?? 0) > 0 || (p.cache_write ?? 0) > 0 || (p.cache_write_1h ?? 0) > 0;
 
 /** Every pricing an endpoint may bill at (its own, and its fast configuration's). */
 function pricings(e: ModelEndpointConfig): Pricing[] {
@@ -188,9 +188,9 @@ function callEstimate(models: ModelConfig[], input: number, asked: number | unde
   for (const m of models) {
     const out = choices * Math.min(asked ?? defaultCompletionTokens, m.max_output_tokens ?? Number.POSITIVE_INFINITY);
     completion = Math.max(completion, out);
-    // Input at the dearer of the prompt and cache-write prices: a prompt written to the cache is billed at the
-    // latter (Anthropic's 1.25×), which the hold had left out.
-    for (const pr of m.endpoints.flatMap(pricings)) usd = Math.max(usd, (input * Math.max(pr.prompt, pr.cache_write ?? 0) + out * pr.completion) / 1_000_000);
+    // Input at the dearest of the prompt and cache-write prices: a prompt written to the cache is billed at the
+    // latter (Anthropic's 1.25×, 2× for a 1-hour write), which the hold had left out.
+    for (const pr of m.endpoints.flatMap(pricings)) usd = Math.max(usd, (input * Math.max(pr.prompt, pr.cache_write ?? 0, pr.cache_write_1h ?? 0) + out * pr.completion) / 1_000_000);
   }
   return { completion, usd };
 }

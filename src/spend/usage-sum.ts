@@ -16,8 +16,16 @@ const isObj = (v: unknown): v is Obj => !!v && typeof v === 'object' && !Array.i
 export function addUsage(list: (NormalizedUsage | null)[]): NormalizedUsage | null {
   const known = list.filter((u): u is NormalizedUsage => u !== null);
   if (known.length === 0) return null;
-  const sum = (f: Exclude<keyof NormalizedUsage, 'calls'>) => known.reduce((s, u) => s + u[f], 0);
-  return { inputTokens: sum('inputTokens'), outputTokens: sum('outputTokens'), cachedTokens: sum('cachedTokens'), cacheWriteTokens: sum('cacheWriteTokens'), reasoningTokens: sum('reasoningTokens') };
+  const sum = (f: Exclude<keyof NormalizedUsage, 'calls'>) => known.reduce((s, u) => s + (u[f] ?? 0), 0);
+  const hour = sum('cacheWrite1hTokens');
+  return {
+    inputTokens: sum('inputTokens'),
+    outputTokens: sum('outputTokens'),
+    cachedTokens: sum('cachedTokens'),
+    cacheWriteTokens: sum('cacheWriteTokens'),
+    ...(hour > 0 ? { cacheWrite1hTokens: hour } : {}),
+    reasoningTokens: sum('reasoningTokens'),
+  };
 }
 
 /** Sum of costs, rounded as each cost is (0.1 + 0.2 is no 0.30000000000000004 in an answer); null when none is known. */

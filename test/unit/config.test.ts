@@ -472,6 +472,13 @@ describe('values the schema coercion would hide, and other operator mistakes', (
     expect(unpricedEndpoints(c)).toEqual([]);
   });
 
+  it('takes a price for 1-hour cache writes (cache_write_1h), which counts as a price', () => {
+    const c = parse(config({ models: '  - { id: m1, endpoints: [{ provider: local, upstream_model: sim-1, pricing: { cache_write_1h: 6 } }] }' }));
+    expect(c.models[0].endpoints[0].pricing).toEqual({ prompt: 0, completion: 0, request: 0, cache_write_1h: 6 });
+    expect(unpricedEndpoints(c)).toEqual([]);
+    expectPathError(config({ models: '  - { id: m1, endpoints: [{ provider: local, upstream_model: sim-1, pricing: { cache_write_1h: -1 } }] }' }), 'models[0].endpoints[0].pricing.cache_write_1h');
+  });
+
   it("a stage whose schema requires a field is refused without it when its section is left out, as when it is empty (it was created without it)", () => {
     const withRequired = new Map(registry);
     withRequired.set('tagger', { id: 'tagger', configSchema: { type: 'object', required: ['tag'], properties: { tag: { type: 'string' }, n: { type: 'integer', default: 3 } } }, create: () => async (_ctx: unknown, next: () => Promise<void>) => next() });

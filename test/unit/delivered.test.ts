@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { DIALECTS } from '../../src/dialects';
 import type { FinishInfo } from '../../src/dialects/types';
-import { billedByDelivery, outputChars } from '../../src/spend/delivered';
+import { billedByDelivery, boundedUsage, outputChars } from '../../src/spend/delivered';
+import { addUsage } from '../../src/spend/usage-sum';
 
 const info: FinishInfo = {
   generationId: 'gen-1', model: 'm', provider: 'p', isByok: false, clientWantsUsage: false,
@@ -52,5 +53,21 @@ describe('billing a stream by what was delivered', () => {
     for (let i = 0; i < 100; i++) partial.rewrite(chunk({ content: 'abcdefgh' }));
     partial.end();
     expect(partial.usage()).toMatchObject({ inputTokens: 7, outputTokens: 400 });
+  });
+});
+
+describe('1-hour cache writes in bounded and summed usage', () => {
+  const u = { inputTokens: 1000, outputTokens: 10, cachedTokens: 0, cacheWriteTokens: 800, cacheWrite1hTokens: 600, reasoningTokens: 0 };
+
+  it('are kept within the bounds, and never more than the writes', () => {
+    expect(boundedUsage(u, { maxInputTokens: 2000, maxOutputTokens: 100 })).toBe(u);
+    expect(boundedUsage(u, { maxInputTokens: 500, maxOutputTokens: 100 })).toMatchObject({ inputTokens: 500, cacheWriteTokens: 500, cacheWrite1hTokens: 500 });
+    expect(boundedUsage({ ...u, cacheWrite1hTokens: 900 }, { maxInputTokens: 2000, maxOutputTokens: 100 })).toMatchObject({ cacheWriteTokens: 800, cacheWrite1hTokens: 800 });
+  });
+
+  it('are summed over several calls', () => {
+    const plain = { ...u, cacheWrite1hTokens: undefined };
+    expect(addUsage([u, plain, u])).toMatchObject({ cacheWriteTokens: 2400, cacheWrite1hTokens: 1200 });
+    expect(addUsage([plain])).not.toHaveProperty('cacheWrite1hTokens');
   });
 });

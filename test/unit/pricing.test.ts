@@ -47,6 +47,19 @@ describe('costOf', () => {
     expect(cost).toBeCloseTo((5_000 * 3 + 4_000 * 0.3 + 1_000 * 3.75 + 2_000 * 15) / 1e6, 12);
   });
 
+  it('prices 1-hour cache writes at cache_write_1h, else at cache_write, else at the prompt price', () => {
+    // 500 plain, 500 written: 200 of them to the 1-hour cache.
+    const u = usage({ inputTokens: 1000, cacheWriteTokens: 500, cacheWrite1hTokens: 200 });
+    expect(costOf(u, pricing({ prompt: 3, cache_write: 3.75, cache_write_1h: 6 }))).toBeCloseTo((500 * 3 + 300 * 3.75 + 200 * 6) / 1e6, 12);
+    expect(costOf(u, pricing({ prompt: 3, cache_write: 3.75 }))).toBeCloseTo((500 * 3 + 500 * 3.75) / 1e6, 12);
+    expect(costOf(u, pricing({ prompt: 3 }))).toBeCloseTo((1000 * 3) / 1e6, 12);
+    // Never more 1-hour writes than writes.
+    expect(costOf(usage({ inputTokens: 1000, cacheWriteTokens: 100, cacheWrite1hTokens: 900 }), pricing({ prompt: 3, cache_write: 3.75, cache_write_1h: 6 }))).toBeCloseTo(
+      (900 * 3 + 100 * 6) / 1e6,
+      12,
+    );
+  });
+
   it('falls back to the prompt price when cached_read / cache_write are not declared', () => {
     const withCache = costOf(usage({ inputTokens: 1000, cachedTokens: 300, cacheWriteTokens: 200 }), pricing({ prompt: 2 }));
     const plain = costOf(usage({ inputTokens: 1000 }), pricing({ prompt: 2 }));

@@ -119,6 +119,9 @@ describe('estimate', () => {
     const cached = new Map([...models, ['cw', model('cw', { prompt: 3, completion: 15, cache_write: 3.75 })]]);
     const e = estimate({ ...body, model: 'cw', max_tokens: 10 }, cached, 4096);
     expect(e.usd).toBeCloseTo((7 * 3.75 + 10 * 15) / 1e6, 12);
+    // A 1-hour write is dearer still (2× at Anthropic): the hold stays above the bill.
+    const hour = new Map([...models, ['cw', model('cw', { prompt: 3, completion: 15, cache_write: 3.75, cache_write_1h: 6 })]]);
+    expect(estimate({ ...body, model: 'cw', max_tokens: 10 }, hour, 4096).usd).toBeCloseTo((7 * 6 + 10 * 15) / 1e6, 12);
   });
 
   it('the most expensive endpoint among the requested models and fallbacks', () => {

@@ -359,6 +359,26 @@ describe('usage counts a provider reports', () => {
   });
 });
 
+describe('1-hour cache writes (usage.cache_creation)', () => {
+  const usage = { input_tokens: 10, output_tokens: 5, cache_read_input_tokens: 0, cache_creation_input_tokens: 300, cache_creation: { ephemeral_5m_input_tokens: 100, ephemeral_1h_input_tokens: 200 } };
+
+  it('are read apart from the other writes, compaction entries included, never more than the writes', () => {
+    expect(messagesUsage(usage)).toMatchObject({ inputTokens: 310, cacheWriteTokens: 300, cacheWrite1hTokens: 200 });
+    const compaction = { type: 'compaction', input_tokens: 0, output_tokens: 0, cache_creation_input_tokens: 50, cache_creation: { ephemeral_5m_input_tokens: 0, ephemeral_1h_input_tokens: 50 } };
+    expect(messagesUsage({ ...usage, iterations: [compaction] })).toMatchObject({ cacheWriteTokens: 350, cacheWrite1hTokens: 250 });
+    expect(messagesUsage({ ...usage, cache_creation_input_tokens: 20 })).toMatchObject({ cacheWriteTokens: 20, cacheWrite1hTokens: 20 });
+    expect(messagesUsage({ ...usage, cache_creation: { ephemeral_5m_input_tokens: 300, ephemeral_1h_input_tokens: 0 } })).not.toHaveProperty('cacheWrite1hTokens');
+  });
+
+  it('keep their split through a translation either way', () => {
+    const chat = messagesToChatResponse({ id: 'm', type: 'message', role: 'assistant', model: 'x', content: [{ type: 'text', text: 'hi' }], stop_reason: 'end_turn', usage });
+    expect(chat.usage.prompt_tokens_details).toEqual({ cached_tokens: 0, cache_write_tokens: 300, cache_creation: { ephemeral_5m_input_tokens: 100, ephemeral_1h_input_tokens: 200 } });
+    expect(chatUsage(chat.usage)).toMatchObject({ cacheWriteTokens: 300, cacheWrite1hTokens: 200 });
+    const back = chatToMessagesResponse(chat);
+    expect(back.usage).toMatchObject({ cache_creation_input_tokens: 300, cache_creation: { ephemeral_5m_input_tokens: 100, ephemeral_1h_input_tokens: 200 } });
+  });
+});
+
 describe('signed thinking round-trips through a chat client (reasoning_details)', () => {
   it('a messages answer gives reasoning_details; sent back on the assistant turn, they are the thinking blocks again', () => {
     const answer = messagesToChatResponse({
