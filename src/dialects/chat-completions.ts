@@ -43,6 +43,14 @@ export function chatUsageBody(u: NormalizedUsage): Record<string, unknown> {
   };
 }
 
+const NO_USAGE: NormalizedUsage = { inputTokens: 0, outputTokens: 0, cachedTokens: 0, cacheWriteTokens: 0, reasoningTokens: 0 };
+
+/** The usage chunk of a stream whose provider sent none: `u` is what the request is billed (null: nothing). */
+function usageChunk(info: FinishInfo, created: number, u: NormalizedUsage | null): SseEvent {
+  const usage = { ...chatUsageBody(u ?? NO_USAGE), cost: u ? info.costOf(u) : 0, is_byok: info.isByok };
+  return { data: JSON.stringify({ id: info.generationId, object: 'chat.completion.chunk', created, model: info.model, provider: info.provider, choices: [], usage }) };
+}
+
 function stampUsage(usage: Record<string, unknown>, cost: number, isByok: boolean): void {
   usage.cost = cost;
   usage.is_byok = isByok;
@@ -137,13 +145,16 @@ export const chatCompletions: DialectAdapter = {
     const allFinished = many ? choiceEnds() : undefined;
     let created = Math.floor(Date.now() / 1000);
     const stamp = { id: JSON.stringify(info.generationId), model: JSON.stringify(info.model), provider: JSON.stringify(info.provider) };
+    let heldDone = false; // `[DONE]` waits for end(): see there
     return {
       rewrite(ev: SseEvent): SseEvent | null {
         if (ev.data === '[DONE]') {
           // `[DONE]` before any finish_reason: the answer was cut, never a clean end (spec 7.5).
           if (!finished) throw endedIncomplete(info.provider);
           done = true;
-          return DONE;
+          if (!info.clientWantsUsage || usage !== null) return DONE;
+          heldDone = true;
+          return null;
         }
         // A named event (`event: ping`) is not a chat chunk: chat clients read every data line as one.
         if (ev.event !== undefined && ev.event !== 'message') return null;
@@ -217,10 +228,14 @@ export const chatCompletions: DialectAdapter = {
       },
       // Spec 7.5: a stream that stops before any finish_reason never looks like a successful end; one
       // that finished but left out `[DONE]` gets it.
-      end() {
-        if (done) return [];
-        if (finished) return [DONE];
-        return this.failure(endedIncomplete(info.provider));
+      end(billed) {
+        if (done && !heldDone) return [];
+        if (!finished) return this.failure(endedIncomplete(info.provider));
+        heldDone = false;
+        // The client asked for the usage chunk and the provider sent none (the request is then billed from the
+        // gateway's own count): it gets the billed usage's chunk before `[DONE]`, held back for it. OpenAI
+        // clients read the usage from that last chunk; they had got none.
+        return info.clientWantsUsage && usage === null && billed ? [usageChunk(info, created, billed()), DONE] : [DONE];
       },
       usage: () => usage,
       cost: () => cost,

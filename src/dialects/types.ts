@@ -27,8 +27,12 @@ export interface StreamRewriter {
   rewrite(ev: SseEvent): SseEvent | null;
   /** Events that end the stream in this dialect after a mid-stream failure (spec 7.5). */
   failure(err: GatewayError): SseEvent[];
-  /** Events still owed at a normal end (e.g. `[DONE]` when the provider sent none). */
-  end(): SseEvent[];
+  /**
+   * Events still owed at a normal end (e.g. `[DONE]` when the provider sent none). `billed`: the usage the
+   * request is billed (spend/delivered.ts), for a chat client that asked for the usage chunk when the provider
+   * sent none: it then gets one, before `[DONE]`.
+   */
+  end(billed?: () => NormalizedUsage | null): SseEvent[];
   usage(): NormalizedUsage | null;
   cost(): number | null;
   /** True once the provider reported an error in-band. */

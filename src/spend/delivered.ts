@@ -132,7 +132,7 @@ export function billedByDelivery(
     },
     failure: (err) => inner.failure(err),
     end() {
-      const events = inner.end();
+      const events = inner.end(usage);
       // An end without the provider's own ending (inner.end() then emits the failure) is a cut-short stream.
       ended = !inner.failed();
       return events;
