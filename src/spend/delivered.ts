@@ -88,7 +88,9 @@ export function billedByDelivery(
     countUncounted();
     const output = Math.ceil(chars / CHARS_PER_TOKEN);
     if (reported) return reported.outputTokens >= output ? reported : { ...reported, outputTokens: o.bounds ? Math.min(output, o.bounds.maxOutputTokens) : output };
-    if (chars === 0) return null;
+    // Nothing relayed: a stream cut before any output is billed nothing; a whole answer without text (a
+    // finish only) had been too, though the provider read the whole input: it is billed the input.
+    if (chars === 0 && !inner.complete() && !inner.answered()) return null;
     // The provider reported usage the client's stream could not carry yet (a translated message_start's input
     // count): its figures, not the tokenizer's.
     const partial = o.reported?.();

@@ -63,6 +63,17 @@ describe('the usage chunk a chat client asked for, when the provider sent none',
     }
   });
 
+  it('a whole answer with no text and no usage is billed its input, and its chunk says so', async () => {
+    const g = await t.start({ yaml: yaml() });
+    const empty = chunk({ choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: 'stop' }] }) + 'data: [DONE]\n\n';
+    t.upstream.scripts.set('up-gpt', [{ kind: 'raw-stream', text: empty }]);
+    const { data, row } = await streamed(g, ask('u/gpt', true));
+    expect(row).toMatchObject({ status: 'completed', completionTokens: 0 });
+    expect(row.promptTokens).toBeGreaterThan(0);
+    expect(row.costUsd).toBeCloseTo((row.promptTokens * 10) / 1e6, 12);
+    expect(JSON.parse(data.at(-2)!).usage).toMatchObject({ prompt_tokens: row.promptTokens, completion_tokens: 0, cost: row.costUsd });
+  });
+
   it('not for a client that did not ask for usage', async () => {
     const g = await t.start({ yaml: yaml() });
     t.upstream.scripts.set('up-gpt', [{ kind: 'raw-stream', text: noUsage(true) }]);
