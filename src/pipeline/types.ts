@@ -2,6 +2,7 @@ import type { ParameterizedContext, Next } from 'koa';
 import type { Context, Span } from '@opentelemetry/api';
 import type { ApiStyle } from '../errors/envelope';
 import type { ClientBytes } from '../routes/client-bytes';
+import type { ExactIntegers } from '../routes/exact-integers';
 import type { Admission } from '../spend/admission';
 import type { KeyRecord } from '../store/types';
 import type { AbortWatch } from './request-abort';
@@ -88,6 +89,8 @@ export interface GatewayState {
   body: Record<string, unknown> | null;
   /** The body's bytes as the client sent them, when the pipeline keeps the body (see ClientBytes); else null or absent. */
   clientBytes?: ClientBytes | null;
+  /** The client's digits of integers in the body that JSON.parse could not hold exactly (src/routes/exact-integers.ts); else null or absent. */
+  exactIntegers?: ExactIntegers | null;
   /** Authenticated key, set by `auth`. */
   key: KeyRecord | null;
   /** Generation id (`gen-…`), set once routing starts; errors before that carry `request_id: null`. */

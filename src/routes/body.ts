@@ -1,7 +1,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { GatewayError } from '../errors/gateway-error';
 import type { GatewayContext } from '../pipeline/types';
-import { hasLoneSurrogate, jsonShapeExceeds } from './json-checks';
+import { exactIntegers, type ExactIntegers } from './exact-integers';
+import { hasLoneSurrogate, jsonShape } from './json-checks';
 
 /** The `server:` limits a request body is read under (README "Edge limits"). */
 export interface BodyLimits {
@@ -38,11 +39,12 @@ export function continueWhenRead(req: IncomingMessage): void {
  * - content: not UTF-8, empty, nested deeper than `max_json_depth`, more than `max_json_values` values, not
  *   JSON, or a string with a lone
  *   surrogate → 400 `invalid_request`.
- * Returns the parsed body and the bytes it was parsed from (src/routes/client-bytes.ts may send them on).
+ * Returns the parsed body, the bytes it was parsed from (src/routes/client-bytes.ts may send them on) and the
+ * digits of any integer JSON.parse could not hold exactly (src/routes/exact-integers.ts), else null.
  *
  * @example const { body, raw } = await readJsonBytes(ctx, runtime.config.server);
  */
-export async function readJsonBytes(ctx: GatewayContext, limits: BodyLimits): Promise<{ body: Record<string, unknown>; raw: Buffer }> {
+export async function readJsonBytes(ctx: GatewayContext, limits: BodyLimits): Promise<{ body: Record<string, unknown>; raw: Buffer; integers: ExactIntegers | null }> {
   const type = ctx.get('content-type');
   if (type && !/^application\/(.+\+)?json\b/i.test(type)) {
     throw new GatewayError('invalid_request', `Content-Type must be application/json (got ${type.split(';')[0]})`);
@@ -69,13 +71,13 @@ export async function readJsonBytes(ctx: GatewayContext, limits: BodyLimits): Pr
     throw new GatewayError('invalid_request', 'Request body is not valid UTF-8');
   }
   if (text.trim() === '') throw new GatewayError('invalid_request', 'Request body is empty; a JSON object is required');
-  const shape = jsonShapeExceeds(text, limits.max_json_depth, limits.max_json_values);
-  if (shape === 'depth') {
+  const shape = jsonShape(text, limits.max_json_depth, limits.max_json_values);
+  if (shape.exceeds === 'depth') {
     throw new GatewayError('invalid_request', `Request body nests deeper than ${limits.max_json_depth} levels`, {
       metadata: { max_depth: limits.max_json_depth },
     });
   }
-  if (shape === 'values') {
+  if (shape.exceeds === 'values') {
     throw new GatewayError('invalid_request', `Request body holds more than ${limits.max_json_values} JSON values`, {
       metadata: { max_values: limits.max_json_values },
     });
@@ -89,7 +91,7 @@ export async function readJsonBytes(ctx: GatewayContext, limits: BodyLimits): Pr
   if (hasLoneSurrogate(text, body)) {
     throw new GatewayError('invalid_request', 'Request body has a string with an unpaired UTF-16 surrogate (a lone \\uD800–\\uDFFF escape)');
   }
-  return { body, raw };
+  return { body, raw, integers: shape.longInteger ? exactIntegers(text) : null };
 }
 
 /**

@@ -12,6 +12,7 @@
  * object the parse made (`===`), so a stage that replaced a field (`body.messages = [...]`) gets its new value
  * serialized.
  */
+import { stringifyExact, type ExactIntegers } from './exact-integers';
 import { BACKSLASH, CLOSE_ARRAY, CLOSE_OBJECT, COLON, COMMA, OPEN_ARRAY, OPEN_OBJECT, QUOTE } from './json-chars';
 
 /** A value shorter than this is serialized (cheaper than a piece of its own in the concatenation). */
@@ -42,13 +43,15 @@ export class ClientBytes {
    * them (and at least REUSED_MIN_BYTES long), the rest serialized. The same JSON value as
    * `JSON.stringify(body)`, except that reused parts keep the client's spelling (its whitespace, escapes and
    * number forms, including numbers JSON.parse cannot hold exactly: `1e400`, which JSON.stringify would send
-   * as `null`, `-0`, integers past 2^53). A string when nothing is reused.
+   * as `null`, `-0`, integers past 2^53; in the serialized rest such integers are written from `integers`).
+   * A string when nothing is reused.
    *
    * @example new ClientBytes(raw, JSON.parse(text)).encode({ ...parsed, model: 'gpt-4o' })
    */
-  encode(body: Record<string, unknown>): string | Buffer {
+  encode(body: Record<string, unknown>, integers: ExactIntegers | null = null): string | Buffer {
+    const stringify = integers ? (v: unknown) => stringifyExact(v, integers) : JSON.stringify;
     const members = this.#reusable(body);
-    if (!members) return JSON.stringify(body);
+    if (!members) return stringify(body);
     const parts: Buffer[] = [];
     let text = '{';
     let first = true;
@@ -60,7 +63,7 @@ export class ClientBytes {
         parts.push(Buffer.from(text + name), this.raw.subarray(at[0], at[1]));
         text = '';
       } else {
-        const json = JSON.stringify(value);
+        const json = stringify(value) as string | undefined;
         if (json === undefined) continue; // undefined or a function: left out, as JSON.stringify leaves it
         text += name + json;
       }

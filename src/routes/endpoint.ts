@@ -12,6 +12,7 @@ import { ledgerRowOf } from '../spend/ledger';
 import { withSpan } from '../telemetry/linked-context';
 import { readJsonBytes, refuseUnreadBody } from './body';
 import { ClientBytes, REUSED_MIN_BYTES } from './client-bytes';
+import type { ExactIntegers } from './exact-integers';
 import { RequestState } from './request-state';
 import { parentContext, refusedSpan, spanAttributes, spanName } from './request-span';
 import { inBandSse, requestIdHeader, setJsonBody, sseHead, writeJson, writeSse } from './respond';
@@ -46,6 +47,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
 
     let body: Record<string, unknown> | null = null;
     let clientBytes: ClientBytes | null = null;
+    let integers: ExactIntegers | null = null;
     let span: Span | undefined;
     let state: GatewayState | undefined;
     let error: GatewayError | undefined;
@@ -68,12 +70,13 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
         }
         const read = await readJsonBytes(ctx, runtime.config.server);
         body = read.body;
+        integers = read.integers;
         // Kept for the upstream call when no stage edits the body in place and it is big enough to matter.
         if (pipeline.keepsBody && read.raw.length >= REUSED_MIN_BYTES && (spec.id === 'chat_completions' || spec.id === 'messages')) clientBytes = new ClientBytes(read.raw, body);
       }
       const parent = parentContext(ctx, body);
       span = tracer.startSpan(spanName(spec.id, body), { attributes: spanAttributes(ctx, body) }, parent);
-      state = newState({ spec, body, clientBytes, abort, span, ctx, startedAt: started });
+      state = newState({ spec, body, clientBytes, integers, abort, span, ctx, startedAt: started });
       state.traceContext = withSpan(parent, span);
       ctx.state.gateway = state;
       const keepaliveMs = runtime.config.server.stream_keepalive_ms;
@@ -328,19 +331,21 @@ interface NewState {
   spec: EndpointSpec;
   body: Record<string, unknown> | null;
   clientBytes: ClientBytes | null;
+  integers: ExactIntegers | null;
   abort: RequestAbort;
   span: Span;
   ctx: GatewayContext;
   startedAt: number;
 }
 
-function newState({ spec, body, clientBytes, abort, span, ctx, startedAt }: NewState): GatewayState {
+function newState({ spec, body, clientBytes, integers, abort, span, ctx, startedAt }: NewState): GatewayState {
   const opt = ctx.get('x-gateway-metadata') || ctx.get('x-gateway-experimental-metadata');
   return new RequestState({
     endpoint: spec.id,
     style: spec.style,
     body,
     clientBytes,
+    exactIntegers: integers,
     abort,
     span,
     startedAt,

@@ -7,3 +7,4 @@ export const CLOSE_ARRAY = 0x5d;
 export const CLOSE_OBJECT = 0x7d;
 export const COMMA = 0x2c;
 export const COLON = 0x3a;
+export const DOT = 0x2e;

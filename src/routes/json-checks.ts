@@ -5,7 +5,18 @@
  * escapes (JSON.parse accepts them; they break UTF-8 re-encoding upstream and in the ledger).
  */
 
-import { BACKSLASH, CLOSE_ARRAY, CLOSE_OBJECT, COMMA, OPEN_ARRAY, OPEN_OBJECT, QUOTE } from './json-chars';
+import { BACKSLASH, CLOSE_ARRAY, CLOSE_OBJECT, COMMA, DOT, OPEN_ARRAY, OPEN_OBJECT, QUOTE } from './json-chars';
+
+/** What one scan of a JSON text's structure found (see `jsonShape`). */
+export interface JsonShape {
+  /** The limit passed, if any: `depth` or `values`. */
+  exceeds: 'depth' | 'values' | null;
+  /**
+   * True when, outside strings, a run of 16 or more digits not after a decimal point was seen: an integer that
+   * may be past 2^53, which JSON.parse cannot hold exactly (src/routes/exact-integers.ts then looks closer).
+   */
+  longInteger: boolean;
+}
 
 /**
  * Which limit a JSON text's shape passes, before it is parsed: `depth` when brackets outside strings nest
@@ -15,35 +26,44 @@ import { BACKSLASH, CLOSE_ARRAY, CLOSE_OBJECT, COMMA, OPEN_ARRAY, OPEN_OBJECT, Q
  * small values is what costs (about a microsecond each, most of it the garbage collector's): 10 MB of
  * `{},` took seconds, where 10 MB of text in strings takes milliseconds. One pass over the text: string
  * contents are skipped with native `indexOf`, so a body that is mostly text (prompts, base64 images) costs
- * little. Malformed JSON is not judged here; JSON.parse reports it after.
+ * little. Malformed JSON is not judged here; JSON.parse reports it after. The same pass notes a long
+ * integer (`longInteger`), so a body without one pays nothing more for keeping big integers exact.
  *
- * @example jsonShapeExceeds('[0,0,0]', 100, 2) // 'values'
+ * @example jsonShape('[0,0,0]', 100, 2).exceeds // 'values'
  */
-export function jsonShapeExceeds(text: string, maxDepth: number, maxValues: number): 'depth' | 'values' | null {
+export function jsonShape(text: string, maxDepth: number, maxValues: number): JsonShape {
   let depth = 0;
   let values = 0;
+  let digits = 0;
+  let longInteger = false;
   const most = maxValues > 0 ? maxValues : Infinity;
   const n = text.length;
   for (let i = 0; i < n; i++) {
     const c = text.charCodeAt(i);
+    if (c >= 0x30 && c <= 0x39) {
+      if (++digits === 16) longInteger = true;
+      continue;
+    }
+    // A fraction's digits never count (a float's spelling is not what is at stake: any JSON reader makes it a double).
+    digits = c === DOT ? -Infinity : 0;
     if (c === QUOTE) {
       const end = stringEnd(text, i);
-      if (end === -1) return null;
+      if (end === -1) return { exceeds: null, longInteger };
       i = end;
     } else if (c === COMMA) {
-      if (++values > most) return 'values';
+      if (++values > most) return { exceeds: 'values', longInteger };
     } else if (c === OPEN_ARRAY || c === OPEN_OBJECT) {
-      if (++depth > maxDepth) return 'depth';
-      if (++values > most) return 'values';
+      if (++depth > maxDepth) return { exceeds: 'depth', longInteger };
+      if (++values > most) return { exceeds: 'values', longInteger };
     } else if (c === CLOSE_ARRAY || c === CLOSE_OBJECT) {
       depth--;
     }
   }
-  return null;
+  return { exceeds: null, longInteger };
 }
 
 /** The index of the quote closing the string opened at `open`, or -1 if it is never closed. */
-function stringEnd(text: string, open: number): number {
+export function stringEnd(text: string, open: number): number {
   let q = text.indexOf('"', open + 1);
   while (q !== -1) {
     // A quote is escaped when an odd number of backslashes precede it. Each backslash run is looked at

@@ -3,6 +3,7 @@ import type { RequestAbort } from '../pipeline/request-abort';
 import type { ApiStyle } from '../errors/envelope';
 import type { EndpointId, GatewayState } from '../pipeline/types';
 import type { ClientBytes } from './client-bytes';
+import type { ExactIntegers } from './exact-integers';
 
 // eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging -- the class carries every GatewayState field
 export interface RequestState extends GatewayState {}
@@ -18,11 +19,12 @@ export class RequestState {
   /** The abort behind `signal` (`abort` is typed as what stages may read: an AbortWatch). */
   readonly #requestAbort: RequestAbort;
 
-  constructor(init: { endpoint: EndpointId; style: ApiStyle; body: Record<string, unknown> | null; clientBytes?: ClientBytes | null; abort: RequestAbort; span: Span; startedAt: number; session: string | null; metadataOptIn: boolean }) {
+  constructor(init: { endpoint: EndpointId; style: ApiStyle; body: Record<string, unknown> | null; clientBytes?: ClientBytes | null; exactIntegers?: ExactIntegers | null; abort: RequestAbort; span: Span; startedAt: number; session: string | null; metadataOptIn: boolean }) {
     this.endpoint = init.endpoint;
     this.style = init.style;
     this.body = init.body;
     this.clientBytes = init.clientBytes ?? null;
+    this.exactIntegers = init.exactIntegers ?? null;
     this.key = null;
     this.requestId = null;
     this.startedAt = init.startedAt;

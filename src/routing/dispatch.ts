@@ -19,6 +19,7 @@ import { ABSURD_TOKENS, billedByDelivery, boundedUsage, estimatedAnswerUsage, se
 import { pendingRowOf, type LedgerJournal } from '../spend/journal';
 import { requestedMaxTokens } from '../spend/estimate';
 import { costOf } from '../spend/pricing';
+import { stringifyExact } from '../routes/exact-integers';
 import { blamesCaller, nextStep, retryAfterMs, type NextStep } from './attempt-policy';
 import type { Candidate } from './candidates';
 import { generationId } from './generation-id';
@@ -314,10 +315,15 @@ class CallFor implements UpstreamCall {
     return this.#state.signal;
   }
 
-  /** The body as JSON, with the client's own bytes for what it holds unchanged (src/routes/client-bytes.ts). */
+  /**
+   * The body as JSON, with the client's own bytes for what it holds unchanged (src/routes/client-bytes.ts)
+   * and the client's digits for integers past 2^53 (src/routes/exact-integers.ts).
+   */
   encodedBody(): string | Buffer {
     const bytes = this.#state.clientBytes;
-    return bytes ? bytes.encode(this.body) : JSON.stringify(this.body);
+    const integers = this.#state.exactIntegers ?? null;
+    if (bytes) return bytes.encode(this.body, integers);
+    return integers ? stringifyExact(this.body, integers) : JSON.stringify(this.body);
   }
 }
 

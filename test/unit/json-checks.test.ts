@@ -1,24 +1,24 @@
 import { describe, expect, it } from 'vitest';
-import { hasLoneSurrogate, hasSurrogateEscape, jsonShapeExceeds } from '../../src/routes/json-checks';
+import { hasLoneSurrogate, hasSurrogateEscape, jsonShape } from '../../src/routes/json-checks';
 import { jsonDepthExceeds as parsedDepthExceeds } from '../fixtures/json-depth';
 
 /** The depth half of the raw text scan alone (no limit on values). */
-const jsonDepthExceeds = (text: string, max: number) => jsonShapeExceeds(text, max, 0) === 'depth';
+const jsonDepthExceeds = (text: string, max: number) => jsonShape(text, max, 0).exceeds === 'depth';
 
-describe('jsonShapeExceeds: the values a body holds (raw text scan)', () => {
+describe('jsonShape: the values a body holds (raw text scan)', () => {
   it('counts commas and containers outside strings; 0 is no limit', () => {
-    expect(jsonShapeExceeds('[0,0,0]', 100, 3)).toBeNull();
-    expect(jsonShapeExceeds('[0,0,0]', 100, 2)).toBe('values');
-    expect(jsonShapeExceeds('[{},{}]', 100, 4)).toBeNull();
-    expect(jsonShapeExceeds('[{},{}]', 100, 3)).toBe('values');
-    expect(jsonShapeExceeds('{"a":"x,y,z,[{"}', 100, 1)).toBeNull();
-    expect(jsonShapeExceeds('{"a,\\":"\\",",":1}', 100, 2)).toBeNull();
-    expect(jsonShapeExceeds('[' + '0,'.repeat(1000) + '0]', 100, 0)).toBeNull();
+    expect(jsonShape('[0,0,0]', 100, 3).exceeds).toBeNull();
+    expect(jsonShape('[0,0,0]', 100, 2).exceeds).toBe('values');
+    expect(jsonShape('[{},{}]', 100, 4).exceeds).toBeNull();
+    expect(jsonShape('[{},{}]', 100, 3).exceeds).toBe('values');
+    expect(jsonShape('{"a":"x,y,z,[{"}', 100, 1).exceeds).toBeNull();
+    expect(jsonShape('{"a,\\":"\\",",":1}', 100, 2).exceeds).toBeNull();
+    expect(jsonShape('[' + '0,'.repeat(1000) + '0]', 100, 0).exceeds).toBeNull();
   });
 
   it('reports depth before values when a bracket passes both', () => {
-    expect(jsonShapeExceeds('[[[0]]]', 2, 2)).toBe('depth');
-    expect(jsonShapeExceeds('[[[0]]]', 3, 2)).toBe('values');
+    expect(jsonShape('[[[0]]]', 2, 2).exceeds).toBe('depth');
+    expect(jsonShape('[[[0]]]', 3, 2).exceeds).toBe('values');
   });
 });
 
