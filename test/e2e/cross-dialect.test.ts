@@ -149,6 +149,18 @@ describe('Anthropic client → OpenAI-compatible provider', () => {
     expect(final.content.find((b) => b.type === 'tool_use')).toMatchObject({ name: 'get_weather', input: { city: 'Paris' } });
   });
 
+  it('streamed tool calls sent whole, with neither index nor id (some OpenAI-compatible servers), are separate tool_use blocks', async () => {
+    const chunk = (delta: object, finish: string | null = null) =>
+      `data: ${JSON.stringify({ id: 'chatcmpl-x', object: 'chat.completion.chunk', created: 1, model: 'gpt-upstream', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+    const call = (city: string) => chunk({ tool_calls: [{ type: 'function', function: { name: 'get_weather', arguments: JSON.stringify({ city }) } }] });
+    upstream.faults.push({ kind: 'raw-stream', text: chunk({ role: 'assistant' }) + call('Paris') + call('Rome') + chunk({}, 'tool_calls') + 'data: [DONE]\n\n' });
+    const final = await anthropic.messages.stream({ model: 'fake/gpt', max_tokens: 64, tools: [weatherAnthropic], messages: [{ role: 'user', content: 'Weather in Paris and Rome?' }] }).finalMessage();
+    const uses = final.content.filter((b) => b.type === 'tool_use');
+    expect(uses.map((u) => u.input)).toEqual([{ city: 'Paris' }, { city: 'Rome' }]);
+    expect(uses[0].id).not.toBe(uses[1].id);
+    expect(final.stop_reason).toBe('tool_use');
+  });
+
   it('bills the translated usage', async () => {
     const msg = await anthropic.messages.create({ model: 'fake/gpt', max_tokens: 64, messages: [{ role: 'user', content: 'hi' }] });
     const row = await gw.ledgerRow(msg.id);

@@ -502,6 +502,21 @@ describe('chatToMessagesStream', () => {
     expect(accumulateMessages(cont).content).toEqual([{ type: 'tool_use', id: 'call_a', name: 'f', input: { a: 1 } }]);
   });
 
+  it('tool calls with neither index nor id: a named one after a named call is a new call; a nameless one continues', () => {
+    const bare = (fn: Obj) => ({ type: 'function', function: fn });
+    const whole = (name: string, args: string) => cc({ tool_calls: [bare({ name, arguments: args })] });
+    const out = run(chatToMessagesStream(), [cc({ role: 'assistant' }), whole('f', '{"city":"Paris"}'), whole('f', '{"city":"Rome"}'), whole('g', '{}'), cc({}, 'tool_calls'), DONE]);
+    const calls = accumulateMessages(out).content;
+    expect(calls.map((c: Obj) => [c.name, c.input])).toEqual([['f', { city: 'Paris' }], ['f', { city: 'Rome' }], ['g', {}]]);
+    expect(new Set(calls.map((c: Obj) => c.id)).size).toBe(3);
+    // Two whole calls in one chunk's list.
+    const both = run(chatToMessagesStream(), [cc({ tool_calls: [bare({ name: 'a', arguments: '{"x":1}' }), bare({ name: 'b', arguments: '{"y":2}' })] }), cc({}, 'tool_calls'), DONE]);
+    expect(accumulateMessages(both).content.map((c: Obj) => [c.name, c.input])).toEqual([['a', { x: 1 }], ['b', { y: 2 }]]);
+    // Fragments: nameless ones continue; a server that repeats the name while the arguments are unfinished continues too.
+    const parts = [whole('f', ''), cc({ tool_calls: [bare({ arguments: '{"a":' })] }), whole('f', '1}'), whole('f', '{"a":2}'), cc({}, 'tool_calls'), DONE];
+    expect(accumulateMessages(run(chatToMessagesStream(), parts)).content.map((c: Obj) => c.input)).toEqual([{ a: 1 }, { a: 2 }]);
+  });
+
   it('a provider that finished but closed without [DONE] ends the message normally; without a finish it does not', () => {
     const events = chatChunks(TOOLS_COMPLETION).filter((e) => e.data !== '[DONE]');
     const out = run(chatToMessagesStream(), events);

@@ -295,10 +295,7 @@ export function chatToMessagesStream(): StreamTranslator {
   const openTool = (out: SseEvent[], t: ToolState): void => {
     t.block = openBlock(out, 'tool', { type: 'tool_use', id: t.id ?? toolUseId(), name: t.name ?? '', input: {} });
     openCall = t;
-    if (t.pending) {
-      out.push(delta(t.block, { type: 'input_json_delta', partial_json: t.pending }));
-      t.end.feed(t.pending);
-    }
+    if (t.pending) out.push(delta(t.block, { type: 'input_json_delta', partial_json: t.pending }));
     t.pending = '';
   };
   /** A named call waiting for its block may open once no tool block is open or the open one's arguments are whole. */
@@ -369,22 +366,31 @@ export function chatToMessagesStream(): StreamTranslator {
   /** The key of the call a fragment without `index` belongs to (see keyOf). */
   let lastKey: number | undefined;
   const byId = new Map<string, number>();
+  let keysMade = 0;
+  const newKey = (): number => -1 - keysMade++; // negative: never an index a provider sends
   /**
    * Which call a tool_calls entry continues: its `index`; without one (Gemini's OpenAI-compatible API sends
-   * each call whole, with an id and no index), a new call for an id not seen before, else the call of that id,
-   * else (an id-less fragment) the last call, or the entry's position when there is none.
+   * each call whole, with an id and no index), a new call for an id not seen before, else the call of that id.
+   * An entry with neither: a new call when it names a function and the last call is named already, under
+   * another name or with its arguments whole (some OpenAI-compatible servers send each call whole, without
+   * index or id: parallel calls had been merged into one block); else the last call (its next fragment, or a
+   * server that repeats the name in every fragment), or the entry's position when there is none.
    */
   const keyOf = (tc: Obj, position: number): number => {
     if (typeof tc.index === 'number') return tc.index;
     if (typeof tc.id === 'string' && tc.id) {
       let key = byId.get(tc.id);
       if (key === undefined) {
-        key = -1 - byId.size; // negative: never an index a provider sends
+        key = newKey();
         byId.set(tc.id, key);
       }
       return key;
     }
-    return lastKey ?? position;
+    if (lastKey === undefined) return position;
+    const name = isObj(tc.function) ? tc.function.name : undefined;
+    const last = tools.get(lastKey);
+    if (typeof name === 'string' && name && last?.name && (last.name !== name || last.end.done)) return newKey();
+    return lastKey;
   };
   const toolCall = (out: SseEvent[], tc: Obj, position: number): void => {
     const key = keyOf(tc, position);
@@ -401,10 +407,11 @@ export function chatToMessagesStream(): StreamTranslator {
     }
     // Arguments sent as a JSON object (see inputOf) are its text, whole.
     const args = typeof fn.arguments === 'string' ? fn.arguments : isObj(fn.arguments) ? JSON.stringify(fn.arguments) : '';
+    if (args) t.end.feed(args);
     if (t.block >= 0) {
       // A fragment of a call whose block was closed early (text came between) still names its own block.
       if (args) out.push(delta(t.block, { type: 'input_json_delta', partial_json: args }));
-      if (t === openCall && args && t.end.feed(args)) {
+      if (t === openCall && args && t.end.done) {
         flushHeld(out);
         openWaiting(out);
       }
