@@ -293,6 +293,14 @@ describe('chat → messages: tools and tool choice', () => {
     expect(out.messages[1].content).toEqual([{ type: 'tool_result', tool_use_id: 'functions_get_weather_0', content: 'sunny' }]);
   });
 
+  it('an empty tool result leaves content out (the documented empty tool_result; `content: ""` is reported refused)', () => {
+    const call = { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'touch', arguments: '{}' } }] };
+    for (const content of ['', [], null, [{ type: 'text', text: '' }]]) {
+      const out = toMessages({ messages: [{ role: 'user', content: 'go' }, call, { role: 'tool', tool_call_id: 'c1', content }] });
+      expect(out.messages[2].content).toEqual([{ type: 'tool_result', tool_use_id: 'c1' }]);
+    }
+  });
+
   it('puts tool results first in the user turn they are merged into (the Messages API refuses text before them)', () => {
     const out = toMessages({
       messages: [

@@ -145,9 +145,12 @@ function chatMessagesToMessages(list: unknown): { system: string | Obj[] | undef
         push('assistant', assistantBlocks(m, i));
         break;
       case 'tool': {
+        // An empty result (a tool with no output) leaves `content` out, as the Messages API documents an empty
+        // tool result; `content: ""` has been reported refused (zed-industries/zed#27130).
         const blocks = chatTextBlocks(m.content, where);
-        const content = blocks.length === 1 && isPlainText(blocks[0]) ? blocks[0].text : blocks.length ? blocks : '';
-        push('user', [{ type: 'tool_result', tool_use_id: toolUseIdOf(m.tool_call_id), content }]);
+        const result: Obj = { type: 'tool_result', tool_use_id: toolUseIdOf(m.tool_call_id) };
+        if (blocks.length) result.content = blocks.length === 1 && isPlainText(blocks[0]) ? blocks[0].text : blocks;
+        push('user', [result]);
         break;
       }
       default:
