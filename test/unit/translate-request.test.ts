@@ -301,6 +301,30 @@ describe('chat → messages: tools and tool choice', () => {
     }
   });
 
+  it('a history with tool calls but no tools declares the tools it calls, and forbids calling them (tool_choice none)', () => {
+    const history = [
+      { role: 'user', content: 'weather?' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }, { id: 'c2', type: 'function', function: { name: 'get_time', arguments: '{}' } }] },
+      { role: 'tool', tool_call_id: 'c1', content: 'sunny' },
+      { role: 'tool', tool_call_id: 'c2', content: 'noon' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'c3', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Rome"}' } }] },
+      { role: 'tool', tool_call_id: 'c3', content: 'rain' },
+      { role: 'user', content: 'summarize' },
+    ];
+    const out = toMessages({ messages: history });
+    expect(out.tools).toEqual([
+      { name: 'get_weather', input_schema: { type: 'object' } },
+      { name: 'get_time', input_schema: { type: 'object' } },
+    ]);
+    expect(out.tool_choice).toEqual({ type: 'none' });
+    expect(out.messages[1].content[0]).toMatchObject({ type: 'tool_use', name: 'get_weather' });
+    // Tools the client offers are sent as they are; a conversation without calls gets none.
+    const offered = toMessages({ messages: history, tools: [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: {} } } }] });
+    expect(offered.tools).toEqual([{ name: 'get_weather', input_schema: { type: 'object', properties: {} } }]);
+    expect(offered.tool_choice).toBeUndefined();
+    expect(toMessages(chat())).not.toHaveProperty('tools');
+  });
+
   it('puts tool results first in the user turn they are merged into (the Messages API refuses text before them)', () => {
     const out = toMessages({
       messages: [

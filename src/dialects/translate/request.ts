@@ -110,6 +110,7 @@ export function chatToMessagesRequest(body: Record<string, unknown>, options: { 
   if (isObj(b.cache_control)) out.cache_control = b.cache_control;
 
   Object.assign(out, chatToolsToMessages(b.tools, b.tool_choice, b.parallel_tool_calls));
+  if (out.tools === undefined) Object.assign(out, historyTools(out.messages));
 
   const rf = b.response_format;
   if (isObj(rf) && rf.type === 'json_schema' && isObj(rf.json_schema) && isObj(rf.json_schema.schema)) {
@@ -262,6 +263,25 @@ function chatToolsToMessages(tools: unknown, choice: unknown, parallel: unknown)
   if (!list.length) return {};
   if (parallel === false && tc?.type !== 'none') tc = { ...(tc ?? { type: 'auto' }), disable_parallel_tool_use: true };
   return tc ? { tools: list, tool_choice: tc } : { tools: list };
+}
+
+/**
+ * `tools` for a request whose history calls tools but that offers none (a chat client that stopped offering
+ * them, to have the model answer in text): the Messages API refuses `tool_use` and `tool_result` blocks in a
+ * request without tools (400 "Requests which include `tool_use` or `tool_result` blocks must define tools").
+ * Each tool the history calls is declared by its name with an open object schema, and `tool_choice: none`
+ * keeps the model from calling any, as the client asked by offering none; the conversation is sent as it was.
+ *
+ * @example historyTools([{ role: 'assistant', content: [{ type: 'tool_use', id: 'c', name: 'f', input: {} }] }]) // { tools: [{ name: 'f', input_schema: { type: 'object' } }], tool_choice: { type: 'none' } }
+ */
+function historyTools(messages: Obj[]): Obj {
+  const names = new Set<string>();
+  for (const m of messages) {
+    if (m.role !== 'assistant' || !Array.isArray(m.content)) continue;
+    for (const b of m.content) if (b.type === 'tool_use' && typeof b.name === 'string' && b.name) names.add(b.name);
+  }
+  if (names.size === 0) return {};
+  return { tools: [...names].map((name) => ({ name, input_schema: { type: 'object' } })), tool_choice: { type: 'none' } };
 }
 
 /**
