@@ -82,7 +82,9 @@ const OTHER_SPELLING: ReadonlyMap<string, string> = new Map([
 /** Whether an endpoint of `dialect` whose list is `list` takes the parameter it knows as `name`. */
 function takes(dialect: Dialect, list: readonly string[], name: string): boolean {
   if (ALWAYS_SENT[dialect].has(name) || list.includes(name)) return true;
-  const other = dialect === 'chat_completions' ? OTHER_SPELLING.get(name) : undefined;
+  if (dialect !== 'chat_completions') return false;
+  // A chat `reasoning` reaches an endpoint listing `reasoning_effort` as that (see fittedBody).
+  const other = name === 'reasoning' ? 'reasoning_effort' : OTHER_SPELLING.get(name);
   return other !== undefined && list.includes(other);
 }
 
@@ -128,7 +130,22 @@ export function fittedBody(body: Record<string, unknown>, dialect: Dialect, list
     const other = dialect === 'chat_completions' ? OTHER_SPELLING.get(k) : undefined;
     // The other spelling already in the body carries its own value: this one is dropped.
     if (other !== undefined && list.includes(other) && !(other in body)) out[other] = body[k];
+    else if (k === 'reasoning' && dialect === 'chat_completions' && effortAsArgument(body, list, out)) continue;
     else dropped.push(k);
   }
   return { body: out, dropped: dropped.length > 0 ? dropped : undefined };
+}
+
+/**
+ * The effort of a chat body's `reasoning` object (the spec's, OpenRouter's) put in `out` as `reasoning_effort`,
+ * for a chat endpoint that lists `reasoning_effort` but not `reasoning`: OpenAI's Chat Completions API has
+ * only the top-level argument, and refuses `reasoning` (400 "Unrecognized request argument supplied"), so
+ * such an endpoint had `reasoning` left out and the effort lost. The spec's values (`max` … `none`) are
+ * OpenAI's own. True when the effort was carried (or the body's own `reasoning_effort` already says it).
+ */
+function effortAsArgument(body: Record<string, unknown>, list: readonly string[], out: Record<string, unknown>): boolean {
+  const effort = (body.reasoning as { effort?: unknown } | null)?.effort;
+  if (typeof effort !== 'string' || !list.includes('reasoning_effort')) return false;
+  if (body.reasoning_effort == null) out.reasoning_effort = effort;
+  return true;
 }

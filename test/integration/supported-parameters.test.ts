@@ -36,6 +36,10 @@ models:
       - { provider: po, upstream_model: up-req-stop, pricing: { prompt: 2, completion: 2 }, supported_parameters: [stop, max_completion_tokens] }
   - id: p/require-none
     endpoints: [{ provider: po, upstream_model: up-req-only, pricing: { prompt: 1, completion: 1 }, supported_parameters: [temperature, max_completion_tokens] }]
+  - id: p/effort
+    endpoints: [{ provider: po, upstream_model: up-effort, pricing: { prompt: 1, completion: 1 }, supported_parameters: [reasoning_effort, max_completion_tokens] }]
+  - id: p/reasoning
+    endpoints: [{ provider: po, upstream_model: up-reasoning, pricing: { prompt: 1, completion: 1 }, supported_parameters: [reasoning] }]
 pipelines:
   default: [auth, validate, upstream]
 `;
@@ -212,5 +216,44 @@ describe('provider.require_parameters compares names across the API styles', () 
     const refused = await chat({ model: 'p/claude-strict', top_k: 5, provider: { require_parameters: true }, messages: [{ role: 'user', content: 'hi' }] });
     expect(refused.status).toBe(503);
     expect(refused.json.error.metadata).toMatchObject({ error_type: 'provider_unavailable', reason: 'require_parameters' });
+  });
+});
+
+describe('a chat `reasoning` object to a chat endpoint that lists `reasoning_effort`, not `reasoning`', () => {
+  const hi = [{ role: 'user', content: 'hi' }];
+
+  it('goes as `reasoning_effort` (OpenAI\'s argument; it refuses `reasoning`), every effort of the spec as is', async () => {
+    for (const effort of ['max', 'xhigh', 'high', 'medium', 'low', 'minimal', 'none']) {
+      const n = upstream.received.length;
+      expect((await chat({ model: 'p/effort', messages: hi, reasoning: { effort, summary: 'auto' } })).status).toBe(200);
+      const [got] = since(n);
+      expect(got.body).toMatchObject({ model: 'up-effort', reasoning_effort: effort });
+      expect(got.body).not.toHaveProperty('reasoning');
+    }
+    const spans = await attemptSpans('up-effort', 7);
+    expect(spans.map((s) => s.attributes['gateway.dropped_parameters'])).toEqual(Array(7).fill(undefined));
+  });
+
+  it('the client\'s own reasoning_effort stands; a reasoning without an effort is left out, and said so', async () => {
+    const n = upstream.received.length;
+    await chat({ model: 'p/effort', messages: hi, reasoning_effort: 'low', reasoning: { effort: 'low', exclude: true } });
+    await chat({ model: 'p/effort', messages: hi, reasoning: { max_tokens: 2000 } });
+    const [both, bare] = since(n);
+    expect(both.body).not.toHaveProperty('reasoning');
+    expect(both.body.reasoning_effort).toBe('low');
+    expect(bare.body).not.toHaveProperty('reasoning');
+    expect(bare.body).not.toHaveProperty('reasoning_effort');
+    const spans = await attemptSpans('up-effort', 9);
+    expect(spans.at(-1)!.attributes['gateway.dropped_parameters']).toEqual(['reasoning']);
+  });
+
+  it('an endpoint listing `reasoning` gets it as is; one listing `reasoning_effort` takes it under require_parameters', async () => {
+    const n = upstream.received.length;
+    expect((await chat({ model: 'p/reasoning', messages: hi, reasoning: { effort: 'medium' } })).status).toBe(200);
+    const [got] = since(n);
+    expect(got.body).toMatchObject({ model: 'up-reasoning', reasoning: { effort: 'medium' } });
+    expect(got.body).not.toHaveProperty('reasoning_effort');
+    const res = await chat({ model: 'p/effort', messages: hi, reasoning: { effort: 'low' }, provider: { require_parameters: true } });
+    expect(res.status).toBe(200);
   });
 });
