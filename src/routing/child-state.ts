@@ -26,6 +26,8 @@ export function childState(parent: GatewayState, options: ChildOptions): Gateway
     endpoint: parent.endpoint,
     style: parent.style,
     body: options.body,
+    // The body is the parent's with a few fields replaced: its big integers keep the client's digits too.
+    exactIntegers: parent.exactIntegers,
     key: parent.key,
     requestId: null,
     startedAt: performance.now(),

@@ -40,6 +40,13 @@ function judgeTurn(): string {
 }
 
 describe('fusion', () => {
+  it('the candidates get the client\'s digits of an integer past 2^53 (src/routes/exact-integers.ts)', async () => {
+    const g = await t.start({ yaml: yaml() });
+    const text = JSON.stringify({ model: 'f/a', plugins: [{ id: 'fusion' }], messages: ASK, seed: 0 }).replace('"seed":0', '"seed":9223372036854775807');
+    expect((await post(`${g.url}/chat/completions`, g.key, text)).status).toBe(200);
+    for (const m of ['up-a', 'up-b']) expect(t.upstream.received.find((r) => r.body.model === m)!.raw).toContain('"seed":9223372036854775807');
+  });
+
   it('chat: one of three models failing, the judge gets the two answers; usage and cost are the sums', async () => {
     const g = await t.start({ yaml: yaml() });
     // The cost of one call at these prices, from a plain request (fusion is off unless named).
