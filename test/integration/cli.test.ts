@@ -455,7 +455,7 @@ describe('config reload', () => {
     expect((await proc.waitFor(/^.*"why":"SIGHUP".*$/m, { since }))[0]).toContain('config reloaded');
     expect(await modelIds(url, key)).toEqual(['m/a', 'm/b', 'm/c']);
     expect(await proc.stop()).toBe(0);
-  });
+  }, 60_000); // three edits, each read once it has settled (2 s): past the default 20 s on a loaded machine
 
   it('with watch_config: false a rewritten file is applied on SIGHUP only', async () => {
     const { dir, file } = configDir({ models: ['m/a'], level: 'info', watch: false });

@@ -6,7 +6,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { registry } from '../../plugins';
 import { loadConfig } from '../../src/config/load';
 import { configReloader } from '../../src/config/reload';
-import { watchFile } from '../../src/config/watch';
+import { fileStamp, watchFile } from '../../src/config/watch';
 import { startFakeUpstream } from '../fixtures/fake-upstream';
 import { post, startTestGateway, type TestGateway } from '../fixtures/gateway';
 
@@ -103,6 +103,27 @@ describe('config reload', () => {
     expect(lines.join('')).toMatch(/pipelines\.default/);
     expect((await ask('m/b')).status).toBe(200);
     expect((await ask('m/c')).status).toBe(404);
+  });
+
+  it('reads a file again that was written while it was read (the part read was applied), and refuses one that keeps changing', async () => {
+    gw = await startTestGateway({ yaml: yaml(['m/a']) });
+    const file = writeTemp(yaml(['m/half']));
+    let stamps = 0;
+    // The writer's last part lands while the reload reads the file: between its stamps before and after.
+    const stamp = () => {
+      if (++stamps === 2) writeFileSync(file, yaml(['m/half', 'm/whole']));
+      return fileStamp(file);
+    };
+    const reload = configReloader({ file, registry, gateway: gw.gateway, store: gw.store, logger: pino({ level: 'silent' }), stamp });
+    expect(await reload('test')).toBe(true);
+    expect((await ask('m/whole')).status).toBe(200);
+    const lines: string[] = [];
+    let n = 0;
+    const restless = configReloader({ file, registry, gateway: gw.gateway, store: gw.store, logger: pino({ level: 'info' }, { write: (l: string) => lines.push(l) } as never), stamp: () => String(n++) });
+    writeFileSync(file, yaml(['m/restless']));
+    expect(await restless('test')).toBe(false);
+    expect(lines.join('')).toMatch(/"reason":"[^"]*changed while it was read, 3 times in a row[^"]*".*config reload refused/);
+    expect((await ask('m/restless')).status).toBe(404);
   });
 
   it('picks up a file written by an editor (replace by rename) through the watcher', async () => {
