@@ -3,6 +3,8 @@ import path from 'node:path';
 
 /** How long a changed config file must stay unchanged before it is read (README "Reload"). */
 export const SETTLE_MS = 2000;
+/** How often a watched folder that was removed or replaced is looked for again. */
+export const REARM_POLL_MS = 500;
 
 /**
  * What the file is now (size, modification time, inode, through links), or `missing`: two equal stamps
@@ -45,13 +47,82 @@ export function settled(stamp: () => string, onStable: () => void, settleMs: num
   return { poke: () => wait(stamp()), stop: () => clearTimeout(timer) };
 }
 
+/** A folder's identity: the folder at a path moved away or swapped by a link is another one. */
+function folderId(dir: string): string | null {
+  try {
+    const s = statSync(dir);
+    return s.isDirectory() ? `${s.dev}:${s.ino}` : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * `fs.watch` of a folder that outlives the folder. A watch follows the folder it was opened on: once that
+ * folder is removed (`rm -rf conf && mkdir conf && cp …`), moved away, or was reached through a link now
+ * swapped, it goes silent and a later edit was never seen (found by an operator audit). `fs.watch` tells of
+ * its folder's own removal or move with an event named after the folder; on that, on an error, or on an event
+ * that finds another folder at `dir`, the watch is opened again on what is at `dir` now (looked for every
+ * `pollMs` while nothing is there), and `onEvent(null)` tells each step. (Not the inode alone: a folder made
+ * again at once often gets the removed one's inode number.) The first watch throws as `fs.watch` does
+ * (ENOSPC: the caller warns); a later one that fails is tried again at the next poll.
+ */
+export function watchFolder(dir: string, onEvent: (name: string | null) => void, pollMs = REARM_POLL_MS): () => void {
+  const self = path.basename(dir);
+  let id: string | null = null;
+  let watcher: FSWatcher | null = null;
+  let poll: NodeJS.Timeout | undefined;
+  let closed = false;
+  const open = () => {
+    id = folderId(dir);
+    const w = watch(dir, (_event, name) => {
+      if (w !== watcher) return; // read in one batch with the event that closed it
+      if (name === null || name.toString() === self || folderId(dir) !== id) return again();
+      onEvent(name.toString());
+    });
+    w.on('error', again);
+    w.unref();
+    watcher = w;
+  };
+  const reopened = (): boolean => {
+    if (folderId(dir) === null) return false;
+    try {
+      open();
+      return true;
+    } catch {
+      return false; // not watchable yet: the next poll tries again
+    }
+  };
+  const again = () => {
+    if (closed) return;
+    watcher?.close();
+    watcher = null;
+    if (!reopened() && !poll) {
+      poll = setInterval(() => {
+        if (!reopened()) return;
+        clearInterval(poll);
+        poll = undefined;
+        onEvent(null);
+      }, pollMs);
+      poll.unref();
+    }
+    onEvent(null);
+  };
+  open();
+  return () => {
+    closed = true;
+    clearInterval(poll);
+    watcher?.close();
+  };
+}
+
 /**
  * Calls `onChange` when the file changes. Watches the folder, not the file, because editors and config
  * management tools replace the file (rename) rather than write into it; a change is read once the file has
  * stayed unchanged for `settleMs` (`settled`). A file that is a symlink whose target is swapped elsewhere in
  * the folder (a Kubernetes ConfigMap volume: `gateway.yaml -> ..data/gateway.yaml`, and kubelet renames a new
  * `..data` link into place) counts as changed when the path it resolves to changes, whatever the event's
- * name.
+ * name. A watched folder removed and made again is watched again (`watchFolder`).
  *
  * @example const stop = watchFile('./gateway.yaml', () => reload()); … stop();
  */
@@ -71,26 +142,24 @@ export function watchFile(file: string, onChange: () => void, settleMs = SETTLE_
   // there, where the link's folder sees nothing, so the target's folder is watched too (an edit in place was
   // missed until a SIGHUP; found by an operator audit). It follows the target when the link changes.
   let targetDir = dir;
-  let targetWatcher: FSWatcher | null = null;
+  let stopTarget: (() => void) | null = null;
   const followTarget = () => {
     const now = target === null ? dir : path.dirname(target);
     if (now === targetDir) return;
-    targetWatcher?.close();
-    targetWatcher = null;
+    stopTarget?.();
+    stopTarget = null;
     targetDir = now;
     if (now === dir) return;
     try {
-      targetWatcher = watch(now, (_event, name) => {
-        if (name === null || (target !== null && name.toString() === path.basename(target))) settle.poke();
+      stopTarget = watchFolder(now, (name) => {
+        if (name === null || (target !== null && name === path.basename(target))) settle.poke();
       });
-      targetWatcher.on('error', () => undefined); // its folder removed (a swapped ConfigMap version): the link's folder tells
-      targetWatcher.unref();
     } catch {
-      targetWatcher = null; // not watchable: the link's folder and SIGHUP still work
+      stopTarget = null; // not watchable: the link's folder and SIGHUP still work
     }
   };
-  const watcher: FSWatcher = watch(dir, (_event, name) => {
-    if (name !== null && name.toString() !== base) {
+  const stopDir = watchFolder(dir, (name) => {
+    if (name !== null && name !== base) {
       const now = resolved();
       if (now === null || now === target) return;
       target = now;
@@ -98,11 +167,10 @@ export function watchFile(file: string, onChange: () => void, settleMs = SETTLE_
     followTarget();
     settle.poke();
   });
-  watcher.unref();
   followTarget();
   return () => {
     settle.stop();
-    watcher.close();
-    targetWatcher?.close();
+    stopDir();
+    stopTarget?.();
   };
 }

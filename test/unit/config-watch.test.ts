@@ -1,4 +1,4 @@
-import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, renameSync, rmSync, symlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
@@ -77,5 +77,55 @@ describe('watchFile', () => {
     closeSync(fd);
     await eventually(() => expect(reads.length).toBeGreaterThan(0), SETTLE_MS + 10_000);
     expect(reads[0]).toBe('models: [b]\npipelines: {}\n');
+  });
+
+  it('sees edits after its folder was removed and made again (rm -rf conf && mkdir conf && cp: the watch had gone silent)', async () => {
+    const conf = path.join(tempDir(), 'conf');
+    mkdirSync(conf);
+    const file = path.join(conf, 'gateway.yaml');
+    writeFileSync(file, 'v1');
+    const reads: string[] = [];
+    stops.push(watchFile(file, () => reads.push(readFileSync(file, 'utf8')), 20));
+    rmSync(conf, { recursive: true });
+    mkdirSync(conf);
+    writeFileSync(file, 'v2');
+    await eventually(() => expect(reads).toContain('v2'));
+    // A later edit, by an editor's rename, in the new folder.
+    writeFileSync(`${file}.tmp`, 'v3');
+    renameSync(`${file}.tmp`, file);
+    await eventually(() => expect(reads).toContain('v3'));
+  });
+
+  it('sees edits after its folder was moved away and another made in its place', async () => {
+    const conf = path.join(tempDir(), 'conf');
+    mkdirSync(conf);
+    const file = path.join(conf, 'gateway.yaml');
+    writeFileSync(file, 'v1');
+    const reads: string[] = [];
+    stops.push(watchFile(file, () => reads.push(readFileSync(file, 'utf8')), 20));
+    renameSync(conf, `${conf}.old`);
+    mkdirSync(conf);
+    writeFileSync(file, 'v2');
+    await eventually(() => expect(reads).toContain('v2'));
+    writeFileSync(file, 'v3');
+    await eventually(() => expect(reads).toContain('v3'));
+  });
+
+  it('still sees edits in place after the link its path goes through was swapped to another folder and the old one removed', async () => {
+    const root = tempDir();
+    mkdirSync(path.join(root, 'v1'));
+    writeFileSync(path.join(root, 'v1', 'gateway.yaml'), 'v1');
+    symlinkSync('v1', path.join(root, 'current'));
+    const file = path.join(root, 'current', 'gateway.yaml');
+    const reads: string[] = [];
+    stops.push(watchFile(file, () => reads.push(readFileSync(file, 'utf8')), 20));
+    mkdirSync(path.join(root, 'v2'));
+    writeFileSync(path.join(root, 'v2', 'gateway.yaml'), 'v2');
+    symlinkSync('v2', path.join(root, 'current.tmp'));
+    renameSync(path.join(root, 'current.tmp'), path.join(root, 'current'));
+    rmSync(path.join(root, 'v1'), { recursive: true });
+    await eventually(() => expect(reads).toContain('v2'));
+    writeFileSync(path.join(root, 'v2', 'gateway.yaml'), 'v2 edited');
+    await eventually(() => expect(reads).toContain('v2 edited'));
   });
 });
