@@ -22,7 +22,7 @@ import { openStore } from './store';
 import { ensureDeclared, misplacedMessage, warnMisplaced } from './store/declared';
 import type { LimitReset, Store, Workspace } from './store/types';
 import { createLogger } from './telemetry/log';
-import { startTelemetry } from './telemetry/otel';
+import { FINAL_FLUSH_MS, startTelemetry } from './telemetry/otel';
 
 const USAGE = `Usage: gateway <command> [options]
 
@@ -392,7 +392,9 @@ async function serve(file: string): Promise<number> {
   await gateway.close();
   await store.close();
   await closeUpstreamPool();
-  await telemetry.shutdown();
+  // Last, with nothing left to lose but spans, and bounded: a collector that does not answer must not hold a
+  // stopping process up to the exporter's timeout (README "Shutdown and probes").
+  if (!(await telemetry.shutdown())) logger.warn({ limit_ms: FINAL_FLUSH_MS }, 'telemetry: the collector did not take the last spans in time; they were dropped');
   return exitCode;
 }
 

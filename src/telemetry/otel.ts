@@ -7,8 +7,19 @@ import { SPAN_VALUE_MAX } from './span-text';
 
 export interface Telemetry {
   tracer: Tracer;
-  shutdown(): Promise<void>;
+  /**
+   * Sends the spans still queued, for at most `limitMs` (FINAL_FLUSH_MS); resolves with false when that
+   * passed first (what was still queued or in flight is dropped).
+   */
+  shutdown(limitMs?: number): Promise<boolean>;
 }
+
+/**
+ * How long the last spans may take to reach the collector at shutdown (README "Shutdown and probes"). The
+ * exporter's own timeout is 10 s, and a collector that does not answer held a SIGTERM'd gateway that long
+ * (an export per batch, two at a time: longer with many spans queued) after everything else was done.
+ */
+export const FINAL_FLUSH_MS = 2000;
 
 /**
  * Starts OpenTelemetry tracing with the exporter from `telemetry` in gateway.yaml. With `exporter: none`
@@ -32,7 +43,7 @@ export interface Telemetry {
  */
 export function startTelemetry(config: GatewayConfig['telemetry'], extraProcessors: SpanProcessor[] = []): Telemetry {
   if (config.exporter === 'none' && extraProcessors.length === 0) {
-    return { tracer: trace.getTracer('model-gateway'), shutdown: async () => undefined };
+    return { tracer: trace.getTracer('model-gateway'), shutdown: async () => true };
   }
   /* eslint-disable @typescript-eslint/no-require-imports -- loaded only when telemetry is on */
   const { BatchSpanProcessor, ConsoleSpanExporter } = require('@opentelemetry/sdk-trace-base') as typeof import('@opentelemetry/sdk-trace-base');
@@ -66,10 +77,14 @@ export function startTelemetry(config: GatewayConfig['telemetry'], extraProcesso
   );
   return {
     tracer,
-    shutdown: async () => {
-      await tracer.shutdown();
+    shutdown: async (limitMs = FINAL_FLUSH_MS) => {
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), limitMs)));
+      const sent = await Promise.race([tracer.shutdown().then(() => true), late]);
+      clearTimeout(timer);
       trace.disable();
       propagation.disable();
+      return sent;
     },
   };
 }

@@ -1,11 +1,11 @@
 import { appendFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
-import type { AddressInfo } from 'node:net';
+import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { ensureBuilt, KEY, killAll, perTest, runCli, spawnCli, startServe, within, WAIT_MS, type Proc } from '../fixtures/cli';
 import { post } from '../fixtures/gateway';
+import { openStore } from '../../src/store';
 
 /**
  * The `gateway` CLI as an operator runs it: `node dist/src/main.js …` in a temp folder with its own
@@ -246,6 +246,34 @@ describe('serve', () => {
     proc.child.kill('SIGTERM');
     expect(await within(proc.exited, WAIT_MS, 'serve to exit after SIGTERM')).toBe(0);
   });
+
+  it("a collector that does not answer holds the exit after SIGTERM at most 2 s (it held it for the exporter's 10 s); the ledger row is written first", async () => {
+    const held: Socket[] = [];
+    const collector = createServer((socket) => void held.push(socket)); // takes the spans' request, never answers
+    await new Promise<void>((resolve) => collector.listen(0, '127.0.0.1', resolve));
+    try {
+      const { dir, file } = configDir({ level: 'info' });
+      appendFileSync(file, `telemetry: { exporter: otlp, endpoint: 'http://127.0.0.1:${(collector.address() as AddressInfo).port}/v1/traces' }\n`);
+      const { proc, url } = await startServe(['--config', file], { cwd: dir });
+      const chat = await post(`${url}/chat/completions`, KEY.exec(proc.stdout)![0], CHAT);
+      expect(chat.status).toBe(200);
+      const stopping = Date.now();
+      proc.child.kill('SIGTERM');
+      // Generous against the 2 s limit, and well short of the exporter's 10 s.
+      expect(await within(proc.exited, WAIT_MS, 'serve to exit after SIGTERM')).toBe(0);
+      expect(Date.now() - stopping).toBeLessThan(7000);
+      expect(proc.stdout).toMatch(/"limit_ms":2000.*the collector did not take the last spans in time/);
+      const store = await openStore({ driver: 'sqlite', path: path.join(dir, 'gw.db') });
+      try {
+        expect((await store.getLedger(chat.json.id))?.status).toBe('completed');
+      } finally {
+        await store.close();
+      }
+    } finally {
+      held.forEach((socket) => socket.destroy());
+      collector.close();
+    }
+  }, 60_000); // a gateway start and a stop: past the default 20 s on a loaded machine
 });
 
 describe('a mistyped command', () => {

@@ -293,7 +293,7 @@ describe('startTelemetry with exporter otlp', () => {
     expect(trace.getTracer('any')).toBe(telemetry.tracer);
     const span = telemetry.tracer.startSpan('exported', { attributes: { k: 'v' } }, ROOT_CONTEXT);
     span.end();
-    await telemetry.shutdown();
+    expect(await telemetry.shutdown()).toBe(true);
     telemetry = undefined;
     expect(bodies).toHaveLength(1);
     expect(bodies[0].type).toBe('application/x-protobuf');
@@ -302,6 +302,19 @@ describe('startTelemetry with exporter otlp', () => {
     expect(text).toContain('exported');
     expect(bodies[0].body.includes(Buffer.from(span.spanContext().spanId, 'hex'))).toBe(true);
   });
+  it('gives the last spans at most the limit when the collector does not answer (shutdown waited for the exporter\'s 10 s timeout)', async () => {
+    server = createServer(() => undefined); // takes the request, never answers
+    await new Promise<void>((r) => server!.listen(0, '127.0.0.1', r));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/traces`;
+    const hung = startTelemetry({ exporter: 'otlp', endpoint: url, service_name: 'svc-under-test', max_queue: 100 });
+    hung.tracer.startSpan('never-taken', {}, ROOT_CONTEXT).end();
+    const started = Date.now();
+    expect(await hung.shutdown(200)).toBe(false);
+    // Generous: the limit is 200 ms, the exporter's own timeout 10 s.
+    expect(Date.now() - started).toBeLessThan(5000);
+    server.closeAllConnections();
+  });
+
   it("reads a collector's partial-success answer (the deserializer loaded on the first answer with a body) and warns through diag", async () => {
     // ExportTraceServiceResponse { partial_success: { rejected_spans: 2, error_message: "over quota" } }
     const message = Buffer.concat([Buffer.from([0x08, 0x02, 0x12, 10]), Buffer.from('over quota')]);
