@@ -16,7 +16,8 @@ const READ_TRIES = 3;
  * (`checkPipelines`), is refused and logged;
  * the running config keeps serving. Resolves with whether the new config is now live. Reloads run one at a
  * time, each reading the file when its turn comes, so the file's latest version is the one left serving.
- * `stamp` tells whether the file was written while it was read (`fileStamp`; tests wrap it).
+ * `stamp` tells whether the file was written while it was read (`fileStamp`; tests wrap it). Once the
+ * gateway drains for a shutdown, a reload is ignored (logged at info).
  *
  * @example const reload = configReloader({ file, registry, gateway, store, logger }); process.on('SIGHUP', () => void reload('SIGHUP'));
  */
@@ -37,7 +38,14 @@ export function configReloader(input: { file: string; registry: StageRegistry; g
       if (tries === READ_TRIES) throw new Error(`${input.file} changed while it was read, ${READ_TRIES} times in a row (is it still being written?)`);
     }
   };
+  // A SIGHUP (or an edit) during the shutdown drain: nothing new will be served, and the store may be closed
+  // under the reload (it was refused with an error, naming the store).
+  const shuttingDown = (why: string): false => {
+    input.logger.info({ why }, 'config reload ignored: the gateway is shutting down');
+    return false;
+  };
   const once = async (why: string): Promise<boolean> => {
+    if (input.gateway.drain.started) return shuttingDown(why);
     try {
       const config = read();
       // The checks `serve` and `gateway config check` make (every stage created from the config, none touching
@@ -56,6 +64,7 @@ export function configReloader(input: { file: string; registry: StageRegistry; g
       warnMisplaced(declared.elsewhere, input.logger);
       warnConfigGaps(config, input.logger);
     } catch (err) {
+      if (input.gateway.drain.started) return shuttingDown(why); // began while this reload ran
       input.logger.error({ reason: (err as Error).message, why }, 'config reload refused; the previous config keeps serving');
       return false;
     }

@@ -514,6 +514,22 @@ describe('config reload', () => {
     expect(await proc.stop()).toBe(0);
   });
 
+  it('a SIGHUP during the shutdown drain is ignored with one info line (a reload then could find the store closed: an error)', async () => {
+    const { dir, file } = configDir({ level: 'info', kind: 'simulated, latency_ms: 4000' });
+    const { proc, url } = await startServe(['--config', file], { cwd: dir });
+    const slow = post(`${url}/chat/completions`, KEY.exec(proc.stdout)![0], CHAT);
+    const metrics = `${new URL(url).origin}/metrics`;
+    await pollUntil(async () => /^gateway_requests_in_flight 1$/m.test(await (await fetch(metrics)).text()), 'the request to be in flight');
+    const since = proc.stdout.length;
+    proc.child.kill('SIGTERM');
+    await proc.waitFor(/shutting down: draining/, { since });
+    proc.child.kill('SIGHUP');
+    expect(JSON.parse((await proc.waitFor(/^.*config reload ignored.*$/m, { since }))[0])).toMatchObject({ level: 30, why: 'SIGHUP', msg: 'config reload ignored: the gateway is shutting down' });
+    expect((await slow).status).toBe(200);
+    expect(await within(proc.exited, WAIT_MS, 'serve to exit after the drain')).toBe(0);
+    expect(proc.stdout.slice(since)).not.toMatch(/config reload refused|config reloaded/);
+  }, 60_000); // a gateway start, a 4 s request and a drain: past the default 20 s on a loaded machine
+
   it('survives a SIGHUP sent as soon as "Gateway listening" is printed', async () => {
     // The handler must be installed before the line: otherwise a supervisor that reloads on that line kills
     // the gateway (SIGHUP's default action), which happened on about one start in two.

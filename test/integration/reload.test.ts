@@ -290,6 +290,29 @@ describe('accounts and workspaces a reload declares', () => {
     expect((await ask('m/b')).status).toBe(404);
   });
 
+  it('during the shutdown drain are ignored with one info line, also when the store closes under the reload (it was an error)', async () => {
+    gw = await startTestGateway({ yaml: yaml(['m/a']) });
+    const file = writeTemp(`${yaml(['m/a', 'm/b'])}accounts:\n  - { name: acme }\n`);
+    const lines: string[] = [];
+    const logger = pino({ level: 'info' }, { write: (l: string) => lines.push(l) } as never);
+    // The drain begins while the reload waits on the store, which is then closed (SQLite's own message).
+    const closing = Object.assign(Object.create(gw.store), {
+      ensureAccount: async () => {
+        gw!.gateway.drain.begin();
+        throw new TypeError('The database connection is not open');
+      },
+    });
+    expect(await configReloader({ file, registry, gateway: gw.gateway, store: closing, logger })('SIGHUP')).toBe(false);
+    // A SIGHUP after the drain began.
+    expect(await configReloader({ file, registry, gateway: gw.gateway, store: gw.store, logger })('SIGHUP')).toBe(false);
+    expect(lines.map((l) => JSON.parse(l))).toMatchObject([
+      { level: 30, why: 'SIGHUP', msg: 'config reload ignored: the gateway is shutting down' },
+      { level: 30, why: 'SIGHUP', msg: 'config reload ignored: the gateway is shutting down' },
+    ]);
+    expect(lines).toHaveLength(2);
+    expect(gw.gateway.runtime().config.models.map((m) => m.id)).toEqual(['m/a']);
+  });
+
   it('run one at a time, so the file as last written is the config left serving', async () => {
     gw = await startTestGateway({ yaml: yaml(['m/a']) });
     const file = writeTemp(yaml(['m/a', 'm/b']));
