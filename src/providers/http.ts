@@ -269,12 +269,16 @@ export async function sendJson(input: {
     text = withoutCredentials(await exchange.text(), credentials);
   } catch (err) {
     // The provider had already answered 2xx: spec 7.5.4 gives the caller a 200 holding only the error.
-    const e = networkError(err, providerId, true);
-    throw new GatewayError(e.errorType, e.message, { metadata: { ...e.metadata, after_headers: true }, cause: err });
+    throw afterHeaders(networkError(err, providerId, true));
   }
   if (call.stream) {
     // A 2xx JSON body where events were asked for: an error keeps its type, a whole answer is streamed.
-    const events = jsonAsEvents(call.dialect, text, providerId);
+    let events;
+    try {
+      events = jsonAsEvents(call.dialect, text, providerId);
+    } catch (err) {
+      throw afterHeaders(err as GatewayError);
+    }
     return { stream: true, events: batched(async function* () { yield events; }) };
   }
   let body: Record<string, unknown>;
@@ -287,10 +291,15 @@ export async function sendJson(input: {
   }
   // A 2xx body that reports a failure is a failed attempt (the next endpoint is tried), failed after headers (7.5.4).
   const failure = reportedFailure(call.dialect, body, providerId);
-  if (failure) throw new GatewayError(failure.errorType, failure.message, { metadata: { ...failure.metadata, after_headers: true } });
+  if (failure) throw afterHeaders(failure);
   const wrong = malformedAnswer(call.dialect, body);
   if (wrong) throw new GatewayError('provider_unavailable', `Provider ${providerId} returned an invalid response (${wrong})`, { metadata: { provider_name: providerId } });
   return { stream: false, body };
+}
+
+/** `e` flagged as a failure after the provider answered 2xx (routing reads it: see attempt-policy and dispatch). */
+function afterHeaders(e: GatewayError): GatewayError {
+  return new GatewayError(e.errorType, e.message, { status: e.status, metadata: { ...e.metadata, after_headers: true }, headers: e.headers, details: e.details, cause: e.cause ?? e });
 }
 
 /** A failed call as the GatewayError it stands for; `midAnswer`: the provider had begun its answer (a cut, not an unreachable host). */

@@ -30,7 +30,8 @@ export function retryAfterMs(value: string | undefined, now = Date.now()): numbe
  * - a caller mistake (`invalid_request`, `unprocessable`, `payload_too_large`) is never retried;
  * - `context_length_exceeded` skips to a model with a larger context;
  * - `content_policy_violation` and `refusal` are not retried on the same model;
- * - a transient upstream 5xx or a connection failure before headers is retried once on the same endpoint;
+ * - a transient upstream 5xx or a connection failure before headers is retried once on the same endpoint; an
+ *   answer the endpoint began (2xx) and then broke fails over instead;
  * - 429 and overload fail over; when no other endpoint is left and the provider's Retry-After is within
  *   `retryWaitMaxMs`, it is waited out and the same endpoint is tried once more;
  * - a timeout fails over at once (a silent upstream costs one timeout, never several).
@@ -55,14 +56,21 @@ export function nextStep(err: GatewayError, ctx: PolicyContext): NextStep {
     }
     case 'provider_unavailable': {
       const code = err.metadata?.provider_code;
-      // A reset connection or an upstream 500/502 is transient; a refused connection is not (fail over).
-      const transient = code === 500 || code === 502 || (code === undefined && err.metadata?.network === 'reset');
+      // A reset connection or an upstream 500/502 is transient; a refused connection is not (fail over). An
+      // endpoint that answered 2xx and then broke its answer (a body cut off, an error in it, a stream that
+      // failed before output) has failed this request: the next endpoint is tried (it had been asked again).
+      const transient = !answered(err) && (code === 500 || code === 502 || (code === undefined && err.metadata?.network === 'reset'));
       if (transient && !ctx.retriedSame) return { kind: 'retry_same', waitMs: 0 };
       return { kind: 'next_endpoint' };
     }
     default:
       return { kind: 'next_endpoint' };
   }
+}
+
+/** The endpoint had answered 2xx when it failed (flags set by the provider layer and by routing's stream wait). */
+function answered(err: GatewayError): boolean {
+  return err.metadata?.after_headers === true || err.metadata?.accepted === true;
 }
 
 /** Errors in what the caller sent: no endpoint would answer differently, so none is tried again. */

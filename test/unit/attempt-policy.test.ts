@@ -25,6 +25,13 @@ describe('attempt policy', () => {
     expect(nextStep(err('provider_unavailable', { provider_code: 401 }), ctx)).toEqual({ kind: 'next_endpoint' });
   });
 
+  it('fails over, never asking the same endpoint again, when it broke an answer it had begun (2xx)', () => {
+    expect(nextStep(err('provider_unavailable', { network: 'reset', after_headers: true }), ctx)).toEqual({ kind: 'next_endpoint' });
+    expect(nextStep(err('provider_unavailable', { provider_code: 500, after_headers: true }), ctx)).toEqual({ kind: 'next_endpoint' });
+    expect(nextStep(err('provider_unavailable', { network: 'reset', accepted: true }), { ...ctx, lastCandidate: true })).toEqual({ kind: 'next_endpoint' });
+    expect(nextStep(err('provider_unavailable', { provider_code: 502, accepted: true }), ctx)).toEqual({ kind: 'next_endpoint' });
+  });
+
   it('fails over on 429 and overload; waits out a short Retry-After only on the last endpoint', () => {
     expect(nextStep(err('rate_limit_exceeded', {}, { 'retry-after': '1' }), ctx)).toEqual({ kind: 'next_endpoint' });
     expect(nextStep(err('rate_limit_exceeded', {}, { 'retry-after': '1' }), { ...ctx, lastCandidate: true })).toEqual({ kind: 'retry_same', waitMs: 1000 });
