@@ -83,8 +83,8 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
     let refused: GatewayError | undefined;
     // The failed attempts: the answer's retry headers are read from all of them (see withRetryHeaders).
     const failures: GatewayError[] = [];
-    // The last endpoint that accepted a stream (200) and then failed before any output (spec 7.5.2).
-    let accepted: Served | undefined;
+    // The last endpoint that accepted a stream (200) and then failed before any output (spec 7.5.2), with its failure.
+    let accepted: { served: Served; err: GatewayError } | undefined;
     const skipped = new Set<Candidate>();
     // A half-open breaker lets one probe through: while it is out, the endpoint is tried after the others (as
     // an open one is), not by every request at once (each had waited out a dead endpoint's timeout).
@@ -173,7 +173,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
             lastServed = { c: candidate, isByok: apiKey !== undefined };
             failures.push(e);
           }
-          if (stream && e.metadata?.accepted) accepted = { c: candidate, isByok: apiKey !== undefined };
+          if (stream && e.metadata?.accepted) accepted = { served: { c: candidate, isByok: apiKey !== undefined }, err: e };
           if (endpointFailed) deps.health.recordFailure(endpointKey(candidate));
           const remaining = order.slice(i + 1).filter((c) => !skipped.has(c));
           // A request the other API style cannot express (chat `n` > 1 for a messages provider, …) may still
@@ -182,7 +182,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
             ? { kind: 'next_endpoint' }
             : nextStep(e, { retriedSame, lastCandidate: remaining.length === 0, retryWaitMaxMs: deps.routing.retry_wait_max_ms });
           if (step.kind === 'stop') {
-            if (accepted) return streamFailedBeforeOutput(state, accepted, e);
+            if (accepted) return streamFailedBeforeOutput(state, accepted.served, accepted.err);
             // A caller mistake a provider reported in its 2xx body ends the request as any failure after headers
             // does (spec 7.5.4); it had been the only one answered with its own status.
             if (e.metadata?.after_headers && dialect === 'chat_completions' && !stream) return errorAfterHeaders(state, { c: candidate, isByok: apiKey !== undefined }, e);
@@ -206,7 +206,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
       }
     }
     if (last?.metadata?.after_headers && lastServed && dialect === 'chat_completions' && !stream) return errorAfterHeaders(state, lastServed, last);
-    if (accepted && last) return streamFailedBeforeOutput(state, accepted, last);
+    if (accepted) return streamFailedBeforeOutput(state, accepted.served, accepted.err);
     if (last) throw withRetryHeaders(withoutRoutingFlags(last), failures);
     throw refused ? withoutRoutingFlags(refused) : new GatewayError('provider_unavailable', 'No provider could serve the request');
   };
@@ -237,8 +237,9 @@ function errorAfterHeaders(state: GatewayState, served: Served, err: GatewayErro
 
 /**
  * Spec 7.5.2: once a provider has accepted a stream, the status stays 200 even if every provider then fails
- * before any output: the client gets the dialect's in-band error for the last failure (as for a failure
- * mid-stream), and the request is billed (`failed`, nothing delivered) to the last endpoint that accepted it.
+ * before any output: the request is billed (`failed`, nothing delivered) to the last endpoint that accepted
+ * it, and the client gets the dialect's in-band error (as for a failure mid-stream) naming that endpoint, with
+ * that endpoint's own failure (it had been the last attempt's, another endpoint's 503 under this one's name).
  */
 function streamFailedBeforeOutput(state: GatewayState, served: Served, err: GatewayError): GatewayResponse {
   state.route = routeOf(served);

@@ -10,6 +10,10 @@ const PAIRS = `
     endpoints:
       - { provider: fake-openai, upstream_model: first-chat, pricing: { prompt: 1, completion: 2 } }
       - { provider: fake-openai, upstream_model: second-chat, pricing: { prompt: 1, completion: 2 } }
+  - id: mixed/chat
+    endpoints:
+      - { provider: fake-openai, upstream_model: first-chat, pricing: { prompt: 1, completion: 2 } }
+      - { provider: fake-anthropic, upstream_model: second-msg, pricing: { prompt: 5, completion: 10 } }
   - id: pair/messages
     endpoints:
       - { provider: fake-anthropic, upstream_model: first-msg, pricing: { prompt: 1, completion: 2 } }
@@ -78,6 +82,23 @@ describe('streams fail over until the answer begins (spec 7.5.2)', () => {
       // The endpoint that broke the answer it had begun is not asked again: the next one answers.
       expect(upstreamModels()).toEqual(['first-chat', 'second-chat']);
     }
+  });
+
+  it("when every endpoint fails, the in-band error is the failure of the endpoint it names (it had been another endpoint's)", async () => {
+    g = await t.start({ yaml: yaml() });
+    // fake-openai accepts the stream and breaks it before output; fake-anthropic then answers 503.
+    t.upstream.scripts.set('first-chat', [{ kind: 'raw-stream', text: ROLE_CHUNK, destroy: true }]);
+    t.upstream.scripts.set('second-msg', [{ kind: 'status', status: 503 }]);
+    const r = await post(`${g.url}/chat/completions`, g.key, { model: 'mixed/chat', stream: true, messages: [{ role: 'user', content: 'hi' }] });
+    expect(r.status).toBe(200);
+    expect(upstreamModels()).toEqual(['first-chat', 'second-msg']);
+    const failure = sseEvents(r.text).filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data)).find((c) => c.error)!;
+    expect(failure.provider).toBe('fake-openai');
+    expect(failure.error).toMatchObject({ code: 502, message: 'Provider fake-openai broke off its answer (connection lost)', metadata: { error_type: 'provider_unavailable' } });
+    expect(failure.error.metadata).not.toHaveProperty('provider_code');
+    // The row names that endpoint too: failed, nothing delivered.
+    const row = await ledgerRowSoon(g, failure.id);
+    expect(row).toMatchObject({ status: 'failed', provider: 'fake-openai' });
   });
 
   it('messages: a provider sending over 10 000 pings before any output fails over (the pings were held without bound)', async () => {
