@@ -134,13 +134,17 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           const throughput = (outputTokens: number, durationMs: number) => deps.health.recordSuccess(key, { outputTokens, durationMs });
           // A stream that fails after its answer began is the endpoint's failure too (it had been recorded as a
           // success at its first output, so an endpoint that cut every stream stayed first in line for ever).
+          // One that tells nothing of the endpoint (the caller's fault, the workspace's own key, the client
+          // left) gives a half-open probe back, as before the answer began (it stayed out for a cooldown).
           const failed = (err: GatewayError) => {
-            if (!blamesCaller(err)) deps.health.recordFailure(key);
+            if (blamesCaller(err) || (apiKey !== undefined && ownKeyFailure(err))) deps.health.release(key);
+            else deps.health.recordFailure(key);
           };
+          const cancelled = () => deps.health.release(key);
           const served: Served = { c: candidate, isByok: apiKey !== undefined, dropped };
           // A stream's attempt is counted when the stream ends (it may still fail after its first event).
           const counted = (outcome: string) => deps.metrics?.attempt(candidate.provider.id, outcome);
-          const response = stream ? await streamResponse(state, served, reply, attempt, { throughput, failed, counted }) : jsonResponse(state, served, reply, attempt);
+          const response = stream ? await streamResponse(state, served, reply, attempt, { throughput, failed, cancelled, counted }) : jsonResponse(state, served, reply, attempt);
           // No attempt follows a served one: the body's bytes need not outlive it (a stream may run for minutes).
           state.clientBytes = null;
           if (!stream) counted('success');

@@ -27,6 +27,8 @@ export interface StreamEnd {
   throughput(outputTokens: number, durationMs: number): void;
   /** The provider failed the stream after its answer began (a cut, a stall, an in-band error): a failure of the endpoint's. */
   failed(err: GatewayError): void;
+  /** The client left (or a shutdown cut the stream): nothing is told of the endpoint. */
+  cancelled(): void;
   counted(outcome: string): void;
 }
 
@@ -173,5 +175,6 @@ export async function* relay(
     onStreamEnd.counted(state.outcome === 'completed' ? 'success' : state.outcome === 'cancelled' ? 'cancelled' : (failure?.errorType ?? 'stream_failed'));
     if (completed) onStreamEnd.throughput(state.usage?.outputTokens ?? 0, performance.now() - streamStarted);
     else if (state.outcome === 'failed') onStreamEnd.failed(failure ?? new GatewayError('provider_unavailable', 'The provider reported a failure in its stream'));
+    else onStreamEnd.cancelled();
   }
 }

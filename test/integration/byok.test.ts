@@ -133,6 +133,14 @@ describe('requests with a workspace provider key', () => {
       t.upstream.scripts.set('gpt-upstream', [{ kind: 'status', status }]);
       await post(`${g.url}/chat/completions`, g.key, chat());
     }
+    // A stream the provider ends with a rate limit of that key after its answer began: the same.
+    const limited = `data: ${JSON.stringify({ error: { code: 429, message: 'Rate limit reached for your organization' } })}\n\n`;
+    const began = `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'gpt-upstream', choices: [{ index: 0, delta: { content: 'Hel' }, finish_reason: null }] })}\n\n`;
+    for (let i = 0; i < 3; i++) {
+      t.upstream.scripts.set('gpt-upstream', [{ kind: 'raw-stream', text: began + limited }]);
+      const r = await post(`${g.url}/chat/completions`, g.key, chat({ stream: true }));
+      expect(r.text).toContain('"error_type":"rate_limit_exceeded"');
+    }
     expect(g.gateway.health.snapshot()['fake-openai/gpt-upstream']?.failures ?? 0).toBe(0);
     expect(g.gateway.health.state('fake-openai/gpt-upstream')).toBe('closed');
     // The operator's own key refused is the endpoint's failure, as before.
