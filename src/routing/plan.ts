@@ -110,13 +110,17 @@ function withStuckFirst(plan: Candidate[], stuck: string, deps: PlanDeps): Candi
   return [plan[index], ...plan.slice(0, index), ...plan.slice(index + 1)];
 }
 
-/** `provider` preferences, with the deprecated `route` mapped onto the sort partition (spec 4.2). */
+/**
+ * `provider` preferences, with the deprecated `route` mapped onto the sort partition (spec 4.2), whether the
+ * sort is a string or an object without its own partition (which stands: `route` is only its old name).
+ */
 function preferencesOf(body: Record<string, unknown>): ProviderPreferences | undefined {
   const prefs = body.provider && typeof body.provider === 'object' ? ({ ...(body.provider as ProviderPreferences) }) : undefined;
   const route = body.route;
-  if (prefs && typeof prefs.sort === 'string' && (route === 'fallback' || route === 'sort')) {
-    prefs.sort = { by: prefs.sort, partition: route === 'sort' ? 'none' : 'model' };
-  }
+  if (!prefs?.sort || (route !== 'fallback' && route !== 'sort')) return prefs;
+  const partition = route === 'sort' ? 'none' : 'model';
+  if (typeof prefs.sort === 'string') prefs.sort = { by: prefs.sort, partition };
+  else if (typeof prefs.sort === 'object' && prefs.sort.partition === undefined) prefs.sort = { ...prefs.sort, partition };
   return prefs;
 }
 

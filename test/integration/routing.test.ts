@@ -95,6 +95,16 @@ describe('provider preferences', () => {
     expect(seen(n)).toEqual([]);
   });
 
+  it('the deprecated route maps onto the sort partition, for a sort given as an object too (it was read only beside a string)', async () => {
+    await fresh();
+    // Across both models by price, r/small's endpoint (1 + 1) is the cheapest; within r/pair first, pa (1 + 2).
+    const across = { model: 'r/pair', models: ['r/small'], route: 'sort' };
+    expect((await ask({ ...across, provider: { sort: 'price' } })).json.model).toBe('r/small');
+    expect((await ask({ ...across, provider: { sort: { by: 'price' } } })).json.model).toBe('r/small');
+    expect((await ask({ ...across, provider: { sort: { by: 'price', partition: 'model' } } })).json.model).toBe('r/pair'); // its own partition stands
+    expect((await ask({ ...across, route: 'fallback', provider: { sort: { by: 'price' } } })).json.model).toBe('r/pair');
+  });
+
   it('allow_fallbacks: false stops after the first endpoint', async () => {
     await fresh();
     upstream.always.set('up-a', { kind: 'status', status: 503 });
