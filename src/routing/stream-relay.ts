@@ -173,7 +173,9 @@ export async function* relay(
     // A client that left is no failure of the provider's (the abort surfaces as a timeout otherwise).
     endAttempt(attempt, failure, state.abort.aborted);
     onStreamEnd.counted(state.outcome === 'completed' ? 'success' : state.outcome === 'cancelled' ? 'cancelled' : (failure?.errorType ?? 'stream_failed'));
-    if (completed) onStreamEnd.throughput(state.usage?.outputTokens ?? 0, performance.now() - streamStarted);
+    // By the outcome, not by `completed`: a stream that ended before its finish ends with the in-band error
+    // too, and had been recorded a success (an endpoint that cut every answer that way stayed first).
+    if (state.outcome === 'completed') onStreamEnd.throughput(state.usage?.outputTokens ?? 0, performance.now() - streamStarted);
     else if (state.outcome === 'failed') onStreamEnd.failed(failure ?? new GatewayError('provider_unavailable', 'The provider reported a failure in its stream'));
     else onStreamEnd.cancelled();
   }

@@ -342,6 +342,16 @@ describe('circuit breaker and sticky sessions', () => {
     expect(seen(n)).toEqual(['up-b']);
   });
 
+  it('a stream that ends cleanly before its finish counts against the endpoint too (its end was recorded a success)', async () => {
+    await fresh();
+    upstream.always.set('up-a', { kind: 'no-done' });
+    for (let i = 0; i < 2; i++) {
+      const r = await ask({ model: 'r/pair', stream: true });
+      expect(sseEvents(r.text).some((e) => e.data.includes('"finish_reason":"error"'))).toBe(true);
+    }
+    expect(gw.gateway.health.state('pa/up-a')).toBe('open');
+  });
+
   it('a session sticks per model it names, and a fallback model that served it is not remembered', async () => {
     await fresh();
     // r/small fails once: r/big (the fallback) serves the session; then r/small works again and serves it.
