@@ -1,6 +1,7 @@
 import type { Stage } from '../pipeline/types';
 import type { Services } from '../services';
 import { applicableBudgets, budgetWindow, type ApplicableBudget } from '../spend/budgets';
+import { isPrepaid } from '../spend/admission';
 import { roundUsd } from '../spend/pricing';
 import { freeDailyKey, freeDailyLimit } from '../spend/rate-limits';
 import { windowStart } from '../spend/windows';
@@ -78,7 +79,8 @@ export function keyInfoStage(services: Services): Stage {
       expires_at: key.expiresAt,
       free_model_daily_requests: await freeModelCounter(services, key, account, now),
       include_byok_in_limit: key.includeByokInLimit,
-      is_free_tier: (account?.purchasedUsd ?? 0) <= 0,
+      // An invoice, enterprise or subscription account is billed outside the gateway: never free tier, though it buys no credits here.
+      is_free_tier: isPrepaid(services.config, account) && (account?.purchasedUsd ?? 0) <= 0,
       is_management_key: key.isManagement,
       is_provisioning_key: key.isProvisioning,
       label: key.label,

@@ -521,6 +521,14 @@ describe('rate limits', () => {
     expect(info.data.is_free_tier).toBe(false);
   });
 
+  it.each(['invoice', 'enterprise', 'subscription'])('GET /key: an account with `billing: %s` (billed outside the gateway) is not free tier', async (billing) => {
+    const g = await start(`accounts:\n  - { name: default, billing: ${billing} }\n`);
+    const info = await keyInfo(g, g.key);
+    expect(info.data.is_free_tier).toBe(false);
+    // The free-model tier is still chosen by credits purchased (spec 8.3.2: independent of is_free_tier).
+    expect(info.data.free_model_daily_requests.limit).toBe(g.config.free_models.daily_requests);
+  });
+
   it('the free daily quota counts requests a free model served: refused ones (balance, unknown model) are taken back', async () => {
     const g = await start('free_models: { per_minute: 100, daily_requests: 2 }\n');
     await credit(g, -1); // a negative balance refuses free models too (402)
