@@ -17,7 +17,15 @@ function modelEntries(services: Services): Map<string, Record<string, unknown>> 
         context_length: m.context_length ?? null,
         endpoints: m.endpoints.map((e) => ({
           provider: e.provider,
-          pricing: { prompt: e.pricing.prompt, completion: e.pricing.completion, request: e.pricing.request },
+          // The cache prices where the endpoint sets them (a client weighing prompt caching reads them here).
+          pricing: {
+            prompt: e.pricing.prompt,
+            completion: e.pricing.completion,
+            request: e.pricing.request,
+            cached_read: e.pricing.cached_read,
+            cache_write: e.pricing.cache_write,
+            cache_write_1h: e.pricing.cache_write_1h,
+          },
         })),
       },
     ]),
