@@ -101,6 +101,31 @@ describe('streams fail over until the answer begins (spec 7.5.2)', () => {
     expect(row).toMatchObject({ status: 'failed', provider: 'fake-openai' });
   });
 
+  it('when every endpoint fails before output, the stream still carries the debug echoes and routing metadata asked for (it had only the error)', async () => {
+    g = await t.start({ yaml: yaml() });
+    t.upstream.scripts.set('first-chat', [{ kind: 'raw-stream', text: ROLE_CHUNK, destroy: true }]);
+    t.upstream.scripts.set('second-msg', [{ kind: 'status', status: 503 }]);
+    const r = await post(`${g.url}/chat/completions`, g.key, { model: 'mixed/chat', stream: true, debug: { echo_upstream_body: true }, messages: [{ role: 'user', content: 'hi' }] }, { 'x-gateway-metadata': 'enabled' });
+    expect(r.status).toBe(200);
+    const chunks = sseEvents(r.text).filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+    // Spec 6.1: one debug chunk per attempted provider, then the metadata chunk, as a stream that succeeds has.
+    expect(chunks.map((c) => (c.debug ? `debug ${c.provider}` : c.gateway_metadata ? 'metadata' : c.error ? 'error' : 'other'))).toEqual(['debug fake-openai', 'debug fake-anthropic', 'metadata', 'error']);
+    expect(chunks[2].gateway_metadata.attempts).toEqual([
+      expect.objectContaining({ attempt: 1, provider: 'fake-openai', outcome: 'error' }),
+      expect.objectContaining({ attempt: 2, provider: 'fake-anthropic', outcome: 'error', error_type: 'provider_overloaded', status: 503 }),
+    ]);
+    expect(chunks[2].gateway_metadata.summary).toBe('no endpoint answered after 2 attempt(s)');
+
+    // Messages: no message_start is sent, so the metadata rides in the error event, as in the messages error envelope (7.3).
+    t.upstream.always.set('first-msg', { kind: 'raw-stream', text: MESSAGE_START + OVERLOADED });
+    t.upstream.always.set('second-msg', { kind: 'raw-stream', text: MESSAGE_START + OVERLOADED });
+    const m = sseEvents((await ask('messages')).text);
+    expect(m.map((e) => e.event ?? null)).toEqual(['error', null]);
+    const error = JSON.parse(m[0].data);
+    expect(error.error.error_type).toBe('provider_overloaded');
+    expect(error.gateway_metadata.attempts.map((a: { outcome: string }) => a.outcome)).toEqual(['error', 'error']);
+  });
+
   it('messages: a provider sending over 10 000 pings before any output fails over (the pings were held without bound)', async () => {
     g = await t.start({ yaml: yaml() });
     t.upstream.always.set('first-msg', { kind: 'raw-stream', text: MESSAGE_START + sse('ping', { type: 'ping' }).repeat(10_001), hold: true });
