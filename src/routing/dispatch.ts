@@ -178,7 +178,12 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
             failures.push(e);
           }
           if (stream && e.metadata?.accepted) accepted = { served: { c: candidate, isByok: apiKey !== undefined }, err: e };
-          if (endpointFailed) deps.health.recordFailure(endpointKey(candidate));
+          if (endpointFailed) {
+            deps.health.recordFailure(endpointKey(candidate));
+            // A rate limit or overload that said when to come back: the endpoint is tried after the others until then.
+            const wait = e.errorType === 'rate_limit_exceeded' || e.errorType === 'provider_overloaded' ? retryAfterMs(e.headers?.['retry-after']) : null;
+            if (wait !== null) deps.health.rest(endpointKey(candidate), wait);
+          }
           const remaining = order.slice(i + 1).filter((c) => !skipped.has(c));
           // A request the other API style cannot express (chat `n` > 1 for a messages provider, …) may still
           // be served by an endpoint that speaks the client's style: the next one is tried.

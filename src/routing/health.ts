@@ -10,6 +10,9 @@
  *   failure reopens it for another cooldown; one that tells neither is given back (`release`). A probe that
  *   never reports back expires after one cooldown, so the endpoint cannot be locked out for ever.
  *
+ * Apart from the breaker, an endpoint that answered a rate limit or an overload with `Retry-After` rests
+ * (`rest`, `resting`) until that time has passed, at most one cooldown: it is tried after the others.
+ *
  * @example
  *   const h = new EndpointHealth({ failureThreshold: 3, cooldownMs: 30_000 });
  *   if (h.tryAcquire('acme/gpt-x', now)) { ...; ok ? h.recordSuccess(key, { latencyMs: 120 }) : h.recordFailure(key, now); }
@@ -36,6 +39,8 @@ interface Entry {
   probeSince: number | null;
   latencyMs: number | null;
   throughput: number | null;
+  /** The instant a Retry-After the endpoint gave ends; null when it gave none (or a success came since). */
+  restUntil: number | null;
 }
 
 function ewma(prev: number | null, sample: number): number {
@@ -98,6 +103,7 @@ export class EndpointHealth {
     e.failures = 0;
     e.openUntil = null;
     e.probeSince = null;
+    e.restUntil = null;
     this.observe(key, sample);
   }
 
@@ -138,6 +144,24 @@ export class EndpointHealth {
     }
   }
 
+  /**
+   * The endpoint asked to be left alone for `ms` (a 429 or an overload with `Retry-After`): until then it is
+   * `resting` and tried after the others, as an open breaker is (the next request had asked it first again, at
+   * once). At most one cooldown: a hint of hours (or a date far off) does not keep an endpoint back that long.
+   */
+  rest(key: string, ms: number, now: number = Date.now()): void {
+    const wait = Math.min(ms, this.options.cooldownMs);
+    if (!(wait > 0)) return;
+    const e = this.entry(key);
+    e.restUntil = Math.max(e.restUntil ?? 0, now + wait);
+  }
+
+  /** True while a Retry-After the endpoint gave has not passed (see `rest`). */
+  resting(key: string, now: number = Date.now()): boolean {
+    const until = this.entries.get(key)?.restUntil;
+    return until != null && now < until;
+  }
+
   /** EWMA time to first byte (ms) and throughput (output tokens/s); null until a sample arrived. */
   stats(key: string): { latencyMs: number | null; throughput: number | null } {
     const e = this.entries.get(key);
@@ -154,7 +178,7 @@ export class EndpointHealth {
   private entry(key: string): Entry {
     let e = this.entries.get(key);
     if (!e) {
-      e = { failures: 0, openUntil: null, probeSince: null, latencyMs: null, throughput: null };
+      e = { failures: 0, openUntil: null, probeSince: null, latencyMs: null, throughput: null, restUntil: null };
       this.entries.set(key, e);
     }
     return e;

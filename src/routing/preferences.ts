@@ -12,7 +12,8 @@
  * - default: healthy (breaker closed or half-open) first, then by price; ties keep the configured order.
  * - `allow_fallbacks: false` without `order`: only the first endpoint of each model (of the whole list with
  *   `partition: none`).
- * Endpoints whose breaker is open are never removed: they move to the very end of the plan, as a last resort.
+ * Endpoints whose breaker is open, or that are resting after a Retry-After (EndpointHealth.rest), are never
+ * removed: they move to the very end of the plan, as a last resort.
  * Provider ids are compared case-insensitively; an empty `only` or `ignore` list restricts nothing. `route` (deprecated) is mapped by the caller.
  */
 import { GatewayError } from '../errors/gateway-error';
@@ -63,6 +64,8 @@ interface Item<C> {
   f: EndpointFacts;
   key: string;
   state: BreakerState;
+  /** Breaker open, or resting after a Retry-After: tried after every other endpoint. */
+  last: boolean;
   idx: number;
 }
 
@@ -139,7 +142,8 @@ export function planRoute<C>(input: PlanInput<C>): C[] {
   const now = input.now ?? Date.now();
   const all: Item<C>[] = input.candidates.map((c, idx) => {
     const key = input.keyOf(c);
-    return { c, f: input.facts(c), key, state: input.health.state(key, now), idx };
+    const state = input.health.state(key, now);
+    return { c, f: input.facts(c), key, state, last: state === 'open' || input.health.resting(key, now), idx };
   });
   const models = [...new Set(all.map((i) => i.f.model))];
   const filtered: Record<FilterName, number> = {
@@ -173,8 +177,8 @@ export function planRoute<C>(input: PlanInput<C>): C[] {
   const byKnown = (a: number | null, b: number | null, asc: boolean) =>
     a === null ? (b === null ? 0 : 1) : b === null ? -1 : asc ? a - b : b - a;
   const compare = (a: Item<C>, b: Item<C>): number => {
-    // Open breakers last in every mode, so `allow_fallbacks: false` picks a healthy endpoint when there is one.
-    let d = Number(a.state === 'open') - Number(b.state === 'open');
+    // Open breakers (and resting endpoints) last in every mode, so `allow_fallbacks: false` picks a healthy endpoint when there is one.
+    let d = Number(a.last) - Number(b.last);
     if (d) return d;
     if (sort?.by === 'latency') d = byKnown(stats(a).latencyMs, stats(b).latencyMs, true);
     else if (sort?.by === 'throughput') d = byKnown(stats(a).throughput, stats(b).throughput, false);
@@ -204,7 +208,7 @@ export function planRoute<C>(input: PlanInput<C>): C[] {
         'and `provider.allow_fallbacks` is false',
     );
   }
-  // Open breakers are a last resort: after everything else, in plan order.
-  if (!planned.some((i) => i.state === 'open')) return planned.map((i) => i.c);
-  return [...planned.filter((i) => i.state !== 'open'), ...planned.filter((i) => i.state === 'open')].map((i) => i.c);
+  // Open breakers and resting endpoints are a last resort: after everything else, in plan order.
+  if (!planned.some((i) => i.last)) return planned.map((i) => i.c);
+  return [...planned.filter((i) => !i.last), ...planned.filter((i) => i.last)].map((i) => i.c);
 }

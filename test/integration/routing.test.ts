@@ -156,6 +156,35 @@ describe('attempt policy', () => {
     expect(seen(n)).toEqual(['up-a', 'up-b']);
   });
 
+  it('an endpoint that answered 429 with a Retry-After is tried after the others until it passes (the next request had asked it first again)', async () => {
+    await fresh();
+    upstream.scripts.set('up-a', [{ kind: 'status', status: 429, headers: { 'retry-after': '30' } }]);
+    let n = upstream.received.length;
+    expect((await ask({ model: 'r/pair' })).json.provider).toBe('pb');
+    expect(seen(n)).toEqual(['up-a', 'up-b']);
+    n = upstream.received.length;
+    expect((await ask({ model: 'r/pair' })).json.provider).toBe('pb');
+    expect(seen(n)).toEqual(['up-b']);
+    expect(gw.gateway.health.resting('pa/up-a')).toBe(true);
+    // A session on that endpoint waits too (it had been put first again).
+    await gw.close();
+    await fresh();
+    expect((await ask({ model: 'r/pair', session_id: 's1' })).json.provider).toBe('pa');
+    upstream.scripts.set('up-a', [{ kind: 'status', status: 429, headers: { 'retry-after': '30' } }]);
+    expect((await ask({ model: 'r/pair' })).json.provider).toBe('pb');
+    n = upstream.received.length;
+    expect((await ask({ model: 'r/pair', session_id: 's1' })).json.provider).toBe('pb');
+    expect(seen(n)).toEqual(['up-b']);
+    // Without a hint, a 429 only fails over: the next request asks the cheaper endpoint first again.
+    await gw.close();
+    await fresh();
+    upstream.scripts.set('up-a', [{ kind: 'status', status: 429 }]);
+    await ask({ model: 'r/pair' });
+    n = upstream.received.length;
+    expect((await ask({ model: 'r/pair' })).json.provider).toBe('pa');
+    expect(seen(n)).toEqual(['up-a']);
+  });
+
   it('retries a reset connection once on the same endpoint', async () => {
     await fresh();
     upstream.scripts.set('up-solo', [{ kind: 'reset' }]);

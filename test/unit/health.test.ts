@@ -125,6 +125,25 @@ describe('EndpointHealth breaker', () => {
   });
 });
 
+describe('EndpointHealth Retry-After rest', () => {
+  it('an endpoint that gave a Retry-After rests until it passes, at most one cooldown; a success ends it; the breaker is apart', () => {
+    const h = new EndpointHealth({ failureThreshold: 3, cooldownMs: 10_000 });
+    expect(h.resting(K, T0)).toBe(false);
+    h.rest(K, 2_000, T0);
+    expect(h.resting(K, T0 + 1_999)).toBe(true);
+    expect(h.resting(K, T0 + 2_000)).toBe(false);
+    expect(h.state(K, T0)).toBe('closed');
+    h.rest(K, 3_600_000, T0); // an hour: capped at the cooldown
+    expect(h.resting(K, T0 + 9_999)).toBe(true);
+    expect(h.resting(K, T0 + 10_000)).toBe(false);
+    h.rest(K, 5_000, T0);
+    h.rest(K, 1_000, T0); // a shorter hint does not shorten a longer one
+    expect(h.resting(K, T0 + 4_999)).toBe(true);
+    h.recordSuccess(K);
+    expect(h.resting(K, T0)).toBe(false);
+  });
+});
+
 describe('EndpointHealth stats', () => {
   it('keeps an EWMA of latency, seeded by the first sample', () => {
     const h = new EndpointHealth();

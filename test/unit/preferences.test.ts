@@ -164,6 +164,15 @@ describe('planRoute default order', () => {
     expect(plan([b], {}, { health })).toEqual(['m@beta']);
   });
 
+  it('puts an endpoint resting after a Retry-After last, under a sort too, until the wait has passed', () => {
+    const health = new EndpointHealth({ cooldownMs: 60_000 });
+    health.rest(keyOf(b), 30_000, NOW);
+    expect(plan([a, b, c], {}, { health })).toEqual(['m@gamma', 'm@alpha', 'm@beta']);
+    expect(plan([a, b, c], { sort: 'latency' }, { health })).toEqual(['m@alpha', 'm@gamma', 'm@beta']);
+    expect(plan([a, b, c], { allow_fallbacks: false }, { health })).toEqual(['m@gamma']);
+    expect(plan([a, b, c], {}, { health, now: NOW + 30_000 })).toEqual(['m@beta', 'm@gamma', 'm@alpha']);
+  });
+
   it('treats a half-open endpoint as healthy (it gets the probe) and does not acquire it', () => {
     const health = withOpen(b);
     const later = NOW + 10_000;
