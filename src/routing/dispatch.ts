@@ -131,7 +131,17 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
             .send(new CallFor(state, candidate.dialect, upstreamBody, stream, forwardHeaders, apiKey))
             .finally(() => waited(state, sent));
           const key = endpointKey(candidate);
-          const throughput = (outputTokens: number, durationMs: number) => deps.health.recordSuccess(key, { outputTokens, durationMs });
+          // A fallback model that served the session is not remembered: the session stays with the model it names.
+          const stick = () => {
+            if (session && candidate.model.id === primaryModel(state)) deps.sticky.remember(session, key);
+          };
+          // A stream's endpoint is remembered when the stream ends, unless the provider failed it: it had been
+          // at its first output, so a session moved to an endpoint that then cut its answer. A client that left
+          // says nothing against the endpoint (its prompt cache is as warm).
+          const throughput = (outputTokens: number, durationMs: number) => {
+            deps.health.recordSuccess(key, { outputTokens, durationMs });
+            stick();
+          };
           // A stream that fails after its answer began is the endpoint's failure too (it had been recorded as a
           // success at its first output, so an endpoint that cut every stream stayed first in line for ever).
           // One that tells nothing of the endpoint (the caller's fault, the workspace's own key, the client
@@ -140,7 +150,10 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
             if (blamesCaller(err) || (apiKey !== undefined && ownKeyFailure(err))) deps.health.release(key);
             else deps.health.recordFailure(key);
           };
-          const cancelled = () => deps.health.release(key);
+          const cancelled = () => {
+            deps.health.release(key);
+            stick();
+          };
           const served: Served = { c: candidate, isByok: apiKey !== undefined, dropped };
           // A stream's attempt is counted when the stream ends (it may still fail after its first event).
           const counted = (outcome: string) => deps.metrics?.attempt(candidate.provider.id, outcome);
@@ -153,8 +166,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           const elapsed = performance.now() - started;
           if (stream) deps.health.observe(key, { latencyMs: elapsed });
           else deps.health.recordSuccess(key, { latencyMs: elapsed, outputTokens: state.usage?.outputTokens, durationMs: elapsed });
-          // A fallback model that served the session is not remembered: the session stays with the model it names.
-          if (session && candidate.model.id === primaryModel(state)) deps.sticky.remember(session, key);
+          if (!stream) stick();
           return response;
         } catch (err) {
           const e = toGatewayError(err);

@@ -381,6 +381,29 @@ describe('circuit breaker and sticky sessions', () => {
     expect(gw.gateway.health.state('pa/up-a')).toBe('open');
   });
 
+  it('a session remembers the endpoint of a stream when the stream ends whole, not one the provider cut after its first output', async () => {
+    // A breaker that stays closed here: an open one would keep the session off the cut endpoint anyway.
+    gw = await startTestGateway({ yaml: yaml(upstream.url).replace('failure_threshold: 2', 'failure_threshold: 10') });
+    upstream.scripts.set('up-a', [{ kind: 'status', status: 503 }]);
+    expect((await ask({ model: 'r/pair', session_id: 'st' })).json.provider).toBe('pb'); // failed over, remembered
+    // pb fails before output; pa begins its answer and cuts it: the session had been moved to pa at its first token.
+    upstream.scripts.set('up-b', [{ kind: 'status', status: 503 }]);
+    upstream.scripts.set('up-a', [{ kind: 'midstream' }]);
+    const cut = await ask({ model: 'r/pair', session_id: 'st', stream: true });
+    expect(sseEvents(cut.text).some((e) => e.data.includes('"finish_reason":"error"'))).toBe(true);
+    let n = upstream.received.length;
+    expect((await ask({ model: 'r/pair', session_id: 'st' })).json.provider).toBe('pb');
+    expect(seen(n)).toEqual(['up-b']);
+    // A whole stream is remembered: pb fails before output, pa serves all of it.
+    upstream.scripts.set('up-b', [{ kind: 'status', status: 503 }]);
+    const whole = await ask({ model: 'r/pair', session_id: 'st', stream: true });
+    expect(whole.text).toContain('"provider":"pa"');
+    n = upstream.received.length;
+    upstream.scripts.set('up-a', [{ kind: 'status', status: 503 }]); // pa first now: it fails, pb serves
+    await ask({ model: 'r/pair', session_id: 'st' });
+    expect(seen(n)).toEqual(['up-a', 'up-b']);
+  });
+
   it('a session sticks per model it names, and a fallback model that served it is not remembered', async () => {
     await fresh();
     // r/small fails once: r/big (the fallback) serves the session; then r/small works again and serves it.
