@@ -8,7 +8,8 @@
  * Ordering is per model (models keep the request's order) unless `sort.partition` is `none`:
  * - `order`: the listed providers first, in that order; then the rest (unless `allow_fallbacks: false`).
  * - `sort`: price (prompt + completion, ascending), latency (EWMA ascending) or throughput (EWMA descending);
- *   endpoints without a measurement go last.
+ *   endpoints without a measurement yet go first, so each is measured once (last, they were never tried
+ *   while the measured ones answered: the first endpoint to answer after a start stayed first for good).
  * - default: healthy (breaker closed or half-open) first, then by price; ties keep the configured order.
  * - `allow_fallbacks: false` without `order`: only the first endpoint of each model (of the whole list with
  *   `partition: none`).
@@ -174,8 +175,9 @@ export function planRoute<C>(input: PlanInput<C>): C[] {
     sort?.partition === 'none' ? [left] : models.map((m) => left.filter((i) => i.f.model === m)).filter((g) => g.length);
 
   const stats = (i: Item<C>) => input.health.stats(i.key);
+  // Unmeasured first: see the header.
   const byKnown = (a: number | null, b: number | null, asc: boolean) =>
-    a === null ? (b === null ? 0 : 1) : b === null ? -1 : asc ? a - b : b - a;
+    a === null ? (b === null ? 0 : -1) : b === null ? 1 : asc ? a - b : b - a;
   const compare = (a: Item<C>, b: Item<C>): number => {
     // Open breakers (and resting endpoints) last in every mode, so `allow_fallbacks: false` picks a healthy endpoint when there is one.
     let d = Number(a.last) - Number(b.last);

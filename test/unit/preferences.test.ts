@@ -231,15 +231,26 @@ describe('planRoute sort', () => {
     expect(plan([a, c, b], { sort: 'price' })).toEqual(['m@beta', 'm@gamma', 'm@alpha']);
   });
 
-  it('sort latency orders by EWMA latency ascending, unknown last', () => {
-    expect(plan([c, b, a], { sort: 'latency' }, { health: measured() })).toEqual(['m@alpha', 'm@beta', 'm@gamma']);
+  it('sort latency orders by EWMA latency ascending, an unmeasured endpoint first (last, it was never measured)', () => {
+    expect(plan([c, b, a], { sort: 'latency' }, { health: measured() })).toEqual(['m@gamma', 'm@alpha', 'm@beta']);
   });
 
-  it('sort throughput orders by EWMA throughput descending, unknown last', () => {
+  it('an endpoint that was never measured is tried once, then takes its measured place', () => {
+    const health = new EndpointHealth();
+    health.recordSuccess(keyOf(a), { latencyMs: 100 });
+    // alpha answered first after a start: gamma, listed later, had never been tried while alpha answered.
+    expect(plan([a, c], { sort: 'latency' }, { health })).toEqual(['m@gamma', 'm@alpha']);
+    health.recordSuccess(keyOf(c), { latencyMs: 50 });
+    expect(plan([a, c], { sort: 'latency' }, { health })).toEqual(['m@gamma', 'm@alpha']);
+    health.recordSuccess(keyOf(c), { latencyMs: 5000 });
+    expect(plan([a, c], { sort: 'latency' }, { health })).toEqual(['m@alpha', 'm@gamma']);
+  });
+
+  it('sort throughput orders by EWMA throughput descending, an unmeasured endpoint first', () => {
     expect(plan([c, b, a], { sort: { by: 'throughput' } }, { health: measured() })).toEqual([
+      'm@gamma',
       'm@alpha',
       'm@beta',
-      'm@gamma',
     ]);
   });
 
@@ -264,8 +275,8 @@ describe('planRoute sort', () => {
   it('order still comes before sort; the rest follow the sort', () => {
     expect(plan([a, b, c], { order: ['alpha'], sort: 'latency' }, { health: measured() })).toEqual([
       'm@alpha',
-      'm@beta',
       'm@gamma',
+      'm@beta',
     ]);
     expect(plan([a, b, c], { order: ['gamma'], sort: 'throughput' }, { health: measured() })).toEqual([
       'm@gamma',
@@ -279,6 +290,6 @@ describe('planRoute sort', () => {
     health.recordFailure(keyOf(a), NOW);
     health.recordFailure(keyOf(a), NOW);
     health.recordFailure(keyOf(a), NOW);
-    expect(plan([a, b, c], { sort: 'latency' }, { health })).toEqual(['m@beta', 'm@gamma', 'm@alpha']);
+    expect(plan([a, b, c], { sort: 'latency' }, { health })).toEqual(['m@gamma', 'm@beta', 'm@alpha']);
   });
 });
