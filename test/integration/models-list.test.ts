@@ -5,7 +5,7 @@ import { perTestGateways } from '../fixtures/per-test';
 const t = perTestGateways();
 const get = async (url: string, key: string) => {
   const res = await fetch(url, { headers: { authorization: `Bearer ${key}` } });
-  return { status: res.status, json: await res.json() };
+  return { status: res.status, json: (await res.json()) as any };
 };
 
 const MODELS = `
