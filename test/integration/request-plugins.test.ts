@@ -27,6 +27,20 @@ describe('plugins named by a request', () => {
     expect(r.json.error.metadata.field).toBe('plugins[0].id');
   });
 
+  it('an `enabled` that is not a boolean is a 400 naming it, in each envelope, for every plugin id (a "false" had run the stage)', async () => {
+    const g = await t.start({ yaml: testConfigYaml(t.upstream.url, '[auth, validate, response-healing, upstream]') });
+    const chat = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', plugins: [{ id: 'response-healing', enabled: 'false' }], messages: [{ role: 'user', content: 'hi' }] });
+    expect(chat.status).toBe(400);
+    expect(chat.json.error.metadata).toMatchObject({ error_type: 'invalid_request', field: 'plugins[0].enabled' });
+    const messages = await post(`${g.url}/messages`, g.key, { model: 'fake/claude', max_tokens: 5, plugins: [{ id: 'response-healing', enabled: 0 }], messages: [{ role: 'user', content: 'hi' }] });
+    expect(messages.status).toBe(400);
+    expect(messages.json.error).toMatchObject({ type: 'invalid_request_error', error_type: 'invalid_request' });
+    expect(messages.json.error.message).toContain('plugins[0].enabled');
+    expect(t.upstream.received).toHaveLength(0);
+    const ok = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', plugins: [{ id: 'response-healing', enabled: false }], messages: [{ role: 'user', content: 'hi' }] });
+    expect(ok.status).toBe(200);
+  });
+
   it('without plugins named, nothing is recorded: no pipeline in the metadata', async () => {
     const g = await t.start({ yaml: testConfigYaml(t.upstream.url, '[auth, validate, rate-limit, upstream]') });
     const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', messages: [{ role: 'user', content: 'hi' }] });
