@@ -31,8 +31,8 @@ type Candidate =
 /**
  * `fusion`: asks several models the same question in parallel (non-streaming, each within `timeout_ms`),
  * then has a judge model write one answer from theirs, in the client's dialect (streamed when the client
- * asked `stream: true`). It does `upstream`'s work: it sets `state.response`, and `upstream` (after it)
- * sees a response is there and does not call a provider again. Usage and cost are the sums of every
+ * asked `stream: true`). It does `upstream`'s work: it sets `state.answerer`, which `upstream` calls in place
+ * of its own provider call, so the stages between the two act first. Usage and cost are the sums of every
  * candidate call and the judge's; the ledger row carries the judge's route and generation id.
  * Pipeline order: `[…, budget-check, fusion, upstream, response-healing]`.
  */
@@ -60,7 +60,10 @@ export const fusion: StageDefinition<FusionConfig, Services> = {
       const models = requestModels(asked, config, field);
       const judge = requestJudge(asked, judges, config.judge, field);
       const forward = forwardedHeaders(ctx, config.forward_headers);
-      state.response = await fuse({ state, dialect, models, judge, forward, config, template, services });
+      // Why an answerer, not the response now: the calls are made where `upstream` stands, after every stage
+      // listed between (a guardrail that blocks, web results put in the prompt, the spend checks), wherever
+      // the operator put fusion.
+      state.answerer = () => fuse({ state, dialect, models, judge, forward, config, template, services });
       await next();
     };
   },

@@ -9,8 +9,9 @@ export interface UpstreamConfig {
 
 /**
  * `upstream`: sends the request to the model's provider endpoints (routing in src/routing) and sets
- * `state.response`; stages after it see the answer (and may wrap a stream) after `await next()`. When a stage
- * before it already set `state.response` (fusion), it only passes the answer on.
+ * `state.response`; stages after it see the answer (and may wrap a stream) after `await next()`. A stage before
+ * it that answers in the provider call's place (fusion, web-fetch's tool loop) sets `state.answerer`, called
+ * here instead; when one already set `state.response`, it only passes the answer on.
  */
 export const upstream: StageDefinition<UpstreamConfig, Services> = {
   id: 'upstream',
@@ -19,8 +20,8 @@ export const upstream: StageDefinition<UpstreamConfig, Services> = {
   create(config, services) {
     return async (ctx, next) => {
       const forward = forwardedHeaders(ctx, config.forward_headers);
-      // A stage before this one (fusion) may already have produced the answer: never call a provider twice.
-      // One that answers in the provider call's place (web-fetch's tool loop) does it here.
+      // A stage before this one may already have produced the answer: never call a provider twice. One that
+      // answers in the provider call's place (fusion, web-fetch's tool loop) does it here.
       const state = ctx.state.gateway;
       if (!state.response) state.response = state.answerer ? await state.answerer() : await services.dispatch(state, forward);
       await next();

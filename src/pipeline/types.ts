@@ -142,7 +142,7 @@ export interface GatewayState {
   /**
    * A stage that answers in the provider call's place by calling upstreams itself, when that must happen
    * where `upstream` stands (after the routers and the spend checks), sets this instead of `response`:
-   * web-fetch's `gateway:web_fetch` tool loop. The `upstream` stage calls it in place of the dispatch.
+   * fusion, web-fetch's `gateway:web_fetch` tool loop. The `upstream` stage calls it in place of the dispatch.
    */
   answerer: (() => Promise<GatewayResponse>) | null;
   /**

@@ -5,6 +5,7 @@ import { estimate } from '../../src/spend/estimate';
 import { toNano } from '../../src/state/types';
 import type { TestGateway } from '../fixtures/gateway';
 import { DEFAULT_JUDGE_PROMPT, judgeBody } from '../../plugins/fusion/judge';
+import { startFakeSearch, type FakeSearch } from '../fixtures/fake-search';
 
 const t = perTestGateways();
 
@@ -211,6 +212,33 @@ describe('fusion', () => {
     expect(bad.json.error.metadata).toMatchObject({ error_type: 'invalid_request', field: 'plugins[0].models' });
     const badJudge = await post(`${g.url}/chat/completions`, g.key, { model: 'f/a', plugins: [{ id: 'fusion', judge: 'fake/gpt' }], messages: ASK });
     expect(badJudge.json.error.metadata).toMatchObject({ field: 'plugins[0].judge' });
+  });
+
+  it('stages listed after fusion act before its calls: a guardrail blocks with nothing asked, web results reach every model', async () => {
+    const search: FakeSearch = await startFakeSearch();
+    try {
+      const pipeline = '[auth, validate, fusion, guardrail, web, upstream]';
+      const config =
+        testConfigYaml(t.upstream.url, pipeline).replace('pipelines:', `${FUSION_MODELS}pipelines:`) +
+        `plugins:\n  fusion: { models: [f/a, f/b], judge: f/judge }\n  web: { backend: { kind: searxng, base_url: '${search.url}', timeout_ms: 10000 } }\n` +
+        'guardrails:\n  - { id: g, action: block, patterns: [{ name: secret_plan, regex: "secret plan" }] }\nworkspaces:\n  - name: default\n    default_guardrail: g\n';
+      const g = await t.start({ yaml: config });
+      const blocked = await post(`${g.url}/chat/completions`, g.key, { model: 'f/a', plugins: [{ id: 'fusion' }], messages: [{ role: 'user', content: 'the secret plan' }] });
+      expect(blocked.status).toBe(403);
+      expect(t.upstream.received).toHaveLength(0); // no candidate was asked (they had been, and billed, before the block)
+
+      const r = await post(`${g.url}/chat/completions`, g.key, { model: 'f/a', plugins: [{ id: 'fusion' }, { id: 'web' }], messages: ASK });
+      expect(r.status).toBe(200);
+      expect(search.calls).toHaveLength(1);
+      for (const m of ['up-a', 'up-b', 'up-judge']) {
+        const [call] = sent(m);
+        expect(call.body.messages[0].role).toBe('system');
+        expect(call.body.messages[0].content).toContain('[1] Result 1\nURL: https://site1.example/page1');
+      }
+      expect(r.json.choices[0].message.annotations).toHaveLength(5);
+    } finally {
+      await search.close();
+    }
   });
 
   it('a config naming an unknown model, or none, fails the start with its path', async () => {
