@@ -7,7 +7,7 @@ import type { GatewayResponse, GatewayState, NormalizedUsage, PipelineRecord, Ss
 import { childState } from '../../src/routing/child-state';
 import { generationId } from '../../src/routing/generation-id';
 import type { Services } from '../../src/services';
-import { addCost, addUsage, setTotalUsage } from '../../src/spend/usage-sum';
+import { addCost, addUsage, setTotalUsage, withUsageAdded } from '../../src/spend/usage-sum';
 import { candidateBody, DEFAULT_JUDGE_PROMPT, judgeBody } from './judge';
 import schema from './schema.json';
 
@@ -159,18 +159,23 @@ async function fuse({ state, dialect, models, judge, forward, config, template, 
   // A stream's judge usage is known only when it ends; until then the candidates' calls are what is owed.
   state.usage = candidateUsage;
   state.costUsd = candidateCost;
-  return { ...response, events: withTotals(response.events, state, judgeState, { usage: candidateUsage, cost: candidateCost }) };
+  return { ...response, events: withTotals({ events: response.events, dialect, state, judgeState, candidates: { usage: candidateUsage, cost: candidateCost } }) };
 }
 
-/** Relays the judge's stream, then bills the candidates' calls plus the judge's (the stream sets its usage at the end). */
-async function* withTotals(
-  events: AsyncIterable<SseEvent>,
-  state: GatewayState,
-  judgeState: GatewayState,
-  candidates: { usage: NormalizedUsage | null; cost: number | null },
-): AsyncGenerator<SseEvent> {
+/**
+ * Relays the judge's stream with the candidates' usage and cost added to the usage it shows (the client sees
+ * what it is billed), then bills the candidates' calls plus the judge's (the stream sets its usage at the end).
+ */
+async function* withTotals(input: {
+  events: AsyncIterable<SseEvent>;
+  dialect: Dialect;
+  state: GatewayState;
+  judgeState: GatewayState;
+  candidates: { usage: NormalizedUsage | null; cost: number | null };
+}): AsyncGenerator<SseEvent> {
+  const { state, judgeState, candidates } = input;
   try {
-    yield* events;
+    for await (const ev of input.events) yield withUsageAdded(input.dialect, ev, candidates.usage, candidates.cost);
   } finally {
     state.usage = addUsage([candidates.usage, judgeState.usage]);
     state.costUsd = addCost([candidates.cost, judgeState.costUsd]);

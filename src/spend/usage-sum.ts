@@ -1,6 +1,7 @@
-import { chatUsageBody } from '../dialects/chat-completions';
+import { chatUsage, chatUsageBody } from '../dialects/chat-completions';
+import { num } from '../dialects/common';
 import { messagesUsageBody } from '../dialects/messages';
-import type { NormalizedUsage } from '../pipeline/types';
+import type { NormalizedUsage, SseEvent } from '../pipeline/types';
 import { roundUsd } from './pricing';
 
 /*
@@ -42,4 +43,43 @@ export function setTotalUsage(dialect: Dialect, body: Obj, usage: NormalizedUsag
   const before = isObj(body.usage) ? body.usage : {};
   const shaped = dialect === 'chat_completions' ? chatUsageBody(usage) : messagesUsageBody(usage);
   body.usage = { ...shaped, ...(cost !== null ? { cost } : {}), ...('is_byok' in before ? { is_byok: before.is_byok } : {}) };
+}
+
+/** The input-side counts of a messages `usage`: message_start carries them, message_delta when it repeats them. */
+const MESSAGES_INPUT = ['input_tokens', 'cache_creation_input_tokens', 'cache_read_input_tokens'] as const;
+
+/**
+ * A client-dialect stream event with the usage and cost of earlier calls (fusion's candidates) added to the
+ * usage it carries, so a stream shows what the request is billed, as `setTotalUsage` makes a JSON answer
+ * show: chat, a chunk's `usage` (the totals re-shaped, `cost` summed); messages, `message_start`'s input-side
+ * counts, and `message_delta`'s `output_tokens`, the input-side counts it repeats and its `cost` (the
+ * Anthropic SDK keeps message_start's input unless message_delta repeats it). Other events pass as they are.
+ *
+ * @example withUsageAdded('chat_completions', ev, candidatesUsage, candidatesCost)
+ */
+export function withUsageAdded(dialect: Dialect, ev: SseEvent, usage: NormalizedUsage | null, cost: number | null): SseEvent {
+  if (!usage && cost === null) return ev;
+  if (dialect === 'chat_completions') {
+    if (!ev.data.includes('"usage":{')) return ev;
+    const data = JSON.parse(ev.data) as Obj;
+    if (!isObj(data.usage)) return ev;
+    const total = addUsage([chatUsage(data.usage), usage])!;
+    data.usage = { ...data.usage, ...chatUsageBody(total), ...summedCost(data.usage, cost) };
+    return { ...ev, data: JSON.stringify(data) };
+  }
+  if (ev.event !== 'message_start' && ev.event !== 'message_delta') return ev;
+  const data = JSON.parse(ev.data) as Obj;
+  const target = ev.event === 'message_start' ? (isObj(data.message) ? data.message.usage : undefined) : data.usage;
+  if (!isObj(target)) return ev;
+  const shaped = usage ? messagesUsageBody(usage) : {};
+  for (const k of MESSAGES_INPUT) {
+    if (ev.event === 'message_start' || typeof target[k] === 'number') target[k] = num(target[k]) + num(shaped[k]);
+  }
+  if (ev.event === 'message_delta') Object.assign(target, { output_tokens: num(target.output_tokens) + num(shaped.output_tokens) }, summedCost(target, cost));
+  return { ...ev, data: JSON.stringify(data) };
+}
+
+/** `{cost}` of a usage object plus `cost`, when the usage shows one (the gateway stamps it on usage it relays). */
+function summedCost(target: Obj, cost: number | null): Obj {
+  return typeof target.cost === 'number' ? { cost: addCost([target.cost, cost]) } : {};
 }

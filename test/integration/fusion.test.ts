@@ -134,6 +134,30 @@ describe('fusion', () => {
     expect(await g.ledgerRow(id)).toMatchObject({ promptTokens: 40, completionTokens: 20 }); // three candidates + judge
   });
 
+  it('a stream\'s usage shows the totals it is billed, every call summed once (chat usage chunk, messages message_start/message_delta)', async () => {
+    const g = await t.start({ yaml: yaml() });
+    const chat = await post(`${g.url}/chat/completions`, g.key, { model: 'f/a', stream: true, stream_options: { include_usage: true }, plugins: [{ id: 'fusion' }], messages: ASK });
+    const chunks = sseEvents(chat.text).slice(0, -1).map((e) => JSON.parse(e.data));
+    const usage = chunks.filter((c) => c.usage).map((c) => c.usage);
+    expect(usage).toHaveLength(1);
+    const row = (await g.ledgerRow(chunks[0].id))!;
+    expect(row).toMatchObject({ promptTokens: 40, completionTokens: 20 }); // three candidates + judge
+    expect(usage[0]).toMatchObject({ prompt_tokens: 40, completion_tokens: 20, total_tokens: 60, prompt_tokens_details: { cached_tokens: row.cachedTokens } });
+    expect(usage[0].cost).toBeCloseTo(row.costUsd, 12);
+
+    const m = await post(`${g.url}/messages`, g.key, { model: 'f/a', max_tokens: 50, stream: true, plugins: [{ id: 'fusion' }], messages: ASK });
+    const events = sseEvents(m.text);
+    const start = JSON.parse(events.find((e) => e.event === 'message_start')!.data).message;
+    const delta = JSON.parse(events.find((e) => e.event === 'message_delta')!.data);
+    const mRow = (await g.ledgerRow(start.id))!;
+    // As the Anthropic SDK reads them: message_delta's counts replace message_start's (a translated judge
+    // stream reports its input only there).
+    const final = { ...start.usage, ...delta.usage };
+    expect(final.input_tokens + final.cache_read_input_tokens + final.cache_creation_input_tokens).toBe(40);
+    expect(final).toMatchObject({ cache_read_input_tokens: mRow.cachedTokens, output_tokens: 20 });
+    expect(delta.usage.cost).toBeCloseTo(mRow.costUsd, 12);
+  });
+
   it('all models failing: a clear 502 naming the failures, and no judge call', async () => {
     const g = await t.start({ yaml: yaml() });
     for (const m of ['up-a', 'up-b', 'up-c']) t.upstream.always.set(m, { kind: 'status', status: 500 });
