@@ -2,7 +2,7 @@ import { publicMessage } from '../errors/envelope';
 import { GatewayError } from '../errors/gateway-error';
 import type { NormalizedUsage, SseEvent } from '../pipeline/types';
 import { DONE } from '../providers/sse';
-import { cacheCreation, num, stripGatewayFields } from './common';
+import { cacheCreation, NO_USAGE, num, stripGatewayFields } from './common';
 import { endedBeforeOutput, endedIncomplete, eventData, providerStreamError } from './stream-error';
 import type { DialectAdapter, FinishInfo, StreamRewriter } from './types';
 
@@ -43,7 +43,6 @@ export function chatUsageBody(u: NormalizedUsage): Record<string, unknown> {
   };
 }
 
-const NO_USAGE: NormalizedUsage = { inputTokens: 0, outputTokens: 0, cachedTokens: 0, cacheWriteTokens: 0, reasoningTokens: 0 };
 
 /** The usage chunk of a stream whose provider sent none: `u` is what the request is billed (null: nothing). */
 function usageChunk(info: FinishInfo, created: number, u: NormalizedUsage | null): SseEvent {

@@ -1,3 +1,5 @@
+import type { NormalizedUsage } from '../pipeline/types';
+
 /**
  * Request fields that steer the gateway itself and never go upstream. Everything else, including fields
  * the gateway does not know, is forwarded untouched.
@@ -66,3 +68,6 @@ export function mergeUsage(into: Obj, u: unknown): void {
     into[k] = v;
   }
 }
+
+/** A usage of nothing: what a usage body shows when the provider reported none. */
+export const NO_USAGE: Readonly<NormalizedUsage> = { inputTokens: 0, outputTokens: 0, cachedTokens: 0, cacheWriteTokens: 0, reasoningTokens: 0 };

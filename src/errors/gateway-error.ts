@@ -74,6 +74,14 @@ export class GatewayError extends Error {
   }
 }
 
+/**
+ * `e` with `flags` added to its metadata (the flags routing reads: `after_headers`, `accepted`,
+ * `untranslatable`), all else kept.
+ */
+export function withFlags(e: GatewayError, flags: Record<string, true>): GatewayError {
+  return new GatewayError(e.errorType, e.message, { status: e.status, metadata: { ...e.metadata, ...flags }, headers: e.headers, details: e.details, cause: e.cause ?? e });
+}
+
 /** Any thrown value as a GatewayError; unknown exceptions become a typed 500 `server`. */
 export function toGatewayError(err: unknown): GatewayError {
   if (err instanceof GatewayError) return answerable(err) ? err : new GatewayError('server', 'Internal server error', { cause: err });

@@ -1,6 +1,6 @@
 import type { Dispatcher } from 'undici';
 import { Agent, errors as undiciErrors } from '../net/undici-parts';
-import { GatewayError } from '../errors/gateway-error';
+import { GatewayError, withFlags } from '../errors/gateway-error';
 import type { AbortWatch } from '../pipeline/request-abort';
 import { credentialsIn, withoutCredentials } from './credentials';
 import { classifyUpstreamError } from './upstream-errors';
@@ -298,9 +298,7 @@ export async function sendJson(input: {
 }
 
 /** `e` flagged as a failure after the provider answered 2xx (routing reads it: see attempt-policy and dispatch). */
-function afterHeaders(e: GatewayError): GatewayError {
-  return new GatewayError(e.errorType, e.message, { status: e.status, metadata: { ...e.metadata, after_headers: true }, headers: e.headers, details: e.details, cause: e.cause ?? e });
-}
+const afterHeaders = (e: GatewayError): GatewayError => withFlags(e, { after_headers: true });
 
 /** A failed call as the GatewayError it stands for; `midAnswer`: the provider had begun its answer (a cut, not an unreachable host). */
 function networkError(err: unknown, providerId: string, midAnswer = false): GatewayError {

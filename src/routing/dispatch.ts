@@ -10,7 +10,7 @@ import { inBandError } from '../dialects/in-band-error';
 import { messagesUsageBody } from '../dialects/messages';
 import { shutdownCut } from '../drain';
 import { masked, standardEnvelope } from '../errors/envelope';
-import { GatewayError, toGatewayError } from '../errors/gateway-error';
+import { GatewayError, toGatewayError, withFlags } from '../errors/gateway-error';
 import { clientClosed } from '../pipeline/request-abort';
 import type { GatewayResponse, GatewayState, NormalizedUsage } from '../pipeline/types';
 import { batched, batchesOf } from '../providers/sse';
@@ -321,7 +321,7 @@ function untranslatable<T>(translate: () => T): T {
     return translate();
   } catch (err) {
     const e = toGatewayError(err);
-    throw new GatewayError(e.errorType, e.message, { status: e.status, metadata: { ...e.metadata, untranslatable: true }, headers: e.headers, cause: e });
+    throw withFlags(e, { untranslatable: true });
   }
 }
 
@@ -553,7 +553,7 @@ async function streamResponse(
     .catch((err) => {
       // The provider had accepted the stream (200): see streamFailedBeforeOutput.
       const e = toGatewayError(err);
-      throw new GatewayError(e.errorType, e.message, { status: e.status, metadata: { ...e.metadata, accepted: true }, headers: e.headers, cause: e });
+      throw withFlags(e, { accepted: true });
     })
     .finally(() => waited(state, waitFrom));
   choose(state, served);

@@ -3,7 +3,7 @@ import { ERROR_STATUS, type ErrorType } from '../../errors/gateway-error';
 import { upstreamErrorType } from '../../providers/upstream-errors';
 import type { NormalizedUsage } from '../../pipeline/types';
 import { chatUsage, chatUsageBody } from '../chat-completions';
-import { isObj, type Obj } from '../common';
+import { isObj, NO_USAGE, type Obj } from '../common';
 import { messagesUsage, messagesUsageBody } from '../messages';
 
 /**
@@ -49,7 +49,6 @@ export function stopReasonOf(finishReason: unknown, calledTools = false): string
 
 // ---- usage ----
 
-const NO_USAGE: NormalizedUsage = { inputTokens: 0, outputTokens: 0, cachedTokens: 0, cacheWriteTokens: 0, reasoningTokens: 0 };
 
 /** Messages usage → chat usage, through the one normalized form each dialect reads and writes. */
 /**
