@@ -2,7 +2,7 @@ import { publicMessage } from '../errors/envelope';
 import { GatewayError } from '../errors/gateway-error';
 import type { NormalizedUsage, SseEvent } from '../pipeline/types';
 import { DONE } from '../providers/sse';
-import { cacheCreation, NO_USAGE, num, stripGatewayFields } from './common';
+import { cacheCreation, keyAt, NO_USAGE, num, stripGatewayFields } from './common';
 import { endedBeforeOutput, endedIncomplete, eventData, providerStreamError } from './stream-error';
 import type { DialectAdapter, FinishInfo, StreamRewriter } from './types';
 
@@ -65,7 +65,7 @@ function stampUsage(usage: Record<string, unknown>, cost: number, isByok: boolea
 export function stampChunk(data: string, stamp: { id: string; model: string; provider: string }): string | null {
   if (!data.startsWith('{"id":"')) return null;
   const idEnd = data.indexOf('"', 7);
-  const m = data.indexOf('"model":"', idEnd);
+  const m = keyAt(data, 'model":"', idEnd);
   // A backslash before a closing quote may mean an escaped quote: leave such values to the parser.
   if (idEnd < 0 || m < 0 || data.charCodeAt(idEnd - 1) === 92) return null;
   const modelStart = m + 9;
@@ -75,16 +75,6 @@ export function stampChunk(data: string, stamp: { id: string; model: string; pro
   // added here, the key would appear twice and JSON readers would take the provider's value.
   if (keyAt(data, 'provider":') >= 0) return null;
   return `{"id":${stamp.id},"provider":${stamp.provider}${data.slice(idEnd + 1, modelStart - 1)}${stamp.model}${data.slice(modelEnd + 1)}`;
-}
-
-/**
- * Where `data` has the key whose name and what follows are `keyTail` (the key without its opening quote),
- * with that quote checked (`"finish_reason":"` exactly, not a longer key ending the same way): the index
- * of the key's opening quote, or -1.
- */
-function keyAt(data: string, keyTail: string): number {
-  for (let i = data.indexOf(keyTail); i >= 0; i = data.indexOf(keyTail, i + 1)) if (i > 0 && data.charCodeAt(i - 1) === 34) return i - 1;
-  return -1;
 }
 
 const NULL_USAGE = '"usage":null';
@@ -166,7 +156,7 @@ export const chatCompletions: DialectAdapter = {
         // ~1.3 µs: a 20-chunk stream 36 µs instead of 8), with the member cut out of the text when the client
         // did not ask for usage.
         const text = ev.data;
-        if (!many && !text.includes('error"')) {
+        if (!many && !text.includes('rror"')) {
           const plain = withUsageSettled(text, info.clientWantsUsage);
           const fast = plain === null ? null : stampChunk(plain, stamp);
           if (fast !== null) {
@@ -247,6 +237,7 @@ export const chatCompletions: DialectAdapter = {
   opensOutput(ev: SseEvent, providerId: string): boolean {
     // `[DONE]` before any chunk with output (or a finish) is an empty answer, not a short one.
     if (ev.data === '[DONE]') throw endedBeforeOutput(providerId);
+    if (opensWithText(ev.data)) return true;
     const chunk = eventData(ev, providerId) as Record<string, any> | null;
     if (!chunk || typeof chunk !== 'object') throw providerStreamError('chat_completions', {}, providerId);
     const failure = streamFailure(chunk);
@@ -260,6 +251,21 @@ export const chatCompletions: DialectAdapter = {
     });
   },
 };
+
+/**
+ * Whether a chat chunk plainly opens the answer with text, read without parsing it (the parse was ~0.7 % of a
+ * stream's CPU): an object with a `content` key whose string value is not empty (in a chunk, only a choice's
+ * delta has one; inside JSON strings quotes are escaped, so the match is a real key), braces at both ends (a
+ * chunk cut off by the end of the body is parsed, and fails the attempt as malformed, unless the cut fell just
+ * after a closing brace: such a chunk is then relayed as the stream's later chunks are on their string path)
+ * and nothing that may be an error (`error` anywhere, as a key or a finish_reason). False means "parse it",
+ * never "no output".
+ */
+function opensWithText(data: string): boolean {
+  if (data.charCodeAt(0) !== 123 /* { */ || data.charCodeAt(data.length - 1) !== 125 /* } */ || data.includes('rror"')) return false;
+  const at = keyAt(data, 'content":"');
+  return at >= 0 && data.charCodeAt(at + 11) !== 34;
+}
 
 /**
  * For a stream of several choices (`n` > 1): reads each chunk's choices and says whether the answer is whole,

@@ -71,3 +71,17 @@ export function mergeUsage(into: Obj, u: unknown): void {
 
 /** A usage of nothing: what a usage body shows when the provider reported none. */
 export const NO_USAGE: Readonly<NormalizedUsage> = { inputTokens: 0, outputTokens: 0, cachedTokens: 0, cacheWriteTokens: 0, reasoningTokens: 0 };
+
+/**
+ * Where `data` (JSON text) has the key whose name and what follows are `keyTail` (the key without its opening
+ * quote), from `from` on, with that quote checked (`"finish_reason":"` exactly, not a longer key ending the
+ * same way): the index of the key's opening quote, or -1. Inside JSON strings every quote is escaped, so a
+ * match is a real key. The search leaves the quote out because JSON is full of quotes: a search that starts
+ * with one stops at each (`"usage":{` took ~175 ns in a 250-character chunk, `usage":{` ~40 ns).
+ *
+ * @example keyAt('{"usage":null}', 'usage":') // 1
+ */
+export function keyAt(data: string, keyTail: string, from = 0): number {
+  for (let i = data.indexOf(keyTail, from + 1); i >= 0; i = data.indexOf(keyTail, i + 1)) if (data.charCodeAt(i - 1) === 34) return i - 1;
+  return -1;
+}

@@ -1,4 +1,5 @@
 import { chatUsageBody } from '../dialects/chat-completions';
+import { keyAt } from '../dialects/common';
 import { messagesUsageBody } from '../dialects/messages';
 import type { FinishInfo, StreamRewriter } from '../dialects/types';
 import type { NormalizedUsage, SseEvent } from '../pipeline/types';
@@ -156,8 +157,8 @@ export function billedByDelivery(
  * a chat chunk with a usage object, a messages `message_delta`. A string search: this runs for every event.
  */
 function carriesUsage(dialect: StreamDialect, ev: SseEvent): boolean {
-  if (dialect === 'messages') return ev.event === 'message_delta' && ev.data.includes('"cost":');
-  return ev.data.includes('"usage":{');
+  if (dialect === 'messages') return ev.event === 'message_delta' && keyAt(ev.data, 'cost":') >= 0;
+  return keyAt(ev.data, 'usage":{') >= 0;
 }
 
 /**

@@ -1,5 +1,5 @@
 import { chatUsage, chatUsageBody } from '../dialects/chat-completions';
-import { num } from '../dialects/common';
+import { keyAt, num } from '../dialects/common';
 import { messagesUsageBody } from '../dialects/messages';
 import type { NormalizedUsage, SseEvent } from '../pipeline/types';
 import { roundUsd } from './pricing';
@@ -60,7 +60,7 @@ const MESSAGES_INPUT = ['input_tokens', 'cache_creation_input_tokens', 'cache_re
 export function withUsageAdded(dialect: Dialect, ev: SseEvent, usage: NormalizedUsage | null, cost: number | null): SseEvent {
   if (!usage && cost === null) return ev;
   if (dialect === 'chat_completions') {
-    if (!ev.data.includes('"usage":{')) return ev;
+    if (keyAt(ev.data, 'usage":{') < 0) return ev;
     const data = JSON.parse(ev.data) as Obj;
     if (!isObj(data.usage)) return ev;
     const total = addUsage([chatUsage(data.usage), usage])!;

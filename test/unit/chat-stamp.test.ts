@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { chatCompletions, stampChunk } from '../../src/dialects/chat-completions';
+import { keyAt } from '../../src/dialects/common';
 
 const stamp = { id: '"gen-1-abc"', model: '"gw/model"', provider: '"prov"' };
 
@@ -74,3 +75,24 @@ describe('stampChunk (the string path for content chunks)', () => {
   });
 });
 
+
+describe('reading chunks without parsing them', () => {
+  it('keyAt finds a key only where its opening quote is', () => {
+    expect(keyAt('{"a":1,"usage":{}}', 'usage":')).toBe(7);
+    expect(keyAt('{"xusage":{},"b":2}', 'usage":')).toBe(-1);
+    expect(keyAt('{"content":"say usage\\":{"}', 'usage":')).toBe(-1); // in a string the quote is escaped
+    expect(keyAt('{"model":"a","m":{"model":"b"}}', 'model":"', 3)).toBe(18); // from the given index on
+  });
+
+  it('opensOutput takes a plain text chunk as output and leaves everything else to the parser', () => {
+    const opens = (data: string) => chatCompletions.opensOutput({ data }, 'prov');
+    expect(opens('{"id":"c","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}')).toBe(true);
+    // An empty text, a role alone: no output yet (the parser's answer).
+    expect(opens('{"id":"c","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}')).toBe(false);
+    // A cut-off chunk fails the attempt as malformed, so the next endpoint is tried.
+    expect(() => opens('{"id":"c","choices":[{"index":0,"delta":{"content":"hi"},"finish_rea')).toThrow(/malformed/);
+    // Text beside an error is the error: the attempt fails before any output.
+    expect(() => opens('{"id":"c","error":{"message":"overloaded"},"choices":[{"index":0,"delta":{"content":"x"}}]}')).toThrow();
+    expect(() => opens('{"id":"c","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"error"}]}')).toThrow();
+  });
+});
