@@ -58,11 +58,14 @@ function stampUsage(usage: Record<string, unknown>, cost: number, isByok: boolea
 /**
  * Stamps the gateway's id, model and provider on an ordinary content chunk with string edits instead of a
  * JSON parse and re-serialisation: a chunk that starts `{"id":"…"` and has one plain `"model":"…"` gets
- * both values swapped and `"provider"` added (when it has none of its own). Returns null for anything else
- * (the caller parses it then).
- * Safe because inside JSON strings every `"` is escaped, so `"model":"` can only be a real key.
+ * both values swapped and `"provider"` added (when it has none of its own). A `"usage":null` member is kept,
+ * or cut out with `dropNullUsage`. Returns null for anything else (the caller parses it then): a real usage,
+ * a null one not written the way providers write it (compact, after the model, beside other members).
+ * Safe because inside JSON strings every `"` is escaped, so `"model":"` can only be a real key. Every search
+ * runs on `data` as it came (a flat string), and the result is put together once: searching a string already
+ * cut and joined makes V8 flatten it first, a copy per search.
  */
-export function stampChunk(data: string, stamp: { id: string; model: string; provider: string }): string | null {
+export function stampChunk(data: string, stamp: { id: string; model: string; provider: string }, dropNullUsage = false): string | null {
   if (!data.startsWith('{"id":"')) return null;
   const idEnd = data.indexOf('"', 7);
   const m = keyAt(data, 'model":"', idEnd);
@@ -74,26 +77,24 @@ export function stampChunk(data: string, stamp: { id: string; model: string; pro
   // A provider's own `provider` member (OpenRouter-style upstreams send one) is replaced by the parser path:
   // added here, the key would appear twice and JSON readers would take the provider's value.
   if (keyAt(data, 'provider":') >= 0) return null;
-  return `{"id":${stamp.id},"provider":${stamp.provider}${data.slice(idEnd + 1, modelStart - 1)}${stamp.model}${data.slice(modelEnd + 1)}`;
+  let rest = data.length;
+  let resume = data.length;
+  const at = keyAt(data, 'usage":');
+  if (at >= 0) {
+    if (!data.startsWith(NULL_USAGE, at)) return null;
+    if (dropNullUsage) {
+      const end = at + NULL_USAGE.length;
+      if (data.charCodeAt(at - 1) === 44 /* , */) [rest, resume] = [at - 1, end];
+      else if (data.charCodeAt(end) === 44) [rest, resume] = [at, end + 1];
+      else return null;
+      if (rest < modelEnd) return null;
+    }
+  }
+  const head = `{"id":${stamp.id},"provider":${stamp.provider}${data.slice(idEnd + 1, modelStart - 1)}${stamp.model}`;
+  return resume === data.length ? head + data.slice(modelEnd + 1, rest) : head + data.slice(modelEnd + 1, rest) + data.slice(resume);
 }
 
 const NULL_USAGE = '"usage":null';
-
-/**
- * `data` as the string path stamps it: as it is when it has no usage member; with a `"usage":null` member
- * kept when `keepNullUsage`, else cut out; null when it carries a real usage, or a null one not written the
- * way providers write it (compact, between other members): the caller parses those.
- */
-function withUsageSettled(data: string, keepNullUsage: boolean): string | null {
-  const at = keyAt(data, 'usage":');
-  if (at < 0) return data;
-  if (!data.startsWith(NULL_USAGE, at)) return null;
-  if (keepNullUsage) return data;
-  const end = at + NULL_USAGE.length;
-  if (data.charCodeAt(at - 1) === 44 /* , */) return data.slice(0, at - 1) + data.slice(end);
-  if (data.charCodeAt(end) === 44) return data.slice(0, at) + data.slice(end + 1);
-  return null;
-}
 
 export const chatCompletions: DialectAdapter = {
   upstreamBody(body, { upstreamModel, hashUser }) {
@@ -157,8 +158,7 @@ export const chatCompletions: DialectAdapter = {
         // did not ask for usage.
         const text = ev.data;
         if (!many && !text.includes('rror"')) {
-          const plain = withUsageSettled(text, info.clientWantsUsage);
-          const fast = plain === null ? null : stampChunk(plain, stamp);
+          const fast = stampChunk(text, stamp, !info.clientWantsUsage);
           if (fast !== null) {
             if (!finished && keyAt(text, 'finish_reason":"') >= 0) finished = true;
             return { data: fast };

@@ -111,9 +111,9 @@ export function billedByDelivery(
    * request billed 100 and $0.0025.
    */
   const billedEvent = (out: SseEvent): SseEvent => {
-    if (!carriesUsage(o.dialect, out)) return out;
+    // The rewriter's usage first: before the provider's usage arrives (every content event) no search is made.
     const provided = inner.usage();
-    if (!provided) return out;
+    if (!provided || !carriesUsage(o.dialect, out)) return out;
     let billed = withInput(o.bounds ? boundedUsage(provided, o.bounds) : provided);
     if (billed.outputTokens === 0) {
       countUncounted();
