@@ -30,7 +30,7 @@ export function presetReference(body: Record<string, unknown>): (PresetReference
  * request sets wins. The version's config is messages-style; a chat request gets it translated (e.g.
  * `stop_sequences` → `stop`, Anthropic tools → function tools, `max_tokens` → `max_completion_tokens`).
  * `system_prompt` goes in the request's own way (messages: `system`; chat: a leading system message) unless
- * the request brings its own system prompt.
+ * the request brings its own system prompt (chat: a system or developer message anywhere in `messages`).
  */
 export function applyPreset(body: Record<string, unknown>, dialect: Dialect, ref: PresetReference, found: PresetWithVersion): Record<string, unknown> {
   const config = found.version.config;
@@ -54,13 +54,19 @@ export function applyPreset(body: Record<string, unknown>, dialect: Dialect, ref
   const prompt = found.version.systemPrompt;
   if (prompt) {
     if (dialect === 'messages' && merged.system === undefined) merged.system = prompt;
-    if (dialect === 'chat_completions' && Array.isArray(merged.messages)) {
-      const first = merged.messages[0] as { role?: unknown } | undefined;
-      if (first?.role !== 'system' && first?.role !== 'developer') merged.messages = [{ role: 'system', content: prompt }, ...merged.messages];
+    // Any system or developer message is the request's own system prompt, wherever it stands: chat allows one
+    // after the first turn, and the preset's added ahead of it made two instructions the client never sent.
+    if (dialect === 'chat_completions' && Array.isArray(merged.messages) && !merged.messages.some(isSystemMessage)) {
+      merged.messages = [{ role: 'system', content: prompt }, ...merged.messages];
     }
   }
   return merged;
 }
+
+const isSystemMessage = (m: unknown) => {
+  const role = (m as { role?: unknown } | null)?.role;
+  return role === 'system' || role === 'developer';
+};
 
 const MODEL_CHOICE = ['model', 'models', 'fallbacks'] as const;
 

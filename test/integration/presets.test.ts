@@ -273,6 +273,21 @@ describe('using a preset', () => {
     expect(sent().messages[0]).toEqual({ role: 'system', content: 'Own system.' }); // translated to the chat provider
   });
 
+  it("chat: a request's own system message wins wherever it stands; the preset's is not added beside it", async () => {
+    current = await start();
+    await save(current, 'terse');
+    const systems = () => sent().messages.filter((m: { role: string }) => m.role === 'system' || m.role === 'developer');
+    const later = [{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'hello' }, { role: 'system', content: 'Mine.' }, { role: 'user', content: 'go on' }];
+    expect((await chat({ model: '@preset/terse', messages: later })).status).toBe(200);
+    expect(systems()).toEqual([{ role: 'system', content: 'Mine.' }]);
+    expect(sent().messages).toEqual(later);
+    await chat({ model: '@preset/terse', messages: [{ role: 'user', content: 'hi' }, { role: 'developer', content: 'Mine.' }] });
+    expect(systems()).toEqual([{ role: 'developer', content: 'Mine.' }]);
+    // None of its own: the preset's leads.
+    await chat({ model: '@preset/terse', messages: [{ role: 'user', content: 'hi' }] });
+    expect(systems()).toEqual([{ role: 'system', content: 'You are terse.' }]);
+  });
+
   it('the newest version serves at once after a write; an unknown preset is 404 in each envelope; other workspaces do not see it', async () => {
     current = await start();
     await save(current, 'p');
