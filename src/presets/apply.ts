@@ -29,8 +29,9 @@ export function presetReference(body: Record<string, unknown>): (PresetReference
  * The request with the preset's designated version under it: a shallow merge in which every field the
  * request sets wins. The version's config is messages-style; a chat request gets it translated (e.g.
  * `stop_sequences` → `stop`, Anthropic tools → function tools, `max_tokens` → `max_completion_tokens`).
- * `system_prompt` goes in the request's own way (messages: `system`; chat: a leading system message) unless
- * the request brings its own system prompt (chat: a system or developer message anywhere in `messages`).
+ * `system_prompt` goes in the request's own way (messages: `system`, as the blocks it was saved in if it was;
+ * chat: a leading system message) unless the request brings its own system prompt (chat: a system or
+ * developer message anywhere in `messages`).
  */
 export function applyPreset(body: Record<string, unknown>, dialect: Dialect, ref: PresetReference, found: PresetWithVersion): Record<string, unknown> {
   const config = found.version.config;
@@ -53,7 +54,11 @@ export function applyPreset(body: Record<string, unknown>, dialect: Dialect, ref
   const merged: Record<string, unknown> = { ...base, ...request };
   const prompt = found.version.systemPrompt;
   if (prompt) {
-    if (dialect === 'messages' && merged.system === undefined) merged.system = prompt;
+    // Blocks as saved on /messages (their cache_control with them); chat gets the text, as messages → chat
+    // translation gives a system of blocks (cache_control dropped: chat providers cache on their own). A copy:
+    // the version is cached across requests, and a guardrail's redaction edits the blocks in place.
+    const blocks = found.version.systemBlocks;
+    if (dialect === 'messages' && merged.system === undefined) merged.system = blocks ? structuredClone(blocks) : prompt;
     // Any system or developer message is the request's own system prompt, wherever it stands: chat allows one
     // after the first turn, and the preset's added ahead of it made two instructions the client never sent.
     if (dialect === 'chat_completions' && Array.isArray(merged.messages) && !merged.messages.some(isSystemMessage)) {

@@ -32,20 +32,22 @@ export const NEUTRAL_FIELDS: readonly string[] = ['model', 'models', 'fallbacks'
 /** URL-safe slugs: lowercase letters, digits, `-`, `_`, `.`; 1–64 characters, starting and ending alphanumeric. */
 export const SLUG = /^[a-z0-9](?:[a-z0-9._-]{0,62}[a-z0-9])?$/;
 
-/** The preset configuration of a messages request body: its preset fields, and `system` as text. */
-export function presetConfigOf(body: Record<string, unknown>): { config: Record<string, unknown>; systemPrompt: string | null } {
+/**
+ * The preset configuration of a messages request body: its preset fields, `system` as text (the spec's
+ * `system_prompt`) and, when `system` is blocks, those blocks as given: their `cache_control` is what the
+ * upstream's prompt caching goes by, and the text alone loses it.
+ */
+export function presetConfigOf(body: Record<string, unknown>): { config: Record<string, unknown>; systemPrompt: string | null; systemBlocks: Record<string, unknown>[] | null } {
   const config: Record<string, unknown> = {};
   for (const f of PRESET_FIELDS) if (body[f] !== undefined) config[f] = body[f];
-  return { config, systemPrompt: systemText(body.system) };
+  const blocks = Array.isArray(body.system) ? textBlocks(body.system) : [];
+  const systemPrompt = typeof body.system === 'string' ? body.system || null : blocks.map((b) => b.text).join('\n\n') || null;
+  return { config, systemPrompt, systemBlocks: blocks.length > 0 ? blocks : null };
 }
 
-/** `system` as one string: a string as is, text blocks joined by blank lines; null when absent or empty. */
-function systemText(system: unknown): string | null {
-  if (typeof system === 'string') return system || null;
-  if (!Array.isArray(system)) return null;
-  // Empty text blocks carry no prompt: a system of only those is "only an empty one" (null).
-  const texts = system.flatMap((b) => (b && typeof b === 'object' && typeof (b as { text?: unknown }).text === 'string' && (b as { text: string }).text ? [(b as { text: string }).text] : []));
-  return texts.length > 0 ? texts.join('\n\n') : null;
+/** The text blocks of a `system` with text: empty ones carry no prompt (a system of only those is "only an empty one"). */
+function textBlocks(system: unknown[]): (Record<string, unknown> & { text: string })[] {
+  return system.filter((b): b is Record<string, unknown> & { text: string } => !!b && typeof b === 'object' && typeof (b as { text?: unknown }).text === 'string' && (b as { text: string }).text !== '');
 }
 
 /** The Preset object of spec 2.2, with its designated version. */

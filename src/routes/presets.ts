@@ -43,9 +43,9 @@ export function presetWriteStage(services: Services): Stage {
         throw new GatewayError('not_found', `Model \`${model}\` is not available on this gateway (see GET /models)`, { metadata: { model } });
       }
     }
-    const { config, systemPrompt } = presetConfigOf(body);
+    const { config, systemPrompt, systemBlocks } = presetConfigOf(body);
     try {
-      const saved = await services.store.savePresetVersion({ workspaceId: state.key!.workspaceId, slug, creatorUserId: state.key!.creatorUserId, config, systemPrompt });
+      const saved = await services.store.savePresetVersion({ workspaceId: state.key!.workspaceId, slug, creatorUserId: state.key!.creatorUserId, config, systemPrompt, systemBlocks });
       services.presets.remember(saved);
       state.response = { kind: 'json', status: 200, body: { data: presetView(saved) } };
     } catch (err) {

@@ -2,7 +2,7 @@
  * Numbered schema migrations shared by both stores (the row ⇄ record mapping of their tables: rows.ts).
  *
  * Each store applies, in `init()`, every migration whose id is not yet in `schema_migrations`, in id order,
- * and records it there. To change the schema, append `{ id: 8, … }`; never edit a migration that has shipped
+ * and records it there. To change the schema, append `{ id: 9, … }`; never edit a migration that has shipped
  * (the one exception, migration 2's `IF NOT EXISTS`, repairs an edit of migration 1 made before: see there).
  * A database that records a migration this build does not know was migrated by a newer build: `newerThanBuild`
  * says so, and the stores refuse to open it.
@@ -381,6 +381,15 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX video_jobs_work_page ON video_jobs (updated_at, id)
         WHERE status IN ('pending', 'in_progress') OR (status IN ('completed', 'expired') AND billed = FALSE);
     `,
+  },
+  {
+    id: 8,
+    name: 'preset_versions system_blocks: a system given as blocks, kept as given',
+    // system_prompt is the spec's string (2.2): blocks joined, their cache_control lost, so a /messages request
+    // through the preset had no cache breakpoint in its system. JSON text; null for a string system (and the
+    // versions written before). Row mapping: rows.ts.
+    sqlite: `ALTER TABLE preset_versions ADD COLUMN system_blocks TEXT;`,
+    postgres: `ALTER TABLE preset_versions ADD COLUMN system_blocks TEXT;`,
   },
 ];
 

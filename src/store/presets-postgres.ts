@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { PoolClient } from 'pg';
 import { rowToPresetVersion } from './rows';
-import { joinedPreset, PRESET_QUERIES } from './presets-sqlite';
+import { blocksText, joinedPreset, PRESET_QUERIES } from './presets-sqlite';
 import { StoreConflictError, type NewPresetVersion, type PresetVersionRecord, type PresetWithVersion } from './types';
 
 /**
@@ -29,9 +29,9 @@ export async function savePresetVersionPg(
       }
       const next = Number((await c.query('SELECT COALESCE(MAX(version), 0) + 1 AS n FROM preset_versions WHERE preset_id = $1', [presetId])).rows[0].n);
       await c.query(
-        `INSERT INTO preset_versions (id, preset_id, version, config, system_prompt, creator_id, created_at, updated_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $7)`,
-        [versionId, presetId, next, JSON.stringify(input.config), input.systemPrompt, input.creatorUserId, now],
+        `INSERT INTO preset_versions (id, preset_id, version, config, system_prompt, system_blocks, creator_id, created_at, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)`,
+        [versionId, presetId, next, JSON.stringify(input.config), input.systemPrompt, blocksText(input), input.creatorUserId, now],
       );
       await c.query('UPDATE presets SET designated_version_id = $1, updated_at = $2 WHERE id = $3', [versionId, now, presetId]);
       // Read inside the transaction: it holds the preset row's lock, so this is the version just written.

@@ -6,7 +6,7 @@ import { StoreConflictError, type NewPresetVersion, type PresetVersionRecord, ty
 type Row = Record<string, unknown>;
 
 const WITH_VERSION = `SELECT p.*, v.id AS v_id, v.preset_id AS v_preset_id, v.version AS v_version, v.config AS v_config,
-  v.system_prompt AS v_system_prompt, v.creator_id AS v_creator_id, v.created_at AS v_created_at, v.updated_at AS v_updated_at
+  v.system_prompt AS v_system_prompt, v.system_blocks AS v_system_blocks, v.creator_id AS v_creator_id, v.created_at AS v_created_at, v.updated_at AS v_updated_at
   FROM presets p JOIN preset_versions v ON v.id = p.designated_version_id`;
 
 /** A joined row (preset columns, designated version columns prefixed `v_`) as records. */
@@ -15,6 +15,9 @@ export function joinedPreset(r: Row): PresetWithVersion {
   for (const [k, val] of Object.entries(r)) if (k.startsWith('v_')) v[k.slice(2)] = val;
   return { preset: rowToPreset(r), version: rowToPresetVersion(v) };
 }
+
+/** The `system_blocks` column of a new version: JSON text, or null. */
+export const blocksText = (input: NewPresetVersion): string | null => (input.systemBlocks ? JSON.stringify(input.systemBlocks) : null);
 
 export const PRESET_QUERIES = {
   find: `${WITH_VERSION} WHERE p.workspace_id = $1 AND p.slug = $2`,
@@ -40,8 +43,8 @@ export function sqlitePresets(db: Database.Database) {
          designated_version_id, created_at, updated_at) VALUES (?, ?, ?, ?, NULL, 'active', ?, ?, ?, ?, ?)`,
     ),
     insertVersion: db.prepare(
-      `INSERT INTO preset_versions (id, preset_id, version, config, system_prompt, creator_id, created_at, updated_at)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+      `INSERT INTO preset_versions (id, preset_id, version, config, system_prompt, system_blocks, creator_id, created_at, updated_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     ),
     designate: db.prepare('UPDATE presets SET designated_version_id = ?, updated_at = ? WHERE id = ?'),
   };
@@ -54,7 +57,7 @@ export function sqlitePresets(db: Database.Database) {
       s.insertPreset.run(presetId, input.workspaceId, input.slug, input.slug, now, input.creatorUserId, versionId, now, now);
     }
     const version = Number(s.nextVersion.get(presetId));
-    s.insertVersion.run(versionId, presetId, version, JSON.stringify(input.config), input.systemPrompt, input.creatorUserId, now, now);
+    s.insertVersion.run(versionId, presetId, version, JSON.stringify(input.config), input.systemPrompt, blocksText(input), input.creatorUserId, now, now);
     s.designate.run(versionId, now, presetId);
     // Read before the commit: after it, another process writing the same slug could come in between.
     return joinedPreset(s.find.get(bind(input.workspaceId, input.slug)) as Row);

@@ -122,6 +122,7 @@ export function rowToPresetVersion(r: Row): PresetVersionRecord {
     version: Number(r.version),
     config: JSON.parse(String(r.config)) as Record<string, unknown>,
     systemPrompt: r.system_prompt === null || r.system_prompt === undefined ? null : String(r.system_prompt),
+    systemBlocks: r.system_blocks === null || r.system_blocks === undefined ? null : (JSON.parse(String(r.system_blocks)) as Record<string, unknown>[]),
     creatorId: String(r.creator_id),
     createdAt: iso(r.created_at),
     updatedAt: iso(r.updated_at),

@@ -154,6 +154,8 @@ export interface PresetVersionRecord {
   version: number; // 1, 2, … per preset, never reused
   config: Record<string, unknown>;
   systemPrompt: string | null;
+  /** `system` as the blocks it was given in (their `cache_control` with them); null when it was a string or absent. */
+  systemBlocks: Record<string, unknown>[] | null;
   creatorId: string;
   createdAt: string;
   updatedAt: string;
@@ -171,6 +173,8 @@ export interface NewPresetVersion {
   creatorUserId: string;
   config: Record<string, unknown>;
   systemPrompt: string | null;
+  /** `system` as the blocks it was given in; absent or null for a string `system`. */
+  systemBlocks?: Record<string, unknown>[] | null;
 }
 
 /** A write lost a race with another write of the same resource (a preset version number): retry later. */

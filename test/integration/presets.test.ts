@@ -273,6 +273,24 @@ describe('using a preset', () => {
     expect(sent().messages[0]).toEqual({ role: 'system', content: 'Own system.' }); // translated to the chat provider
   });
 
+  it("a system of blocks keeps its cache_control on /messages; a chat request gets the text, as the translation gives it", async () => {
+    current = await start();
+    const system = [
+      { type: 'text', text: 'Long shared context.', cache_control: { type: 'ephemeral' } },
+      { type: 'text', text: 'Be terse.' },
+    ];
+    const saved = await save(current, 'cached', { model: 'fake/claude', max_tokens: 9, system, messages: [] });
+    expect(saved.json.data.designated_version.system_prompt).toBe('Long shared context.\n\nBe terse.');
+    expect((await messages({ model: '@preset/cached' })).status).toBe(200);
+    expect(sent().system).toEqual(system);
+    // The request's own system still wins.
+    await messages({ model: '@preset/cached', system: 'Mine.' });
+    expect(sent().system).toBe('Mine.');
+    // Chat: a leading system message of the text; cache_control is dropped, as messages → chat drops it.
+    expect((await chat({ model: 'fake/gpt@preset/cached' })).status).toBe(200);
+    expect(sent().messages[0]).toEqual({ role: 'system', content: 'Long shared context.\n\nBe terse.' });
+  });
+
   it("chat: a request's own system message wins wherever it stands; the preset's is not added beside it", async () => {
     current = await start();
     await save(current, 'terse');

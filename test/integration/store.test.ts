@@ -436,6 +436,13 @@ describe.each([sqliteEngine(), postgresEngine()])('Store on $name', (engine) => 
     expect((await store.findPreset(other.id, 'writer'))!.version.version).toBe(1);
     expect((await store.listPresets(workspace.id)).map((p) => p.preset.slug)).toEqual(['writer']);
     expect((await store.listPresetVersions(first.preset.id)).map((v) => v.version)).toEqual([2, 1]);
+    expect(first.version.systemBlocks).toBeNull();
+    // A system given as blocks is kept as given too (cache_control and all), beside its text.
+    const blocks = [{ type: 'text', text: 'Context.', cache_control: { type: 'ephemeral', ttl: '1h' } }];
+    const third = await store.savePresetVersion({ workspaceId: workspace.id, slug: 'writer', creatorUserId: 'u1', config: {}, systemPrompt: 'Context.', systemBlocks: blocks });
+    expect(third.version).toMatchObject({ version: 3, systemPrompt: 'Context.', systemBlocks: blocks });
+    expect((await store.findPreset(workspace.id, 'writer'))!.version.systemBlocks).toEqual(blocks);
+    expect((await store.listPresetVersions(first.preset.id)).map((v) => v.systemBlocks)).toEqual([blocks, null, null]);
   });
 
   it('presets: concurrent writes of one slug never share a version number; a loser gets a conflict', async () => {

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { applyPreset } from '../../src/presets/apply';
 import { Presets } from '../../src/presets/lookup';
 import type { PresetWithVersion, Store } from '../../src/store/types';
 
@@ -38,5 +39,16 @@ describe('Presets.find', () => {
     release();
     expect((await reading)?.version.version).toBe(1);
     expect((await presets.find('ws', 'p'))?.version.version).toBe(1);
+  });
+});
+
+describe('applyPreset', () => {
+  it("a /messages request gets its own copy of the version's system blocks (the version is cached; a redaction edits blocks in place)", () => {
+    const blocks = [{ type: 'text', text: 'Call 555-0100.', cache_control: { type: 'ephemeral' } }];
+    const found = { preset: { workspaceId: 'ws', slug: 'p' }, version: { version: 1, config: {}, systemPrompt: 'Call 555-0100.', systemBlocks: blocks } } as unknown as PresetWithVersion;
+    const first = applyPreset({ messages: [] }, 'messages', { slug: 'p' }, found);
+    (first.system as { text: string }[])[0].text = '[REDACTED]';
+    expect(applyPreset({ messages: [] }, 'messages', { slug: 'p' }, found).system).toEqual([{ type: 'text', text: 'Call 555-0100.', cache_control: { type: 'ephemeral' } }]);
+    expect(blocks[0].text).toBe('Call 555-0100.');
   });
 });
