@@ -5,9 +5,11 @@ import type { HttpVideoProviderConfig } from '../../src/config/types';
 import { GatewayError } from '../../src/errors/gateway-error';
 import { createHttpVideoProvider } from '../../src/providers/http-video';
 import { startFakeVideoUpstream, type FakeVideoUpstream } from '../fixtures/fake-video-upstream';
+import { openStore } from '../../src/store';
+import type { Store, VideoJobPatch, VideoJobStatus } from '../../src/store/types';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway';
 import { spent } from '../fixtures/ledger';
-import { cancelVideo, createVideo, fund, getVideo, startJob, videoConfigYaml, waitForStatus } from '../fixtures/videos';
+import { cancelVideo, createVideo, fund, getVideo, startJob, videoConfigYaml, waitForStatus, type Answer } from '../fixtures/videos';
 
 let upstream: FakeVideoUpstream;
 beforeAll(async () => {
@@ -207,6 +209,91 @@ describe('the gateway with an http-video provider', () => {
     await waitForStatus(gw, id, 'completed');
     expect(polls()).toBeGreaterThanOrEqual(6);
     expect(gw.logs.join('')).toContain('polling a video job failed');
+  });
+});
+
+/**
+ * A cancel racing the job's completion, each order forced by holding one side's compare-and-set until the
+ * other side has finished (in-memory state, SQLite in memory). Whichever write lands first decides: a cancel
+ * answered 2xx is never billed, a billed job is never reported cancelled, and a cancel that lost is a 409
+ * `conflict` naming the status.
+ */
+describe('a cancel racing the completion of a job', () => {
+  let g: TestGateway | undefined;
+  let store: Store | undefined;
+  /** Runs before the next status write to `to`, once. */
+  const before: Partial<Record<string, () => Promise<void>>> = {};
+  afterEach(async () => {
+    await g?.close();
+    await store?.close();
+    g = store = undefined;
+    for (const k of Object.keys(before)) delete before[k];
+  });
+
+  async function running(): Promise<{ gw: TestGateway; id: string; upId: string }> {
+    const real = await openStore({ driver: 'sqlite', path: ':memory:' });
+    store = real;
+    const held = new Proxy(real, {
+      get(target, prop, receiver) {
+        if (prop === 'updateVideoJob') {
+          return async (id: string, expected: VideoJobStatus, patch: VideoJobPatch) => {
+            const hook = before[patch.status];
+            delete before[patch.status];
+            if (hook) await hook();
+            return target.updateVideoJob(id, expected, patch);
+          };
+        }
+        const v = Reflect.get(target, prop, receiver);
+        return typeof v === 'function' ? v.bind(target) : v;
+      },
+    });
+    g = await startTestGateway({ yaml: videoConfigYaml({ upstreamUrl: upstream.url }), store: held });
+    await fund(g);
+    const id = await startJob(g, { model: 'http/video', prompt: 'a race' });
+    const upId = (await g.store.getVideoJob(id, g.keyRecord.workspaceId))!.upstreamJobId;
+    upstream.jobs.set(upId, { status: 'running' });
+    await waitForStatus(g, id, 'in_progress');
+    return { gw: g, id, upId };
+  }
+
+  const balance = async (gw: TestGateway) => (await gw.store.findAccount(gw.keyRecord.accountId))!.balanceUsd;
+
+  it('the completion lands first: the job is billed once and the cancel is 409 conflict with status completed', async () => {
+    const { gw, id, upId } = await running();
+    // The cancel has read the job in_progress and reached the upstream (which accepts it and goes on: it had
+    // finished); before the cancel's write, the poller sees the job done and completes and bills it.
+    upstream.faults.push({ status: 200, body: {}, on: 'cancel' });
+    before.cancelled = async () => {
+      upstream.jobs.set(upId, { status: 'succeeded', output_urls: ['https://v.test/r.mp4'], cost: 0.3 });
+      await expect.poll(async () => (await gw.store.getVideoJob(id, gw.keyRecord.workspaceId))?.billed, { timeout: 5000, interval: 10 }).toBe(true);
+    };
+    const res = await cancelVideo(gw, id);
+    expect(res.status).toBe(409);
+    expect(res.json).toEqual({ error: { code: 409, message: expect.any(String), metadata: { error_type: 'conflict', status: 'completed' } } });
+    const job = (await getVideo(gw, id)).json;
+    expect(job).toMatchObject({ status: 'completed', usage: { cost: 0.3, is_byok: false } });
+    expect((await gw.store.getLedger(job.generation_id))?.costUsd).toBe(0.3);
+    expect(await balance(gw)).toBeCloseTo(10 - 0.3, 9);
+  });
+
+  it('the cancel lands first: 200 cancelled, and the completion the poller had seen is never billed', async () => {
+    const { gw, id, upId } = await running();
+    let answer: Answer | undefined;
+    // The poller has seen the upstream's success; before its write, the whole cancel runs.
+    before.completed = async () => {
+      answer = await cancelVideo(gw, id);
+    };
+    upstream.jobs.set(upId, { status: 'succeeded', output_urls: ['https://v.test/r.mp4'], cost: 0.3 });
+    await expect.poll(() => answer?.status, { timeout: 5000, interval: 10 }).toBe(200);
+    expect(answer!.json.status).toBe('cancelled');
+    await new Promise((r) => setTimeout(r, 100)); // poll rounds go by
+    const job = (await getVideo(gw, id)).json;
+    expect(job.status).toBe('cancelled');
+    expect(job).not.toHaveProperty('usage');
+    expect(await gw.store.getLedger(job.generation_id)).toBeNull();
+    expect((await gw.store.getVideoJob(id, gw.keyRecord.workspaceId))?.billed).toBe(false);
+    expect(await gw.store.listUnfinishedVideoJobs(10)).toEqual([]);
+    expect(await balance(gw)).toBe(10);
   });
 });
 
