@@ -89,11 +89,16 @@ export async function* parseSseBatches(body: AsyncIterable<Uint8Array | string>,
         pendingChars = 0;
       }
       let ev: SseEvent | undefined;
-      // The common line, `data: <json>`, is cut out once (no field and value slices).
-      if (src.startsWith('data: ', from) && to > from + 6) addData(src.slice(from + 6, to));
+      // The common lines, `data: <json>` and the blank line after it, are read without field and value slices.
+      if (to === from) ev = line('');
+      else if (src.startsWith('data: ', from) && to > from + 6) addData(src.slice(from + 6, to));
       else ev = line(src.slice(from, to));
-      start = nl + (text[nl] === '\r' && text[nl + 1] === '\n' ? 2 : 1);
-      if (start === text.length && text[nl] === '\r') crAtEnd = true;
+      if (!hasCr) start = nl + 1;
+      else {
+        const cr = text.charCodeAt(nl) === 13;
+        start = nl + (cr && text.charCodeAt(nl + 1) === 10 ? 2 : 1);
+        if (start === text.length && cr) crAtEnd = true;
+      }
       if (ev) (batch ??= []).push(ev);
     }
     // What is left is a partial line.
