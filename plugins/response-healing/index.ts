@@ -1,4 +1,4 @@
-import { answerText, requestedJson, setAnswerText, type RequestedJson } from '../../src/healing/answer';
+import { answerParts, requestedJson, type AnswerPart, type RequestedJson } from '../../src/healing/answer';
 import { healJson, type HealResult } from '../../src/healing/repair';
 import { createSchemaCheck, type SchemaVerdict } from '../../src/healing/schema-check';
 import { requestPlugin } from '../../src/pipeline/request-plugins';
@@ -16,7 +16,7 @@ export interface ResponseHealingConfig {
  * `response-healing`: a post-stage (put it after `upstream`). For a non-streaming answer to a request that
  * asked for JSON (chat `response_format` json_object / json_schema, messages `output_config.format`
  * json_schema) it repairs the assistant text when it is not valid JSON (src/healing/repair.ts), writes the
- * repaired text back, validates it against the requested schema, and records all of it in
+ * repaired text back (every choice of a chat answer with `n` > 1), validates it against the requested schema, and records all of it in
  * `gateway_metadata.pipeline` and the request span. Streams pass untouched. A request opts out with
  * `plugins: [{id: 'response-healing', enabled: false}]`.
  */
@@ -35,29 +35,42 @@ export const responseHealing: StageDefinition<ResponseHealingConfig> = {
       if (asked?.enabled === false || (!asked && !config.enabled_by_default)) return;
       const requested = requestedJson(state.endpoint, state.body);
       if (!requested) return;
-      const body = response.body as Record<string, unknown>;
-      const text = answerText(state.endpoint, body);
-      if (text === null) return;
-
-      if (Buffer.byteLength(text, 'utf8') > config.max_bytes) {
-        record(state, { summary: `answer longer than max_bytes (${config.max_bytes}); not examined`, data: { status: 'skipped', format: requested.format, repairs: [], schema_valid: null, reason: 'max_bytes' } });
-        return;
-      }
-      const healed = healJson(text, { expect: expected(requested) });
-      if (healed.status === 'unrepairable') {
-        record(state, {
-          summary: `answer is not valid JSON and could not be repaired (${healed.reason}); left as it was`,
-          // Not JSON at all, so no schema could be checked: `schema_valid` is null, as for every record not checked.
-          data: { status: 'unrepairable', format: requested.format, repairs: healed.repairs, schema_valid: null, reason: healed.reason },
-        });
-        return;
-      }
-      if (healed.status === 'repaired') setAnswerText(state.endpoint, body, healed.text);
-      const verdict = verdictOf(requested, healed, config.validate_schema, check);
-      record(state, { summary: summaryOf(healed, verdict), data: { status: healed.status, format: requested.format, repairs: healed.repairs, ...verdictData(verdict) } });
+      const parts = answerParts(state.endpoint, response.body);
+      // With chat `n` > 1 every choice is healed alike; each record names its choice so they can be told apart.
+      const choices = (response.body as { choices?: unknown } | null)?.choices;
+      const several = Array.isArray(choices) && choices.length > 1;
+      parts.forEach((part, i) => {
+        const where = several ? { choice: part.choice } : {};
+        const entry = healPart({ part, requested, config, check });
+        record(state, { summary: entry.summary, data: { ...where, ...entry.data } }, i === 0);
+      });
     };
   },
 };
+
+/** Heals one assistant text in place (when repaired) and says what it did. */
+function healPart(input: {
+  part: AnswerPart;
+  requested: RequestedJson;
+  config: ResponseHealingConfig;
+  check: ReturnType<typeof createSchemaCheck>;
+}): { summary: string; data: Record<string, unknown> } {
+  const { part, requested, config, check } = input;
+  if (Buffer.byteLength(part.text, 'utf8') > config.max_bytes) {
+    return { summary: `answer longer than max_bytes (${config.max_bytes}); not examined`, data: { status: 'skipped', format: requested.format, repairs: [], schema_valid: null, reason: 'max_bytes' } };
+  }
+  const healed = healJson(part.text, { expect: expected(requested) });
+  if (healed.status === 'unrepairable') {
+    return {
+      summary: `answer is not valid JSON and could not be repaired (${healed.reason}); left as it was`,
+      // Not JSON at all, so no schema could be checked: `schema_valid` is null, as for every record not checked.
+      data: { status: 'unrepairable', format: requested.format, repairs: healed.repairs, schema_valid: null, reason: healed.reason },
+    };
+  }
+  if (healed.status === 'repaired') part.write(healed.text);
+  const verdict = verdictOf(requested, healed, config.validate_schema, check);
+  return { summary: summaryOf(healed, verdict), data: { status: healed.status, format: requested.format, repairs: healed.repairs, ...verdictData(verdict) } };
+}
 
 /** json_object promises an object, and a schema whose top level is an object or array says which opener to look for. */
 function expected(requested: RequestedJson): 'object' | 'array' | 'any' {
@@ -100,9 +113,11 @@ function summaryOf(healed: Exclude<HealResult, { status: 'unrepairable' }>, v: V
   return `${what}; ${schemaPart}`;
 }
 
-function record(state: GatewayState, r: { summary: string; data: Record<string, unknown> }): void {
+/** Adds the record; the span's attributes are the first choice's (one set per request span). */
+function record(state: GatewayState, r: { summary: string; data: Record<string, unknown> }, onSpan: boolean): void {
   const entry: PipelineRecord = { type: 'response-healing', name: 'response-healing', summary: r.summary, data: r.data };
   state.pipeline.push(entry);
+  if (!onSpan) return;
   const data = r.data;
   state.span.setAttribute('gateway.healing.status', String(data.status));
   if (Array.isArray(data.repairs)) state.span.setAttribute('gateway.healing.repairs', (data.repairs as string[]).join(','));

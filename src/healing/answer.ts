@@ -47,6 +47,36 @@ export function answerText(dialect: 'chat_completions' | 'messages', body: unkno
   return texts.length > 0 ? texts.map((b) => b.text).join('') : null;
 }
 
+/** One assistant text of an answer and where it goes back: `choice` is the chat choice's index (absent for messages). */
+export interface AnswerPart {
+  choice?: number;
+  text: string;
+  write(text: string): void;
+}
+
+/**
+ * Every assistant text of a non-streaming answer body: chat one per choice whose `message.content` is a string
+ * (`n` > 1 has several; a tool call or refusal has none), messages its text blocks joined (as `answerText`).
+ *
+ * @example answerParts('chat_completions', {choices: [{index: 0, message: {content: '{}'}}]}) // [{choice: 0, text: '{}', write}]
+ */
+export function answerParts(dialect: 'chat_completions' | 'messages', body: unknown): AnswerPart[] {
+  if (!isObj(body)) return [];
+  if (dialect === 'messages') {
+    const text = answerText(dialect, body);
+    return text === null ? [] : [{ text, write: (t) => setAnswerText(dialect, body, t) }];
+  }
+  if (!Array.isArray(body.choices)) return [];
+  const parts: AnswerPart[] = [];
+  body.choices.forEach((choice, position) => {
+    const message = isObj(choice) && isObj(choice.message) ? choice.message : undefined;
+    if (!message || typeof message.content !== 'string') return;
+    const index = typeof (choice as Obj).index === 'number' ? ((choice as Obj).index as number) : position;
+    parts.push({ choice: index, text: message.content, write: (t) => { message.content = t; } });
+  });
+  return parts;
+}
+
 /**
  * Writes `text` back as the assistant's text (in place). Messages: the first text block gets it and the other
  * text blocks go, since together they were the one JSON document; other blocks (thinking, tool use) stay.

@@ -72,6 +72,21 @@ describe('response-healing through the server', () => {
     expect(healingRecord(r.json).summary).toMatch(/^repaired the JSON answer/);
   });
 
+  it('chat n > 1: every choice is repaired and gets its own record naming the choice (only choice 0 had been)', async () => {
+    const g = await t.start({ yaml: yaml() });
+    const r = await post(`${g.url}/chat/completions`, g.key, chatBody('heal/broken', { n: 3 }), META);
+    expect(r.status).toBe(200);
+    expect(r.json.choices).toHaveLength(3);
+    for (const choice of r.json.choices) {
+      expect(JSON.parse(choice.message.content)).toEqual({ name: 'Ada', age: 36, tags: ['math'], active: true });
+    }
+    const records = r.json.gateway_metadata.pipeline.filter((p: any) => p.type === 'response-healing');
+    expect(records.map((p: any) => p.data.choice)).toEqual([0, 1, 2]);
+    for (const p of records) expect(p.data).toMatchObject({ status: 'repaired', schema_valid: true });
+    const one = await post(`${g.url}/chat/completions`, g.key, chatBody('heal/broken'), META);
+    expect(healingRecord(one.json).data.choice).toBeUndefined();
+  });
+
   it('messages: repairs the text block and records it', async () => {
     const g = await t.start({ yaml: yaml() });
     const r = await post(`${g.url}/messages`, g.key, messagesBody('heal/broken'), META);
