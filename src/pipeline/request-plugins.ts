@@ -26,14 +26,25 @@ export function pipelineOf(config: GatewayConfig, endpoint: EndpointId): readonl
 /**
  * A request may only ask for plugins the operator runs on this endpoint: naming another (one the request
  * schema knows, since unknown ids are refused there) is a 400 that says so, rather than silently ignored.
+ * Each plugin may be named once: stages read the first entry for their id (`requestPlugin`), so a second
+ * one would be ignored whatever it asked (`enabled: false`, other options); it is a 400 naming both places.
  */
 export function checkRequestPlugins(state: GatewayState, config: GatewayConfig): void {
   const list = state.body?.plugins;
   if (!Array.isArray(list)) return;
   const enabled = new Set(pipelineOf(config, state.endpoint));
+  const seen = new Map<string, number>();
   list.forEach((p, i) => {
     const id = (p as { id?: unknown })?.id;
-    if (typeof id === 'string' && !enabled.has(id)) {
+    if (typeof id !== 'string') return;
+    const first = seen.get(id);
+    if (first !== undefined) {
+      throw new GatewayError('invalid_request', `Plugin \`${id}\` is listed twice in \`plugins\` (plugins[${first}] and plugins[${i}]); name each plugin once`, {
+        metadata: { field: `plugins[${i}].id` },
+      });
+    }
+    seen.set(id, i);
+    if (!enabled.has(id)) {
       throw new GatewayError('invalid_request', `Plugin \`${id}\` is not enabled on this gateway (the operator's pipeline does not run it)`, {
         metadata: { field: `plugins[${i}].id` },
       });

@@ -41,6 +41,20 @@ describe('plugins named by a request', () => {
     expect(ok.status).toBe(200);
   });
 
+  it('a plugin listed twice is a 400 naming the id and both places, in each envelope (the first entry had won silently)', async () => {
+    const g = await t.start({ yaml: testConfigYaml(t.upstream.url, '[auth, validate, response-healing, upstream]') });
+    const twice = [{ id: 'response-healing' }, { id: 'response-healing', enabled: false }];
+    const chat = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', plugins: twice, messages: [{ role: 'user', content: 'hi' }] });
+    expect(chat.status).toBe(400);
+    expect(chat.json.error.metadata).toEqual({ error_type: 'invalid_request', field: 'plugins[1].id' });
+    expect(chat.json.error.message).toBe('Plugin `response-healing` is listed twice in `plugins` (plugins[0] and plugins[1]); name each plugin once');
+    const messages = await post(`${g.url}/messages`, g.key, { model: 'fake/claude', max_tokens: 5, plugins: twice, messages: [{ role: 'user', content: 'hi' }] });
+    expect(messages.status).toBe(400);
+    expect(messages.json.error).toMatchObject({ type: 'invalid_request_error', error_type: 'invalid_request' });
+    expect(messages.json.error.message).toContain('`response-healing` is listed twice');
+    expect(t.upstream.received).toHaveLength(0);
+  });
+
   it('without plugins named, nothing is recorded: no pipeline in the metadata', async () => {
     const g = await t.start({ yaml: testConfigYaml(t.upstream.url, '[auth, validate, rate-limit, upstream]') });
     const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', messages: [{ role: 'user', content: 'hi' }] });
