@@ -55,6 +55,20 @@ describe('plugins named by a request', () => {
     expect(t.upstream.received).toHaveLength(0);
   });
 
+  it('an option a plugin does not have is a 400 naming it and the ones it has (fusion `model` for `models` had been ignored)', async () => {
+    const fusion = 'plugins:\n  fusion: { models: [fake/gpt, fake/claude], judge: fake/gpt, enabled_by_default: false }\n';
+    const g = await t.start({ yaml: testConfigYaml(t.upstream.url, '[auth, validate, fusion, upstream, response-healing]') + fusion });
+    const chat = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', plugins: [{ id: 'fusion', model: ['fake/gpt', 'fake/claude'] }], messages: [{ role: 'user', content: 'hi' }] });
+    expect(chat.status).toBe(400);
+    expect(chat.json.error.metadata).toEqual({ error_type: 'invalid_request', field: 'plugins[0].model' });
+    expect(chat.json.error.message).toBe('`plugins[0]` accepts only `id`, `enabled`, `models`, `judge` (got `model`)');
+    const messages = await post(`${g.url}/messages`, g.key, { model: 'fake/claude', max_tokens: 5, plugins: [{ id: 'response-healing', max_bytes: 10 }], messages: [{ role: 'user', content: 'hi' }] });
+    expect(messages.status).toBe(400);
+    expect(messages.json.error).toMatchObject({ type: 'invalid_request_error', error_type: 'invalid_request' });
+    expect(messages.json.error.message).toContain('(got `max_bytes`)');
+    expect(t.upstream.received).toHaveLength(0);
+  });
+
   it('without plugins named, nothing is recorded: no pipeline in the metadata', async () => {
     const g = await t.start({ yaml: testConfigYaml(t.upstream.url, '[auth, validate, rate-limit, upstream]') });
     const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', messages: [{ role: 'user', content: 'hi' }] });
