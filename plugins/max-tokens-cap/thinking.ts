@@ -29,7 +29,7 @@ export function thinkingBudget(endpoint: GatewayState['endpoint'], body: Body): 
  * it is an invalid request (the Messages API: "max_tokens must be greater than thinking.budget_tokens").
  * `reject` refuses it (400 naming the field); `clamp` lowers it to `limit - 1`, or, when that is under the
  * Messages API's least budget (1024), turns thinking off (messages `thinking: {type: disabled}`, chat
- * `reasoning.enabled: false`). New top-level values, never edits in place (the stage keeps the body's bytes).
+ * `reasoning.enabled: false`, its `reasoning_effort` removed). New top-level values, never edits in place (the stage keeps the body's bytes).
  */
 export function fitThinking(input: { state: GatewayState; body: Body; limit: number; mode: 'clamp' | 'reject' }): void {
   const { state, body, limit, mode } = input;
@@ -51,6 +51,9 @@ export function fitThinking(input: { state: GatewayState; body: Body; limit: num
   else {
     const { max_tokens: _, ...rest } = body.reasoning as Obj;
     body.reasoning = { ...rest, enabled: false };
+    // A `reasoning_effort` beside the budget would ask for reasoning again (and is what an endpoint listing
+    // only that argument gets: `none` there, from `enabled: false`, see src/routing/parameters.ts).
+    delete body.reasoning_effort;
   }
   const summary = `turned thinking off: ${field} ${asked} does not fit below ${limit} with the least budget of ${MIN_BUDGET}`;
   state.pipeline.push({ type: 'max-tokens-cap', name: 'max-tokens-cap', summary, data: { action: 'thinking_off', field, asked, limit } });

@@ -141,11 +141,14 @@ export function fittedBody(body: Record<string, unknown>, dialect: Dialect, list
  * for a chat endpoint that lists `reasoning_effort` but not `reasoning`: OpenAI's Chat Completions API has
  * only the top-level argument, and refuses `reasoning` (400 "Unrecognized request argument supplied"), so
  * such an endpoint had `reasoning` left out and the effort lost. The spec's values (`max` … `none`) are
- * OpenAI's own. True when the effort was carried (or the body's own `reasoning_effort` already says it).
+ * OpenAI's own. `enabled: false` is effort `none` whatever else it says, as translation to a messages
+ * provider reads it (thinking disabled): it had been left out, so the model reasoned at its default.
+ * True when the effort was carried (or the body's own `reasoning_effort` already says it).
  */
 function effortAsArgument(body: Record<string, unknown>, list: readonly string[], out: Record<string, unknown>): boolean {
-  const effort = (body.reasoning as { effort?: unknown } | null)?.effort;
+  const reasoning = body.reasoning as { effort?: unknown; enabled?: unknown } | null;
+  const effort = reasoning?.enabled === false ? 'none' : reasoning?.effort;
   if (typeof effort !== 'string' || !list.includes('reasoning_effort')) return false;
-  if (body.reasoning_effort == null) out.reasoning_effort = effort;
+  if (body.reasoning_effort == null || effort === 'none') out.reasoning_effort = effort;
   return true;
 }

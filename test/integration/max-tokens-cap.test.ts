@@ -118,6 +118,20 @@ describe('max-tokens-cap', () => {
     });
   });
 
+  it('chat: thinking turned off reaches an endpoint that lists only reasoning_effort as reasoning_effort none (it had gone with no reasoning control at all)', async () => {
+    const effortOnly = '  - id: fake/effort\n    endpoints: [{ provider: fake-openai, upstream_model: gpt-effort, pricing: { prompt: 1, completion: 2 }, supported_parameters: [max_completion_tokens, reasoning_effort] }]\n';
+    const yaml = `${testConfigYaml(t.upstream.url, PIPELINE).replace('models:\n', `models:\n${effortOnly}`)}plugins:\n  max-tokens-cap: { max: 800 }\n`;
+    const g = await t.start({ yaml });
+    await post(`${g.url}/chat/completions`, g.key, chat({ model: 'fake/effort', max_completion_tokens: 5000, reasoning: { max_tokens: 3000 } }));
+    let got = t.upstream.received.at(-1)!.body;
+    expect(got).toMatchObject({ model: 'gpt-effort', max_completion_tokens: 800, reasoning_effort: 'none' });
+    expect(got).not.toHaveProperty('reasoning');
+    // The client's own reasoning_effort went with the budget the stage turned off.
+    await post(`${g.url}/chat/completions`, g.key, chat({ model: 'fake/effort', max_completion_tokens: 5000, reasoning_effort: 'high', reasoning: { max_tokens: 3000 } }));
+    got = t.upstream.received.at(-1)!.body;
+    expect(got).toMatchObject({ max_completion_tokens: 800, reasoning_effort: 'none' });
+  });
+
   it('its config is validated against its schema at load', async () => {
     await expect(start('{ max: 0 }')).rejects.toThrow(/plugins\.max-tokens-cap\.max/);
   });

@@ -247,6 +247,17 @@ describe('a chat `reasoning` object to a chat endpoint that lists `reasoning_eff
     expect(spans.at(-1)!.attributes['gateway.dropped_parameters']).toEqual(['reasoning']);
   });
 
+  it('reasoning turned off (`enabled: false`, whatever effort it names) goes as reasoning_effort none; it had been left out, so the model reasoned at its default', async () => {
+    const n = upstream.received.length;
+    expect((await chat({ model: 'p/effort', messages: hi, reasoning: { enabled: false } })).status).toBe(200);
+    await chat({ model: 'p/effort', messages: hi, reasoning: { enabled: false, effort: 'high' } });
+    const [off, offHigh] = since(n);
+    for (const got of [off, offHigh]) {
+      expect(got.body).toMatchObject({ model: 'up-effort', reasoning_effort: 'none' });
+      expect(got.body).not.toHaveProperty('reasoning');
+    }
+  });
+
   it('an endpoint listing `reasoning` gets it as is; one listing `reasoning_effort` takes it under require_parameters', async () => {
     const n = upstream.received.length;
     expect((await chat({ model: 'p/reasoning', messages: hi, reasoning: { effort: 'medium' } })).status).toBe(200);
