@@ -123,12 +123,17 @@ async function fuse({ state, dialect, models, judge, forward, config, template, 
   state.pipeline.push(record);
 
   const stream = body.stream === true;
+  const judgeStarted = performance.now();
   const judgeState = childState(state, {
     body: judgeBody({ body, judge, answers: answered.map((r) => r.text), template, stream }),
     metadataOptIn: state.metadataOptIn,
     pipeline: state.pipeline, // the judge's routing metadata is the client's: it shows this record
+    // Why here, not after dispatch returns: a stream's metadata is written as its first event arrives (before
+    // the answer), and had shown the judge's model alone. A stream's `ms` is thus the time until it began.
+    routeChosen: (route) => {
+      (record.data as Record<string, unknown>).judge = { model: judge, provider: route.provider, ms: elapsed(judgeStarted) };
+    },
   });
-  const judgeStarted = performance.now();
   let response: GatewayResponse;
   try {
     response = await services.dispatch(judgeState, forward);
@@ -146,7 +151,6 @@ async function fuse({ state, dialect, models, judge, forward, config, template, 
   state.route = judgeState.route;
   state.candidates = judgeState.candidates;
   state.attempts = judgeState.attempts;
-  (record.data as Record<string, unknown>).judge = { model: judge, provider: judgeState.route?.provider ?? null, ms: elapsed(judgeStarted) };
 
   if (response.kind === 'json') {
     state.usage = addUsage([candidateUsage, judgeState.usage]);

@@ -153,6 +153,12 @@ export interface GatewayState {
    */
   streamAccepted?: (() => void) | null;
   /**
+   * Called when dispatch commits the call to an endpoint (its answer arrived; a stream: its first event), before
+   * the routing metadata is written: a stage that makes a call on the request's behalf records the route it
+   * took there (fusion's judge, whose record a stream's metadata carries). Set through `childState`; absent otherwise.
+   */
+  routeChosen?: ((route: NonNullable<GatewayState['route']>) => void) | null;
+  /**
    * The client's own text of its last user message, kept by the first stage that adds to that message
    * (web-fetch, file-parser): see `src/pipeline/asked-text.ts`. Null until then.
    */

@@ -10,6 +10,8 @@ export interface ChildOptions {
   metadataOptIn?: boolean;
   /** Share this list as the child's `pipeline` (so its routing metadata shows the parent's records). */
   pipeline?: GatewayState['pipeline'];
+  /** Told the route when the child's call commits to an endpoint, before its routing metadata is written. */
+  routeChosen?: GatewayState['routeChosen'];
 }
 
 /**
@@ -51,5 +53,6 @@ export function childState(parent: GatewayState, options: ChildOptions): Gateway
     answerer: null,
     askedText: null,
     pendingLedger: parent.pendingLedger,
+    routeChosen: options.routeChosen ?? null,
   };
 }

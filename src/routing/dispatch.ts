@@ -445,6 +445,7 @@ function choose(state: GatewayState, served: Served): void {
   const { c } = served;
   state.route = routeOf(served);
   state.attempts.push({ provider: c.provider.id, model: c.model.id, upstreamModel: c.endpoint.upstream_model, outcome: 'success', droppedParameters: served.dropped });
+  state.routeChosen?.(state.route);
 }
 
 function routeOf({ c, isByok }: Served): NonNullable<GatewayState['route']> {

@@ -120,6 +120,18 @@ describe('fusion', () => {
     expect(row).toMatchObject({ model: 'f/judge', promptTokens: 30, completionTokens: 15, status: 'completed' });
   });
 
+  it('a stream\'s fusion record names the judge\'s provider and time, as a JSON answer\'s does, in both dialects (a chat stream\'s had the model alone)', async () => {
+    const g = await t.start({ yaml: yaml() });
+    const chat = await post(`${g.url}/chat/completions`, g.key, { model: 'f/a', stream: true, plugins: [{ id: 'fusion' }], messages: ASK }, META);
+    const chunks = sseEvents(chat.text).filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+    const chatMeta = chunks.find((c) => c.gateway_metadata)!.gateway_metadata;
+    expect(chatMeta.pipeline.find((p: any) => p.type === 'fusion').data.judge).toEqual({ model: 'f/judge', provider: 'fake-openai', ms: expect.any(Number) });
+    const msg = await post(`${g.url}/messages`, g.key, { model: 'f/a', max_tokens: 50, stream: true, plugins: [{ id: 'fusion' }], messages: ASK }, META);
+    const start = sseEvents(msg.text).map((e) => (e.data === '[DONE]' ? {} : JSON.parse(e.data))).find((d) => d.type === 'message_start');
+    const msgMeta = start.message.gateway_metadata;
+    expect(msgMeta.pipeline.find((p: any) => p.type === 'fusion').data.judge).toEqual({ model: 'f/judge', provider: 'fake-openai', ms: expect.any(Number) });
+  });
+
   it('messages stream: the judge answer arrives as messages events', async () => {
     const g = await t.start({ yaml: yaml() });
     const r = await post(`${g.url}/messages`, g.key, { model: 'f/a', max_tokens: 50, stream: true, plugins: [{ id: 'fusion' }], messages: ASK });
