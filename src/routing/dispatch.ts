@@ -93,7 +93,9 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
     for (let i = 0; i < order.length; i++) {
       const candidate = order[i];
       if (skipped.has(candidate)) continue;
-      if (!deferred?.has(candidate) && !deps.health.tryAcquire(endpointKey(candidate))) {
+      // What the breaker let through (a half-open probe, when it is one): a release gives back that probe alone.
+      const pass = deferred?.has(candidate) ? null : deps.health.tryAcquire(endpointKey(candidate));
+      if (!deferred?.has(candidate) && !pass) {
         const others = order.slice(i + 1).some((c) => !skipped.has(c) && !deferred?.has(c));
         if (others) {
           (deferred ??= new Set()).add(candidate);
@@ -147,11 +149,11 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           // One that tells nothing of the endpoint (the caller's fault, the workspace's own key, the client
           // left) gives a half-open probe back, as before the answer began (it stayed out for a cooldown).
           const failed = (err: GatewayError) => {
-            if (blamesCaller(err) || (apiKey !== undefined && ownKeyFailure(err))) deps.health.release(key);
+            if (blamesCaller(err) || (apiKey !== undefined && ownKeyFailure(err))) deps.health.release(key, pass);
             else deps.health.recordFailure(key);
           };
           const cancelled = () => {
-            deps.health.release(key);
+            deps.health.release(key, pass);
             stick();
           };
           const served: Served = { c: candidate, isByok: apiKey !== undefined, dropped };
@@ -178,7 +180,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           state.attempts.push({ provider: candidate.provider.id, model: candidate.model.id, upstreamModel: candidate.endpoint.upstream_model, outcome: 'error', errorType: e.errorType, status: e.status, droppedParameters: dropped });
           // Whether the failure is the endpoint's (else a half-open probe is given back: see health.release).
           const endpointFailed = !state.abort.aborted && !blamesCaller(e) && !(apiKey !== undefined && ownKeyFailure(e));
-          if (!endpointFailed) deps.health.release(endpointKey(candidate));
+          if (!endpointFailed) deps.health.release(endpointKey(candidate), pass);
           if (state.abort.aborted) throw cutShort(state, { c: candidate, isByok: apiKey !== undefined }, gone ? new GatewayError('timeout', 'The client closed the request') : e);
           // A translation refusal says only that this endpoint cannot take the request: it does not replace the
           // failure of one that could (a 429 with its Retry-After reached the caller as a 400 "`n` > 1 is not

@@ -7,15 +7,17 @@
  * - closed: the endpoint is fine (fewer than `failureThreshold` failures in a row).
  * - open: it failed `failureThreshold` times in a row and its cooldown is still running; it is not tried.
  * - half_open: the cooldown is over; `tryAcquire` grants one probe. The probe's success closes the breaker, its
- *   failure reopens it for another cooldown; one that tells neither is given back (`release`). A probe that
- *   never reports back expires after one cooldown, so the endpoint cannot be locked out for ever.
+ *   failure reopens it for another cooldown; one that tells neither is given back (`release`, with the pass
+ *   `tryAcquire` gave: only that probe is given back). A probe that never reports back expires after one
+ *   cooldown, so the endpoint cannot be locked out for ever.
  *
  * Apart from the breaker, an endpoint that answered a rate limit or an overload with `Retry-After` rests
  * (`rest`, `resting`) until that time has passed, at most one cooldown: it is tried after the others.
  *
  * @example
  *   const h = new EndpointHealth({ failureThreshold: 3, cooldownMs: 30_000 });
- *   if (h.tryAcquire('acme/gpt-x', now)) { ...; ok ? h.recordSuccess(key, { latencyMs: 120 }) : h.recordFailure(key, now); }
+ *   const pass = h.tryAcquire('acme/gpt-x', now);
+ *   if (pass) { ...; ok ? h.recordSuccess(key, { latencyMs: 120 }) : told nothing ? h.release(key, pass) : h.recordFailure(key, now); }
  */
 
 export interface HealthOptions {
@@ -24,6 +26,13 @@ export interface HealthOptions {
 }
 
 export type BreakerState = 'closed' | 'open' | 'half_open';
+
+/** What `tryAcquire` grants: `probe` is the half-open probe taken (0: none, the breaker was closed). */
+export interface Pass {
+  readonly probe: number;
+}
+
+const NO_PROBE: Pass = Object.freeze({ probe: 0 });
 
 export const DEFAULT_HEALTH_OPTIONS: HealthOptions = { failureThreshold: 3, cooldownMs: 30_000 };
 
@@ -37,6 +46,8 @@ interface Entry {
   openUntil: number | null;
   /** Instant a half-open probe was granted; null when no probe is out. */
   probeSince: number | null;
+  /** The number of the probe out (or last out): `release` gives back only that one. */
+  probe: number;
   latencyMs: number | null;
   throughput: number | null;
   /** The instant a Retry-After the endpoint gave ends; null when it gave none (or a success came since). */
@@ -50,6 +61,7 @@ function ewma(prev: number | null, sample: number): number {
 export class EndpointHealth {
   options!: HealthOptions;
   private readonly entries = new Map<string, Entry>();
+  private probes = 0;
 
   constructor(options: Partial<HealthOptions> = {}) {
     this.configure(options);
@@ -75,26 +87,32 @@ export class EndpointHealth {
     return now < e.openUntil ? 'open' : 'half_open';
   }
 
-  /** True when the endpoint may be tried now; in half_open only the first caller gets true until that probe reports back. */
-  tryAcquire(key: string, now: number = Date.now()): boolean {
+  /**
+   * A pass when the endpoint may be tried now, else null; in half_open only the first caller gets one until
+   * that probe reports back. The pass is what `release` takes.
+   */
+  tryAcquire(key: string, now: number = Date.now()): Pass | null {
     const state = this.state(key, now);
-    if (state === 'closed') return true;
-    if (state === 'open') return false;
+    if (state === 'closed') return NO_PROBE;
+    if (state === 'open') return null;
     const e = this.entries.get(key)!;
     // A probe whose caller vanished without reporting expires after one cooldown.
-    if (e.probeSince !== null && now - e.probeSince < Math.max(this.options.cooldownMs, 1)) return false;
+    if (e.probeSince !== null && now - e.probeSince < Math.max(this.options.cooldownMs, 1)) return null;
     e.probeSince = now;
-    return true;
+    e.probe = ++this.probes;
+    return { probe: e.probe };
   }
 
   /**
    * Gives back a half-open probe that told nothing about the endpoint: the call was never made (the request
    * cannot be expressed in its API style), the provider blamed the caller, or the client left. The next request
-   * probes; without this the endpoint waited out another cooldown though nothing had failed.
+   * probes; without this the endpoint waited out another cooldown though nothing had failed. Only the probe
+   * `pass` took is given back: a request let through while the breaker was closed, or whose probe had expired
+   * and been replaced, had cleared the probe out now, and a second probe went out beside it.
    */
-  release(key: string): void {
+  release(key: string, pass: Pass | null | undefined): void {
     const e = this.entries.get(key);
-    if (e) e.probeSince = null;
+    if (e && pass && pass.probe !== 0 && e.probe === pass.probe) e.probeSince = null;
   }
 
   /** Closes the breaker and folds the sample into the EWMA latency (time to first byte) and throughput (tokens/s). */
@@ -178,7 +196,7 @@ export class EndpointHealth {
   private entry(key: string): Entry {
     let e = this.entries.get(key);
     if (!e) {
-      e = { failures: 0, openUntil: null, probeSince: null, latencyMs: null, throughput: null, restUntil: null };
+      e = { failures: 0, openUntil: null, probeSince: null, probe: 0, latencyMs: null, throughput: null, restUntil: null };
       this.entries.set(key, e);
     }
     return e;

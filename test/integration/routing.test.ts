@@ -353,7 +353,7 @@ describe('circuit breaker and sticky sessions', () => {
     // The endpoint answered; the caller was at fault. It had kept the probe out for another cooldown (300 ms
     // here, 30 s by default), every request meanwhile sent elsewhere.
     expect(gw.gateway.health.state('pa/up-a')).toBe('half_open');
-    expect(gw.gateway.health.tryAcquire('pa/up-a')).toBe(true);
+    expect(gw.gateway.health.tryAcquire('pa/up-a')).not.toBeNull();
   });
 
   it('a stream the provider cuts after its answer began counts against the endpoint (it was recorded a success at its first token)', async () => {

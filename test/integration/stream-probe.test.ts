@@ -51,7 +51,7 @@ describe('a half-open probe that streams', () => {
     expect((await ledgerRowSoon(g, id))?.status).toBe('cancelled');
     expect(g.gateway.health.state(KEY)).toBe('half_open');
     // Asked as of just after the probe went out: a probe never given back only expires after a cooldown.
-    expect(g.gateway.health.tryAcquire(KEY, probed + 50)).toBe(true);
+    expect(g.gateway.health.tryAcquire(KEY, probed + 50)).not.toBeNull();
   });
 
   it('is given back when the provider blames the caller after the answer began', async () => {
@@ -64,6 +64,41 @@ describe('a half-open probe that streams', () => {
     const failure = sseEvents(r.text).filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data)).find((c) => c.error)!;
     expect(failure.error.metadata.error_type).toBe('content_policy_violation');
     expect(g.gateway.health.state(KEY)).toBe('half_open');
-    expect(g.gateway.health.tryAcquire(KEY, probed + 50)).toBe(true);
+    expect(g.gateway.health.tryAcquire(KEY, probed + 50)).not.toBeNull();
+  });
+  it('a stream that was let through before the breaker opened, and that the client leaves, gives back nothing of the probe out now (a second probe had gone out)', async () => {
+    g = await t.start({ yaml: yaml() });
+    // The early stream: its answer has begun on the first endpoint and is held there.
+    t.upstream.scripts.set('first-chat', [{ kind: 'stall' }]);
+    const controller = new AbortController();
+    const early = await fetch(`${g.url}/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${g.key}` },
+      body: JSON.stringify(body),
+      signal: controller.signal,
+    });
+    const earlyId = JSON.parse(new TextDecoder().decode((await early.body!.getReader().read()).value).split('\n\n')[0].replace(/^data: /, '')).id;
+    await halfOpen();
+    // The probe: its answer begins and is held, so it is out.
+    t.upstream.scripts.set('first-chat', [{ kind: 'stall' }]);
+    const probeController = new AbortController();
+    const probe = await fetch(`${g.url}/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${g.key}` },
+      body: JSON.stringify(body),
+      signal: probeController.signal,
+    });
+    try {
+      await probe.body!.getReader().read();
+      controller.abort();
+      expect((await ledgerRowSoon(g, earlyId))?.status).toBe('cancelled');
+      // The probe is still out: the next request goes to the other endpoint, not to a second probe.
+      const n = t.upstream.received.length;
+      const next = await post(`${g.url}/chat/completions`, g.key, { ...body, stream: false });
+      expect(next.status).toBe(200);
+      expect(t.upstream.received.slice(n).map((r) => r.body.model)).toEqual(['second-chat']);
+    } finally {
+      probeController.abort();
+    }
   });
 });

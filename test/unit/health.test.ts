@@ -28,7 +28,7 @@ describe('EndpointHealth breaker', () => {
   it('an unknown endpoint is closed and may be tried', () => {
     const h = new EndpointHealth();
     expect(h.state('never/seen', T0)).toBe('closed');
-    expect(h.tryAcquire('never/seen', T0)).toBe(true);
+    expect(h.tryAcquire('never/seen', T0)).not.toBeNull();
     expect(h.stats('never/seen')).toEqual({ latencyMs: null, throughput: null });
   });
 
@@ -38,11 +38,11 @@ describe('EndpointHealth breaker', () => {
     h.recordSuccess(K);
     h.recordFailure(K, T0);
     expect(h.state(K, T0)).toBe('closed');
-    expect(h.tryAcquire(K, T0)).toBe(true);
+    expect(h.tryAcquire(K, T0)).not.toBeNull();
     h.recordFailure(K, T0 + 10);
     expect(h.state(K, T0 + 10)).toBe('open');
-    expect(h.tryAcquire(K, T0 + 10)).toBe(false);
-    expect(h.tryAcquire(K, T0 + 1009)).toBe(false);
+    expect(h.tryAcquire(K, T0 + 10)).toBeNull();
+    expect(h.tryAcquire(K, T0 + 1009)).toBeNull();
   });
 
   it('half-open lets exactly one probe through until it reports back', () => {
@@ -50,41 +50,62 @@ describe('EndpointHealth breaker', () => {
     h.recordFailure(K, T0);
     const t = T0 + 1000;
     expect(h.state(K, t)).toBe('half_open');
-    expect(h.tryAcquire(K, t)).toBe(true);
-    expect(h.tryAcquire(K, t)).toBe(false);
-    expect(h.tryAcquire(K, t + 500)).toBe(false);
+    expect(h.tryAcquire(K, t)).not.toBeNull();
+    expect(h.tryAcquire(K, t)).toBeNull();
+    expect(h.tryAcquire(K, t + 500)).toBeNull();
     expect(h.state(K, t + 500)).toBe('half_open');
     h.recordSuccess(K, { latencyMs: 50 });
     expect(h.state(K, t + 500)).toBe('closed');
-    expect(h.tryAcquire(K, t + 500)).toBe(true);
-    expect(h.tryAcquire(K, t + 500)).toBe(true);
+    expect(h.tryAcquire(K, t + 500)).not.toBeNull();
+    expect(h.tryAcquire(K, t + 500)).not.toBeNull();
   });
 
   it('a probe given back (it told nothing) lets the next request probe; the breaker stays half-open', () => {
     const h = new EndpointHealth({ failureThreshold: 1, cooldownMs: 1000 });
     h.recordFailure(K, T0);
     const t = T0 + 1000;
-    expect(h.tryAcquire(K, t)).toBe(true);
-    expect(h.tryAcquire(K, t + 1)).toBe(false);
-    h.release(K);
+    const pass = h.tryAcquire(K, t);
+    expect(pass).not.toBeNull();
+    expect(h.tryAcquire(K, t + 1)).toBeNull();
+    h.release(K, pass);
     expect(h.state(K, t + 2)).toBe('half_open');
-    expect(h.tryAcquire(K, t + 2)).toBe(true);
-    expect(h.tryAcquire(K, t + 3)).toBe(false);
-    h.release('never/seen'); // nothing to give back
+    expect(h.tryAcquire(K, t + 2)).not.toBeNull();
+    expect(h.tryAcquire(K, t + 3)).toBeNull();
+    h.release('never/seen', pass); // nothing to give back
     expect(h.state('never/seen', t)).toBe('closed');
+  });
+
+  it('giving back only clears the probe the caller took: not a later probe, not one taken by another request', () => {
+    const h = new EndpointHealth({ failureThreshold: 1, cooldownMs: 1000 });
+    // A request that was let through while the breaker was closed ends after the breaker opened and a probe went out.
+    const early = h.tryAcquire(K, T0);
+    expect(early).not.toBeNull();
+    h.recordFailure(K, T0);
+    const t = T0 + 1000;
+    const probe = h.tryAcquire(K, t);
+    expect(probe).not.toBeNull();
+    h.release(K, early);
+    expect(h.tryAcquire(K, t + 1)).toBeNull(); // the probe is still out: no second one
+    // A probe that expired (its caller slow, not gone) gives back nothing of the probe that replaced it.
+    const next = h.tryAcquire(K, t + 1000);
+    expect(next).not.toBeNull();
+    h.release(K, probe);
+    expect(h.tryAcquire(K, t + 1001)).toBeNull();
+    h.release(K, next);
+    expect(h.tryAcquire(K, t + 1002)).not.toBeNull();
   });
 
   it('a failed half-open probe reopens the breaker for another full cooldown', () => {
     const h = new EndpointHealth({ failureThreshold: 3, cooldownMs: 1000 });
     failTimes(h, 3);
     const t = T0 + 1500;
-    expect(h.tryAcquire(K, t)).toBe(true);
+    expect(h.tryAcquire(K, t)).not.toBeNull();
     h.recordFailure(K, t);
     expect(h.state(K, t)).toBe('open');
     expect(h.state(K, t + 999)).toBe('open');
-    expect(h.tryAcquire(K, t + 999)).toBe(false);
+    expect(h.tryAcquire(K, t + 999)).toBeNull();
     expect(h.state(K, t + 1000)).toBe('half_open');
-    expect(h.tryAcquire(K, t + 1000)).toBe(true);
+    expect(h.tryAcquire(K, t + 1000)).not.toBeNull();
   });
 
   it('failures reported while open do not extend the cooldown', () => {
@@ -97,10 +118,10 @@ describe('EndpointHealth breaker', () => {
   it('a probe that never reports back expires after one cooldown', () => {
     const h = new EndpointHealth({ failureThreshold: 1, cooldownMs: 1000 });
     h.recordFailure(K, T0);
-    expect(h.tryAcquire(K, T0 + 1000)).toBe(true);
-    expect(h.tryAcquire(K, T0 + 1999)).toBe(false);
-    expect(h.tryAcquire(K, T0 + 2000)).toBe(true);
-    expect(h.tryAcquire(K, T0 + 2001)).toBe(false);
+    expect(h.tryAcquire(K, T0 + 1000)).not.toBeNull();
+    expect(h.tryAcquire(K, T0 + 1999)).toBeNull();
+    expect(h.tryAcquire(K, T0 + 2000)).not.toBeNull();
+    expect(h.tryAcquire(K, T0 + 2001)).toBeNull();
   });
 
   it('keeps endpoints apart', () => {
@@ -108,7 +129,7 @@ describe('EndpointHealth breaker', () => {
     h.recordFailure('a/m', T0);
     expect(h.state('a/m', T0)).toBe('open');
     expect(h.state('b/m', T0)).toBe('closed');
-    expect(h.tryAcquire('b/m', T0)).toBe(true);
+    expect(h.tryAcquire('b/m', T0)).not.toBeNull();
   });
 
   it('snapshot lists every endpoint seen with its state and consecutive failures', () => {
