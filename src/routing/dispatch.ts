@@ -149,8 +149,10 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           // One that tells nothing of the endpoint (the caller's fault, the workspace's own key, the client
           // left) gives a half-open probe back, as before the answer began (it stayed out for a cooldown).
           const failed = (err: GatewayError) => {
-            if (blamesCaller(err) || (apiKey !== undefined && ownKeyFailure(err))) deps.health.release(key, pass);
-            else deps.health.recordFailure(key);
+            if (blamesCaller(err) || (apiKey !== undefined && ownKeyFailure(err))) {
+              deps.health.release(key, pass);
+              deps.health.recordAttempt(key);
+            } else deps.health.recordFailure(key);
           };
           const cancelled = () => {
             deps.health.release(key, pass);
@@ -180,7 +182,11 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           state.attempts.push({ provider: candidate.provider.id, model: candidate.model.id, upstreamModel: candidate.endpoint.upstream_model, outcome: 'error', errorType: e.errorType, status: e.status, droppedParameters: dropped });
           // Whether the failure is the endpoint's (else a half-open probe is given back: see health.release).
           const endpointFailed = !state.abort.aborted && !blamesCaller(e) && !(apiKey !== undefined && ownKeyFailure(e));
-          if (!endpointFailed) deps.health.release(endpointKey(candidate), pass);
+          if (!endpointFailed) {
+            deps.health.release(endpointKey(candidate), pass);
+            // Answered all the same (no call was made for a request its style cannot express): tried, for `sort`.
+            if (!state.abort.aborted && !e.metadata?.untranslatable) deps.health.recordAttempt(endpointKey(candidate));
+          }
           if (state.abort.aborted) throw cutShort(state, { c: candidate, isByok: apiKey !== undefined }, gone ? new GatewayError('timeout', 'The client closed the request') : e);
           // A translation refusal says only that this endpoint cannot take the request: it does not replace the
           // failure of one that could (a 429 with its Retry-After reached the caller as a 400 "`n` > 1 is not

@@ -14,6 +14,10 @@
  * Apart from the breaker, an endpoint that answered a rate limit or an overload with `Retry-After` rests
  * (`rest`, `resting`) until that time has passed, at most one cooldown: it is tried after the others.
  *
+ * `tried` says whether an attempt at the endpoint ended within the last cooldown (a success, a failure, or one
+ * that told nothing of the endpoint but was answered: `recordAttempt`): the latency and throughput sorts try
+ * an endpoint without a measurement first only while it is not.
+ *
  * @example
  *   const h = new EndpointHealth({ failureThreshold: 3, cooldownMs: 30_000 });
  *   const pass = h.tryAcquire('acme/gpt-x', now);
@@ -52,6 +56,8 @@ interface Entry {
   throughput: number | null;
   /** The instant a Retry-After the endpoint gave ends; null when it gave none (or a success came since). */
   restUntil: number | null;
+  /** The instant the last attempt at the endpoint ended (see `tried`); null: none yet. */
+  triedAt: number | null;
 }
 
 function ewma(prev: number | null, sample: number): number {
@@ -116,8 +122,9 @@ export class EndpointHealth {
   }
 
   /** Closes the breaker and folds the sample into the EWMA latency (time to first byte) and throughput (tokens/s). */
-  recordSuccess(key: string, sample: { latencyMs?: number; outputTokens?: number; durationMs?: number } = {}): void {
+  recordSuccess(key: string, sample: { latencyMs?: number; outputTokens?: number; durationMs?: number } = {}, now: number = Date.now()): void {
     const e = this.entry(key);
+    e.triedAt = now;
     e.failures = 0;
     e.openUntil = null;
     e.probeSince = null;
@@ -155,11 +162,33 @@ export class EndpointHealth {
   recordFailure(key: string, now: number = Date.now()): void {
     const e = this.entry(key);
     const state = this.state(key, now);
+    e.triedAt = now;
     e.failures += 1;
     if (state === 'half_open' || (state === 'closed' && e.failures >= this.options.failureThreshold)) {
       e.openUntil = now + this.options.cooldownMs;
       e.probeSince = null;
     }
+  }
+
+  /**
+   * An attempt that was answered but says nothing of the endpoint's health (it failed on the workspace's own
+   * key, or the provider blamed the caller): not counted for the breaker, but the endpoint has been tried (see
+   * `tried`). An endpoint that failed every time on one tenant's key had stayed "unmeasured", first under
+   * `sort: latency` for every request.
+   */
+  recordAttempt(key: string, now: number = Date.now()): void {
+    this.entry(key).triedAt = now;
+  }
+
+  /**
+   * True when an attempt at the endpoint ended within the last cooldown (success, failure or `recordAttempt`).
+   * Under a latency or throughput sort an endpoint without a measurement goes first only while this is false:
+   * one that was tried and gave none goes after the measured ones, and is tried first again once a cooldown
+   * has passed (as a half-open breaker lets a probe through), so it is not left unmeasured for good either.
+   */
+  tried(key: string, now: number = Date.now()): boolean {
+    const at = this.entries.get(key)?.triedAt;
+    return at != null && now - at < this.options.cooldownMs;
   }
 
   /**
@@ -196,7 +225,7 @@ export class EndpointHealth {
   private entry(key: string): Entry {
     let e = this.entries.get(key);
     if (!e) {
-      e = { failures: 0, openUntil: null, probeSince: null, probe: 0, latencyMs: null, throughput: null, restUntil: null };
+      e = { failures: 0, openUntil: null, probeSince: null, probe: 0, latencyMs: null, throughput: null, restUntil: null, triedAt: null };
       this.entries.set(key, e);
     }
     return e;

@@ -9,7 +9,9 @@
  * - `order`: the listed providers first, in that order; then the rest (unless `allow_fallbacks: false`).
  * - `sort`: price (prompt + completion, ascending), latency (EWMA ascending) or throughput (EWMA descending);
  *   endpoints without a measurement yet go first, so each is measured once (last, they were never tried
- *   while the measured ones answered: the first endpoint to answer after a start stayed first for good).
+ *   while the measured ones answered: the first endpoint to answer after a start stayed first for good),
+ *   unless one was tried within the last cooldown and gave no measurement (it failed, or failed on a
+ *   workspace's own key): that one goes after the measured ones (it had stayed first for every request).
  * - default: healthy (breaker closed or half-open) first, then by price; ties keep the configured order.
  * - `allow_fallbacks: false` without `order`: only the first endpoint of each model (of the whole list with
  *   `partition: none`).
@@ -175,15 +177,21 @@ export function planRoute<C>(input: PlanInput<C>): C[] {
     sort?.partition === 'none' ? [left] : models.map((m) => left.filter((i) => i.f.model === m)).filter((g) => g.length);
 
   const stats = (i: Item<C>) => input.health.stats(i.key);
-  // Unmeasured first: see the header.
-  const byKnown = (a: number | null, b: number | null, asc: boolean) =>
-    a === null ? (b === null ? 0 : -1) : b === null ? 1 : asc ? a - b : b - a;
+  // Untried first, then the measured ones by their measure, then those tried without a measurement: see the header.
+  const tier = (i: Item<C>, v: number | null) => (v !== null ? 1 : input.health.tried(i.key, now) ? 2 : 0);
+  const byKnown = (a: Item<C>, b: Item<C>, pick: (s: ReturnType<typeof stats>) => number | null, asc: boolean) => {
+    const va = pick(stats(a));
+    const vb = pick(stats(b));
+    const d = tier(a, va) - tier(b, vb);
+    if (d || va === null || vb === null) return d;
+    return asc ? va - vb : vb - va;
+  };
   const compare = (a: Item<C>, b: Item<C>): number => {
     // Open breakers (and resting endpoints) last in every mode, so `allow_fallbacks: false` picks a healthy endpoint when there is one.
     let d = Number(a.last) - Number(b.last);
     if (d) return d;
-    if (sort?.by === 'latency') d = byKnown(stats(a).latencyMs, stats(b).latencyMs, true);
-    else if (sort?.by === 'throughput') d = byKnown(stats(a).throughput, stats(b).throughput, false);
+    if (sort?.by === 'latency') d = byKnown(a, b, (s) => s.latencyMs, true);
+    else if (sort?.by === 'throughput') d = byKnown(a, b, (s) => s.throughput, false);
     else d = price(a.f) - price(b.f); // `sort: price` and the default order
     return d || a.idx - b.idx;
   };

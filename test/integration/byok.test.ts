@@ -22,9 +22,11 @@ const message = (over: Record<string, unknown> = {}) => ({ model: 'fake/claude',
 const t = perTestGateways();
 
 /** A gateway with the spend stages, the encryption key configured (unless `encryption: false`), and credit. */
-async function start(o: { extra?: string; encryption?: boolean; credit?: number; level?: string } = {}): Promise<TestGateway> {
+async function start(o: { extra?: string; models?: string; encryption?: boolean; credit?: number; level?: string } = {}): Promise<TestGateway> {
   const byok = o.encryption === false ? '' : `byok: { encryption_key: ${ENCRYPTION_KEY.toString('base64')} }\n`;
-  const base = testConfigYaml(t.upstream.url, PIPELINE).replace('logging: { level: info }', `logging: { level: ${o.level ?? 'info'} }`);
+  const base = testConfigYaml(t.upstream.url, PIPELINE)
+    .replace('logging: { level: info }', `logging: { level: ${o.level ?? 'info'} }`)
+    .replace('pipelines:', `${o.models ?? ''}pipelines:`);
   const g = await t.start({ yaml: base + byok + (o.extra ?? '') });
   await g.store.addCredits(g.keyRecord.accountId, o.credit ?? 10);
   return g;
@@ -150,6 +152,25 @@ describe('requests with a workspace provider key', () => {
       await post(`${g.url}/chat/completions`, other.secret, chat());
     }
     expect(g.gateway.health.state('fake-openai/gpt-upstream')).toBe('open');
+  });
+
+  it('under sort latency, an endpoint that failed on the workspace key is no longer taken for unmeasured: the next request goes to the measured one first', async () => {
+    // fake-openai (called with the workspace key, which the provider refuses) first, then fake-anthropic.
+    const models = `  - id: byok/pair
+    endpoints:
+      - { provider: fake-openai, upstream_model: gpt-upstream, pricing: { prompt: 1, completion: 2 } }
+      - { provider: fake-anthropic, upstream_model: claude-upstream, pricing: { prompt: 1, completion: 2 } }
+`;
+    const g = await start({ models });
+    await storeOwnKey(g, 'fake-openai', OWN_OPENAI);
+    t.upstream.always.set('gpt-upstream', { kind: 'status', status: 401 });
+    const ask = () => post(`${g.url}/chat/completions`, g.key, chat({ model: 'byok/pair', provider: { sort: 'latency' } }));
+    const n = t.upstream.received.length;
+    expect((await ask()).json.provider).toBe('fake-anthropic');
+    expect((await ask()).json.provider).toBe('fake-anthropic');
+    // The first request tried the workspace key and measured the other endpoint; the second went to that one
+    // (it had tried the refused key first on every request: never measured, it stayed "unmeasured" for good).
+    expect(t.upstream.received.slice(n).map((r) => r.body.model)).toEqual(['gpt-upstream', 'claude-upstream', 'claude-upstream']);
   });
 
   it('a failover is flagged by the endpoint that answered', async () => {

@@ -246,6 +246,19 @@ describe('planRoute sort', () => {
     expect(plan([a, c], { sort: 'latency' }, { health })).toEqual(['m@alpha', 'm@gamma']);
   });
 
+  it('an endpoint tried without a measurement (it failed, or failed on a workspace key) goes after the measured ones for a cooldown; an untried one still goes first', () => {
+    const health = new EndpointHealth({ failureThreshold: 3, cooldownMs: 10_000 });
+    health.recordSuccess(keyOf(a), { latencyMs: 100, outputTokens: 100, durationMs: 1000 }, NOW);
+    health.recordFailure(keyOf(c), NOW); // the endpoint's failure (its breaker stays closed)
+    health.recordAttempt(keyOf(b), NOW); // a workspace's own key refused: nothing against the endpoint
+    expect(plan([c, b, a], { sort: 'latency' }, { health })).toEqual(['m@alpha', 'm@gamma', 'm@beta']);
+    expect(plan([c, b, a], { sort: 'throughput' }, { health })).toEqual(['m@alpha', 'm@gamma', 'm@beta']);
+    const d = { provider: 'delta', model: 'm' };
+    expect(plan([c, b, a, d], { sort: 'latency' }, { health })).toEqual(['m@delta', 'm@alpha', 'm@gamma', 'm@beta']);
+    // A cooldown later they are tried first again, as untried ones are (else never measured while alpha answers).
+    expect(plan([c, b, a], { sort: 'latency' }, { health, now: NOW + 10_000 })).toEqual(['m@gamma', 'm@beta', 'm@alpha']);
+  });
+
   it('sort throughput orders by EWMA throughput descending, an unmeasured endpoint first', () => {
     expect(plan([c, b, a], { sort: { by: 'throughput' } }, { health: measured() })).toEqual([
       'm@gamma',
