@@ -8,7 +8,8 @@
  *   (`supportedThrough`); a request of the other style is compared through ACROSS, the names translation
  *   gives its parameters.
  * - every attempt: the parameters of the upstream body that the endpoint does not list are left out of that
- *   attempt's body (`fittedBody`), as OpenRouter ignores a parameter the chosen provider does not support.
+ *   attempt's body (`fittedBody`), as OpenRouter ignores a parameter the chosen provider does not support;
+ *   except a messages body's tools that only its history needs (`historyTools`).
  * An endpoint without a list takes everything (OpenAI-compatible servers ignore what they do not know).
  */
 import { GATEWAY_ONLY_FIELDS } from '../dialects/common';
@@ -120,8 +121,9 @@ export function supportedThrough(endpoint: { dialect: Dialect; list: readonly st
  */
 export function fittedBody(body: Record<string, unknown>, dialect: Dialect, list: readonly string[]): { body: Record<string, unknown>; dropped: string[] | undefined } {
   const always = ALWAYS_SENT[dialect];
+  const history = dialect === 'messages' && !list.includes('tools') && historyTools(body);
   let unlisted: string[] | undefined;
-  for (const k in body) if (!always.has(k) && !list.includes(k)) (unlisted ??= []).push(k);
+  for (const k in body) if (!always.has(k) && !list.includes(k) && !(history && (k === 'tools' || k === 'tool_choice'))) (unlisted ??= []).push(k);
   if (unlisted === undefined) return { body, dropped: undefined };
   const out: Record<string, unknown> = {};
   for (const k in body) if (!unlisted.includes(k)) out[k] = body[k];
@@ -134,6 +136,21 @@ export function fittedBody(body: Record<string, unknown>, dialect: Dialect, list
     else dropped.push(k);
   }
   return { body: out, dropped: dropped.length > 0 ? dropped : undefined };
+}
+
+/**
+ * Whether a messages body's `tools` belong to its history rather than to its answer: the history holds
+ * `tool_use` or `tool_result` blocks, which the Messages API refuses in a request without tools (400
+ * "Requests which include `tool_use` or `tool_result` blocks must define tools"), and `tool_choice: none` keeps
+ * the model from calling any (translation declares a chat history's tools so, for a chat request that offers
+ * none). Such tools, and their `tool_choice`, go to an endpoint whose list leaves `tools` out: they cannot
+ * shape the answer, and left out they had the history refused.
+ */
+function historyTools(body: Record<string, unknown>): boolean {
+  if (!Array.isArray(body.tools) || (body.tool_choice as { type?: unknown } | null | undefined)?.type !== 'none' || !Array.isArray(body.messages)) return false;
+  return body.messages.some(
+    (m) => Array.isArray(m?.content) && m.content.some((b: { type?: unknown } | null) => b?.type === 'tool_use' || b?.type === 'tool_result'),
+  );
 }
 
 /**

@@ -135,6 +135,33 @@ describe('an endpoint is sent only the parameters it lists', () => {
     expect(got.body).toMatchObject({ model: 'cl-strict', max_tokens: 30, temperature: 0.3, stop_sequences: ['END'] });
   });
 
+  it('keeps the tools a chat history calls, declared for a messages endpoint that does not list `tools` (its history is refused without them), with tool_choice none', async () => {
+    const call = { id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } };
+    const history = [
+      { role: 'user', content: 'Weather in Paris?' },
+      { role: 'assistant', content: null, tool_calls: [call] },
+      { role: 'tool', tool_call_id: 'call_1', content: '18 C' },
+      { role: 'user', content: 'Thanks; answer in words.' },
+    ];
+    exporter.reset();
+    const n = upstream.received.length;
+    const res = await chat({ model: 'p/claude-strict', max_tokens: 30, temperature: 0.3, top_k: 5, messages: history });
+    expect(res.status).toBe(200);
+    const [got] = since(n);
+    expect(got.path).toBe('/v1/messages');
+    expect(got.body.tools).toEqual([{ name: 'get_weather', input_schema: { type: 'object' } }]);
+    expect(got.body.tool_choice).toEqual({ type: 'none' });
+    expect(got.body).not.toHaveProperty('top_k');
+    // Not named dropped: only top_k was.
+    const [span] = await attemptSpans('cl-strict');
+    expect(span.attributes['gateway.dropped_parameters']).toEqual(['top_k']);
+    // A request that offers tools the model may call still has them left out there (they would shape the answer).
+    const m = upstream.received.length;
+    const offered = await chat({ model: 'p/claude-strict', max_tokens: 30, tools: [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object' } } }], messages: [{ role: 'user', content: 'hi' }] });
+    expect(offered.status).toBe(200);
+    expect(since(m)[0].body).not.toHaveProperty('tools');
+  });
+
   it('streams: the stream goes upstream (with its usage request) without top_k, and answers in full', async () => {
     const n = upstream.received.length;
     const res = await chat({ model: 'p/strict', stream: true, top_k: 3, temperature: 0.2, messages: [{ role: 'user', content: 'hi' }] });

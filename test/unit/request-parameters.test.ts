@@ -155,6 +155,22 @@ describe('fittedBody', () => {
     expect(fittedBody({ model: 'm', max_completion_tokens: 9 }, 'messages', [])).toEqual({ body: { model: 'm' }, dropped: ['max_completion_tokens'] });
   });
 
+  it('keeps a messages body\'s tools that its history needs (tool_use / tool_result, tool_choice none) for a list without `tools`; others are left out', () => {
+    const tools = [{ name: 'f', input_schema: { type: 'object' } }];
+    const history = [
+      { role: 'user', content: 'q' },
+      { role: 'assistant', content: [{ type: 'tool_use', id: 't1', name: 'f', input: {} }] },
+      { role: 'user', content: [{ type: 'tool_result', tool_use_id: 't1', content: 'r' }] },
+    ];
+    const body = { model: 'm', messages: history, max_tokens: 10, tools, tool_choice: { type: 'none' }, top_k: 3 };
+    expect(fittedBody(body, 'messages', [])).toEqual({ body: { model: 'm', messages: history, max_tokens: 10, tools, tool_choice: { type: 'none' } }, dropped: ['top_k'] });
+    // Tools the model may call shape the answer: left out as before; so are tools without a history that needs them.
+    expect(fittedBody({ ...body, tool_choice: { type: 'auto' } }, 'messages', []).dropped).toEqual(['tools', 'tool_choice', 'top_k']);
+    expect(fittedBody({ ...body, messages: [{ role: 'user', content: 'q' }] }, 'messages', []).dropped).toEqual(['tools', 'tool_choice', 'top_k']);
+    // A chat body has no such rule (chat takes tool calls in its history without tools).
+    expect(fittedBody({ model: 'm', messages: [], tools: [], tool_choice: 'none' }, 'chat_completions', []).dropped).toEqual(['tools', 'tool_choice']);
+  });
+
   it('finds nothing for a field named like an object built-in', () => {
     const body = JSON.parse('{"model":"m","constructor":1,"toString":2}');
     expect(fittedBody(body, 'chat_completions', []).dropped).toEqual(['constructor', 'toString']);
