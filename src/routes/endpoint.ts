@@ -6,8 +6,10 @@ import { CLIENT_CLOSED, clientClosed, RequestAbort } from '../pipeline/request-a
 import type { EndpointId, GatewayContext, GatewayState } from '../pipeline/types';
 import { shutdownCut } from '../drain';
 import type { Runtime } from '../runtime';
+import { formatSse } from '../providers/sse';
 import { routingMetadata } from '../routing/metadata';
 import { sessionOf } from '../routing/sticky';
+import { failureBeforeAnswer } from '../routing/stream-relay';
 import { ledgerRowOf } from '../spend/ledger';
 import { withSpan } from '../telemetry/linked-context';
 import { readJsonBytes, refuseUnreadBody } from './body';
@@ -15,7 +17,7 @@ import { ClientBytes, REUSED_MIN_BYTES } from './client-bytes';
 import type { ExactIntegers } from './exact-integers';
 import { RequestState } from './request-state';
 import { parentContext, refusedSpan, spanAttributes, spanName } from './request-span';
-import { inBandSse, requestIdHeader, setJsonBody, sseHead, writeJson, writeSse } from './respond';
+import { requestIdHeader, setJsonBody, sseHead, writeJson, writeSse } from './respond';
 import { StreamKeepalive } from './stream-keepalive';
 
 export interface EndpointSpec {
@@ -148,10 +150,11 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       // after upstream refused or failed): its ledger row says `failed`, as output moderation's does.
       if (state?.outcome === 'completed') state.outcome = 'failed';
       // The keep-alive sent the 200 and the SSE headers (a provider had accepted the stream; spec 7.5.2): the
-      // error ends that stream in-band, as a provider failing before any output does.
+      // error ends that stream in-band, as a provider failing before any output does, with the debug echoes
+      // and routing metadata the caller opted in to (it had carried the error alone).
       if (keepalive?.wroteHead && state && span) {
         ctx.respond = false;
-        if (!ctx.res.destroyed) ctx.res.end(inBandSse(state, e));
+        if (!ctx.res.destroyed) ctx.res.end(failureBeforeAnswer(state, e).map(formatSse).join(''));
         span.setStatus({ code: SpanStatusCode.ERROR, message: e.message });
         span.setAttribute('gateway.error_type', e.errorType);
         finish(runtime, state, span, ctx.res.statusCode, e.errorType);

@@ -6,10 +6,9 @@ import { DIALECTS, type FinishInfo } from '../dialects';
 import { choiceCount } from '../dialects/common';
 import { DEFAULT_MAX_TOKENS, translateRequest, translateResponse, translateStream } from '../dialects/translate';
 import { chatUsageBody } from '../dialects/chat-completions';
-import { inBandError } from '../dialects/in-band-error';
 import { messagesUsageBody } from '../dialects/messages';
 import { shutdownCut } from '../drain';
-import { masked, standardEnvelope } from '../errors/envelope';
+import { standardEnvelope } from '../errors/envelope';
 import { GatewayError, toGatewayError, withFlags } from '../errors/gateway-error';
 import { clientClosed } from '../pipeline/request-abort';
 import type { GatewayResponse, GatewayState, NormalizedUsage } from '../pipeline/types';
@@ -28,7 +27,7 @@ import { routingMetadata } from './metadata';
 import { fittedBody } from './parameters';
 import { endpointKey, planFor, primaryModel, sessionKey } from './plan';
 import type { StickyRoutes } from './sticky';
-import { endAttempt, firstOutput, relay, sideChunks, type StreamEnd } from './stream-relay';
+import { endAttempt, failureBeforeAnswer, firstOutput, relay, sideChunks, type StreamEnd } from './stream-relay';
 import type { GatewayMetrics } from '../telemetry/metrics';
 import { spanText } from '../telemetry/span-text';
 
@@ -273,19 +272,8 @@ function errorAfterHeaders(state: GatewayState, served: Served, err: GatewayErro
 function streamFailedBeforeOutput(state: GatewayState, served: Served, err: GatewayError): GatewayResponse {
   state.route = routeOf(served);
   state.outcome = 'failed';
-  const e = withoutRoutingFlags(err);
-  let events = inBandError(state, e);
-  // What a stream that succeeds sends before its answer goes out here too (it had been the error alone): chat
-  // the debug echoes (spec 6.1: one per attempted provider) and the metadata chunk; messages, which has no
-  // message_start here, the metadata in the error event, as its JSON error envelope has it (7.3). Not for a
-  // 500, whose routing metadata spec 7.4 rule 3 omits.
-  if (state.endpoint === 'messages') {
-    if (state.metadataOptIn && !masked(e)) events = events.map((ev) => (ev.event === 'error' ? { ...ev, data: JSON.stringify({ ...JSON.parse(ev.data), gateway_metadata: routingMetadata(state) }) } : ev));
-  } else {
-    const before = sideChunks(state, served.c);
-    if (masked(e)) before.splice(state.debugEchoes.length);
-    events = [...before, ...events];
-  }
+  // With what a stream that succeeds sends before its answer (the debug echoes, the routing metadata).
+  const events = failureBeforeAnswer(state, withoutRoutingFlags(err));
   return { kind: 'sse', status: 200, events: (async function* () {
     yield* events;
   })() };

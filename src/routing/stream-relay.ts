@@ -5,7 +5,9 @@
 
 import { SpanStatusCode, type Span } from '@opentelemetry/api';
 import type { StreamRewriter } from '../dialects';
+import { inBandError } from '../dialects/in-band-error';
 import { endedBeforeOutput } from '../dialects/stream-error';
+import { masked } from '../errors/envelope';
 import { GatewayError, toGatewayError } from '../errors/gateway-error';
 import type { GatewayState, SseEvent } from '../pipeline/types';
 import type { Candidate } from './candidates';
@@ -108,6 +110,26 @@ export function sideChunks(state: GatewayState, c: Candidate): SseEvent[] {
   const out = state.debugEchoes.map((echo) => sideChunk(state, echo, { debug: { echo_upstream_body: echo.body } }));
   if (state.metadataOptIn) out.push(sideChunk(state, { model: c.model.id, provider: c.provider.id }, { gateway_metadata: routingMetadata(state) }));
   return out;
+}
+
+/**
+ * The in-band error that ends a stream before any of its answer went out, with what a stream that succeeds
+ * sends before its answer: chat the debug echoes (spec 6.1: one per attempted provider) and the metadata
+ * chunk; messages, which has no message_start here, the metadata in the error event, as its JSON error
+ * envelope has it (7.3). Not the metadata for a 500, whose routing metadata spec 7.4 rule 3 omits. Used for
+ * every provider failing before output (spec 7.5.2), and for a stage's refusal after the keep-alive sent the
+ * 200 (src/routes/stream-keepalive.ts), which had carried the error alone. Names `state.route`.
+ */
+export function failureBeforeAnswer(state: GatewayState, e: GatewayError): SseEvent[] {
+  const events = inBandError(state, e);
+  const shown = state.metadataOptIn && !masked(e);
+  if (state.endpoint === 'messages') {
+    if (!shown) return events;
+    return events.map((ev) => (ev.event === 'error' ? { ...ev, data: JSON.stringify({ ...JSON.parse(ev.data), gateway_metadata: routingMetadata(state) }) } : ev));
+  }
+  const before = state.debugEchoes.map((echo) => sideChunk(state, echo, { debug: { echo_upstream_body: echo.body } }));
+  if (shown) before.push(sideChunk(state, { model: state.route?.model ?? '', provider: state.route?.provider ?? '' }, { gateway_metadata: routingMetadata(state) }));
+  return [...before, ...events];
 }
 
 export async function* relay(

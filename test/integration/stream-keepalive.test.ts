@@ -39,11 +39,11 @@ function gate(): { until: Promise<void>; open: () => void } {
 }
 
 /** POSTs a stream and reads it as it comes: `seen(text)` resolves once the body so far contains `text`. */
-async function openRaw(g: TestGateway, path: string, body: Record<string, unknown>) {
+async function openRaw(g: TestGateway, path: string, body: Record<string, unknown>, headers: Record<string, string> = {}) {
   const controller = new AbortController();
   const res = await fetch(`${g.url}/${path}`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${g.key}` },
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${g.key}`, ...headers },
     body: JSON.stringify({ ...body, stream: true }),
     signal: controller.signal,
   });
@@ -201,6 +201,46 @@ describe('a stream whose answer is slow to begin gets its headers and SSE commen
     expect(failure.error).toMatchObject({ code: 400, message: 'refused after the provider answered', metadata: { error_type: 'invalid_request' } });
     expect(events[1].data).toBe('[DONE]');
     expect(await ledgerRowSoon(g, s.res.headers.get('x-request-id')!)).toMatchObject({ status: 'failed' });
+  });
+
+  it('such a refusal carries what the caller opted in to, as a provider failing before output does: chat the debug echo and metadata chunks, messages gateway_metadata in its error event', async () => {
+    const refuseAfter: StageDefinition = {
+      id: 'refuse-after',
+      configSchema: { type: 'object' },
+      create: () => async (_ctx, next) => {
+        await next();
+        throw new GatewayError('invalid_request', 'refused after the provider answered');
+      },
+    };
+    const registry = new Map([...STAGES, refuseAfter].map((d) => [d.id, d]));
+    const g = await t.start({ registry, yaml: yaml(20).replace('default: [auth, validate, upstream]', 'default: [auth, validate, refuse-after, upstream]') });
+    const META = { 'x-gateway-metadata': 'enabled' };
+
+    const chatGate = gate();
+    t.upstream.scripts.set('gpt-upstream', [{ kind: 'slow-start', until: chatGate.until }]);
+    const c = await openRaw(g, 'chat/completions', { model: 'fake/gpt', messages: [{ role: 'user', content: 'hi' }], debug: { echo_upstream_body: true } }, META);
+    await c.seen(': keepalive\n\n');
+    chatGate.open();
+    const chunks = sseEvents((await c.done).replaceAll(': keepalive\n\n', ''));
+    expect(chunks.at(-1)!.data).toBe('[DONE]');
+    const parsed = chunks.slice(0, -1).map((e) => JSON.parse(e.data));
+    expect(parsed).toHaveLength(3);
+    expect(parsed[0]).toMatchObject({ choices: [], provider: 'fake-openai', debug: { echo_upstream_body: { model: 'gpt-upstream' } } });
+    expect(parsed[1]).toMatchObject({ choices: [], gateway_metadata: { endpoints: { available: [{ provider: 'fake-openai', selected: true }] } } });
+    expect(parsed[2]).toMatchObject({ error: { code: 400, metadata: { error_type: 'invalid_request' } }, choices: [{ finish_reason: 'error' }] });
+
+    const msgGate = gate();
+    t.upstream.scripts.set('claude-upstream', [{ kind: 'slow-start', until: msgGate.until }]);
+    const m = await openRaw(g, 'messages', { model: 'fake/claude', max_tokens: 20, messages: [{ role: 'user', content: 'hi' }] }, META);
+    await m.seen(': keepalive\n\n');
+    msgGate.open();
+    const events = sseEvents((await m.done).replaceAll(': keepalive\n\n', ''));
+    const error = events.find((e) => e.event === 'error')!;
+    expect(JSON.parse(error.data)).toMatchObject({
+      type: 'error',
+      error: { type: 'invalid_request_error', error_type: 'invalid_request' },
+      gateway_metadata: { endpoints: { available: [{ provider: 'fake-anthropic', selected: true }] } },
+    });
   });
 
   it('stream_keepalive_ms: 0 turns it off: nothing is written before the answer begins', async () => {
