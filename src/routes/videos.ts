@@ -6,7 +6,7 @@ import type { VideoProvider } from '../providers/video-types';
 import { blamesCaller } from '../routing/attempt-policy';
 import type { Services } from '../services';
 import type { KeyRecord, VideoJob } from '../store/types';
-import { expireIfDue } from '../videos/advance';
+import { advanceJob, expireIfDue } from '../videos/advance';
 import { releaseVideoHold, videoEstimate } from '../videos/billing';
 import { jobObject, transition, videoJobId } from '../videos/job';
 import { jobKey } from '../videos/own-key';
@@ -169,8 +169,8 @@ export function videoGetStage(services: Services): Stage {
 /**
  * POST /videos/{jobId}/cancel: same key and workspace rules as GET. A pending or in_progress job is cancelled
  * upstream, then marked cancelled (200 with the job) and its spend hold released; a job that already ended is
- * 409 `conflict`. An upstream that refuses the cancel leaves the job as it was and answers with that error
- * (e.g. 502).
+ * 409 `conflict`, also when the upstream refused the cancel because the job had ended there before the gateway
+ * polled it. Any other refusal leaves the job as it was and answers with that error (e.g. 502).
  */
 export function videoCancelStage(services: Services): Stage {
   return async (ctx) => {
@@ -181,7 +181,7 @@ export function videoCancelStage(services: Services): Stage {
     let job = await workspaceJob(services, id, key);
     if (!isFinished(job.status)) {
       const provider = services.videos.providers.get(job.provider);
-      if (provider) await provider.cancel(job.upstreamJobId, await jobKey(services, job));
+      if (provider) job = await cancelUpstream(services, provider, job);
     }
     // A poller may move the job (pending → in_progress) between the read and the write: read again and retry.
     for (let i = 0; i < 3 && !isFinished(job.status); i++) {
@@ -196,4 +196,25 @@ export function videoCancelStage(services: Services): Stage {
     }
     state.response = { kind: 'json', status: 200, body: jobObject(job, services.config.server.base_path) };
   };
+}
+
+/**
+ * Cancels the job upstream and returns it. An upstream that answers the cancel with an error may have ended
+ * the job before the gateway polled it (a 409 "already finished"): the job is then polled once, as the poller
+ * would (completed and billed, or failed, or cancelled), and returned if that ended it, for the cancel's usual
+ * answer (a 409 `conflict` naming the status, or 200 if the upstream had cancelled it). Otherwise, and when
+ * the upstream could not be reached at all, its error stands.
+ */
+async function cancelUpstream(services: Services, provider: VideoProvider, job: VideoJob): Promise<VideoJob> {
+  const key = await jobKey(services, job);
+  try {
+    await provider.cancel(job.upstreamJobId, key);
+    return job;
+  } catch (err) {
+    const refusal = toGatewayError(err);
+    if (refusal.metadata?.provider_code === undefined) throw refusal;
+    const polled = (await advanceJob({ services, clock: services.spend.clock }, job)) ?? (await services.store.getVideoJob(job.id, job.workspaceId));
+    if (polled && isFinished(polled.status)) return polled;
+    throw refusal;
+  }
 }

@@ -145,8 +145,8 @@ describe('the gateway with an http-video provider', () => {
     offset = 0;
   });
 
-  async function start(jobTimeoutS = 600): Promise<TestGateway> {
-    g = await startTestGateway({ yaml: videoConfigYaml({ upstreamUrl: upstream.url, jobTimeoutS }), clock: () => Date.now() + offset });
+  async function start(jobTimeoutS = 600, pollIntervalMs = 10): Promise<TestGateway> {
+    g = await startTestGateway({ yaml: videoConfigYaml({ upstreamUrl: upstream.url, jobTimeoutS, pollIntervalMs }), clock: () => Date.now() + offset });
     await fund(g);
     return g;
   }
@@ -178,6 +178,33 @@ describe('the gateway with an http-video provider', () => {
     const res = await cancelVideo(gw, id);
     expect(res.json.status).toBe('cancelled');
     expect(upstream.jobs.get(upId)?.status).toBe('cancelled');
+  });
+
+  it('a cancel the upstream refuses because the job already ended, before the gateway polled it: 409 conflict with the status it ended in', async () => {
+    const gw = await start(600, 60_000); // the poller's first round ran at start, before the jobs: none is polled
+    const done = await startJob(gw, { model: 'http/video', prompt: 'done' });
+    const broken = await startJob(gw, { model: 'http/video', prompt: 'broken' });
+    const upIdOf = async (id: string) => (await gw.store.getVideoJob(id, gw.keyRecord.workspaceId))!.upstreamJobId;
+    upstream.jobs.set(await upIdOf(done), { status: 'succeeded', output_urls: ['https://v.test/d.mp4'], cost: 0.2 });
+    upstream.jobs.set(await upIdOf(broken), { status: 'failed', error: 'out of frames' });
+    upstream.faults.push({ status: 409, body: { error: { message: 'job already finished' } }, on: 'cancel' });
+    const lost = await cancelVideo(gw, done);
+    expect(lost.status).toBe(409);
+    expect(lost.json).toEqual({ error: { code: 409, message: expect.any(String), metadata: { error_type: 'conflict', status: 'completed' } } });
+    const job = (await getVideo(gw, done)).json;
+    expect(job).toMatchObject({ status: 'completed', usage: { cost: 0.2, is_byok: false } });
+    expect((await gw.store.getLedger(job.generation_id))?.costUsd).toBe(0.2);
+    upstream.faults.push({ status: 400, body: { error: { message: 'job is not running' } }, on: 'cancel' });
+    const failed = await cancelVideo(gw, broken);
+    expect(failed.status).toBe(409);
+    expect(failed.json.error.metadata).toEqual({ error_type: 'conflict', status: 'failed' });
+    // A refusal for a job the upstream still runs stays the upstream's error.
+    const running = await startJob(gw, { model: 'http/video', prompt: 'running' });
+    upstream.jobs.set(await upIdOf(running), { status: 'running' });
+    upstream.faults.push({ status: 409, on: 'cancel' });
+    const refused = await cancelVideo(gw, running);
+    expect(refused.status).toBe(502);
+    expect(refused.json.error.metadata).toMatchObject({ error_type: 'provider_unavailable', provider_code: 409 });
   });
 
   it('an upstream that fails the submission: its typed error, and no job', async () => {
