@@ -89,7 +89,22 @@ async function fuse({ state, dialect, models, judge, forward, config, template, 
     ...candidates.map((b) => ({ body: b })),
     { body: judgeBody({ body, judge, answers: [], template, stream: false }), readsEarlier: true },
   ]);
-  const results = await Promise.all(models.map((model, i) => askCandidate({ state, dialect, model, body: candidates[i], forward, timeoutMs: config.timeout_ms, services })));
+  // A stream is committed once `min_answers` candidates answered: those providers accepted the request, and
+  // the judge will be asked. From then on its status is 200 (spec 7.5.2), so the endpoint's keep-alive may send
+  // the headers and comments while the other candidates and the judge are slow, as for a provider's accepted
+  // stream; a judge that then fails ends the stream in-band. Before that, too few answers is a real 502/504.
+  // The generation id is chosen here, as those headers carry it; the judge's call is made under it.
+  let answers = 0;
+  const committed = (r: Candidate) => {
+    if (r.ok && ++answers === config.min_answers && body.stream === true && state.streamAccepted) {
+      state.requestId ??= generationId();
+      state.streamAccepted();
+    }
+    return r;
+  };
+  const results = await Promise.all(
+    models.map((model, i) => askCandidate({ state, dialect, model, body: candidates[i], forward, timeoutMs: config.timeout_ms, services }).then(committed)),
+  );
   const answered = results.filter((r): r is Extract<Candidate, { ok: true }> => r.ok);
   const failed = results.filter((r): r is Extract<Candidate, { ok: false }> => !r.ok);
   const candidateUsage = addUsage(results.map((r) => r.usage));
@@ -126,6 +141,7 @@ async function fuse({ state, dialect, models, judge, forward, config, template, 
   const judgeStarted = performance.now();
   const judgeState = childState(state, {
     body: judgeBody({ body, judge, answers: answered.map((r) => r.text), template, stream }),
+    requestId: state.requestId ?? undefined, // a stream's, sent in its headers already (above)
     metadataOptIn: state.metadataOptIn,
     pipeline: state.pipeline, // the judge's routing metadata is the client's: it shows this record
     // Why here, not after dispatch returns: a stream's metadata is written as its first event arrives (before

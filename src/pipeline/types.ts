@@ -149,7 +149,8 @@ export interface GatewayState {
    * Called by routing when a provider has accepted this request's stream (200) and its first output is
    * awaited. From then on the status is 200 whatever follows (spec 7.5.2), so the endpoint may send the
    * headers and keep-alive comments while the answer is slow to begin (`server.stream_keepalive_ms`).
-   * Set by the endpoint for streaming requests; null otherwise and in child calls.
+   * Set by the endpoint for streaming requests; null otherwise and in child calls. Fusion calls it too, once
+   * `min_answers` of its candidates answered (its judge's call, a child, does not).
    */
   streamAccepted?: (() => void) | null;
   /**

@@ -6,6 +6,8 @@ export interface ChildOptions {
   body: Record<string, unknown>;
   /** Aborts the child alone (a per-call timeout); defaults to the parent's signal. */
   signal?: AbortSignal;
+  /** The generation id the child's call is made under (default: dispatch draws a new one). */
+  requestId?: string;
   /** Carry the parent's `X-Gateway-Metadata` opt-in (default false: a child's answer is not shown as is). */
   metadataOptIn?: boolean;
   /** Share this list as the child's `pipeline` (so its routing metadata shows the parent's records). */
@@ -31,7 +33,7 @@ export function childState(parent: GatewayState, options: ChildOptions): Gateway
     // The body is the parent's with a few fields replaced: its big integers keep the client's digits too.
     exactIntegers: parent.exactIntegers,
     key: parent.key,
-    requestId: null,
+    requestId: options.requestId ?? null,
     startedAt: performance.now(),
     session: null,
     debugEchoes: [],

@@ -62,7 +62,8 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
     const session = sessionKey(state);
     const plan = planFor(state, deps, session ? await deps.sticky.lookup(session) : undefined);
     state.candidates = plan.map((c) => ({ provider: c.provider.id, model: c.model.id, region: c.provider.region }));
-    state.requestId = generationId();
+    // A stage may have chosen it already (fusion's judge: its stream's headers went out with it).
+    state.requestId ??= generationId();
     state.span.setAttribute('gateway.generation_id', state.requestId);
     const stream = body.stream === true;
     const own = await deps.ownKeys(state);
