@@ -57,7 +57,7 @@ export function compileRequestValidators(schemaDir: string = findSchemaDir(__dir
   // It only changes the code that runs after a failure.
   const ajv = new Ajv({ allErrors: false, verbose: true, allowUnionTypes: true });
   const schemas = {} as Record<RequestKind, JsonObject>;
-  // messages.schema.json takes shared definitions (`provider`) from chat-completions.schema.json by `$ref`:
+  // messages.schema.json takes shared definitions (`provider`, `plugins`) from chat-completions.schema.json by `$ref`:
   // both are added before either compiles.
   for (const kind of KINDS) {
     schemas[kind] = JSON.parse(readFileSync(join(schemaDir, SCHEMA_FILES[kind]), 'utf8')) as JsonObject;

@@ -413,6 +413,21 @@ describe('chat-completions body (spec 4.2, 8.1)', () => {
   });
 });
 
+describe('`plugins` is one definition for both endpoints', () => {
+  // schemas/messages.schema.json refers to chat-completions' `plugins`: a plugin's id and options are written once.
+  const IDS = ['alignment', 'auto-beta-router', 'auto-router', 'context-compression', 'file-parser', 'fusion', 'jev-router', 'moderation', 'pareto-router', 'response-healing', 'switchyard-router', 'web', 'web-fetch'];
+  const both = (plugins: unknown[]) => ({
+    messages: validators.messages({ ...minimalMessages, plugins }),
+    chat_completions: validators.chat_completions({ ...minimalChat, plugins }),
+  });
+  it.each(IDS)('%s: the same answer from each endpoint, for the id alone and with a key it does not read', (id) => {
+    expect(both([{ id }])).toEqual({ messages: null, chat_completions: null });
+    // (ids no stage runs have no list of options: validate's pipeline check refuses them instead)
+    const extra = both([{ id, not_an_option: 1 }]);
+    expect(extra.messages).toEqual(extra.chat_completions);
+  });
+});
+
 describe('null optional fields are "not given"', () => {
   it('drops every nullable chat field set to null, and nothing else', () => {
     const body: Body = { ...minimalChat, ...chatNulls, top_k: null, user: null, tool_choice: null, temperature_hint: null };
