@@ -1,6 +1,6 @@
 import { inBandError } from '../dialects/in-band-error';
 import { GatewayError } from '../errors/gateway-error';
-import { answerText } from '../healing/answer';
+import { answerParts } from '../healing/answer';
 import type { GatewayState, SseEvent } from '../pipeline/types';
 import type { ModerationEngine, ModerationVerdict } from './engines';
 
@@ -196,18 +196,6 @@ export async function* moderatedStream(input: { engine: ModerationEngine; state:
   }
 }
 
-
-/** A non-streaming answer's texts: chat every choice's `message.content` (`n` > 1 has several), messages its text blocks joined. */
-function answerTexts(endpoint: Endpoint, body: unknown): string[] {
-  if (endpoint === 'messages') {
-    const text = answerText(endpoint, body);
-    return text ? [text] : [];
-  }
-  const choices = (body as { choices?: unknown } | null)?.choices;
-  if (!Array.isArray(choices)) return [];
-  return choices.map((c) => (c as { message?: { content?: unknown } } | null)?.message?.content).filter((t): t is string => typeof t === 'string' && t !== '');
-}
-
 /**
  * Judges a non-streaming answer's texts, every choice's (when it has any). Flagged, or failed with `on_error: deny`: throws
  * the 403 (`content_policy_violation` / `permission_denied`) the error middleware answers with, and marks
@@ -215,7 +203,10 @@ function answerTexts(endpoint: Endpoint, body: unknown): string[] {
  */
 export async function moderateAnswer(input: { engine: ModerationEngine; state: GatewayState; logger: Logger; body: unknown }): Promise<void> {
   const { engine, state, logger } = input;
-  const texts = answerTexts(state.endpoint as Endpoint, input.body);
+  // Chat: every choice's `message.content` (`n` > 1 has several); messages: its text blocks joined. An empty one has nothing to judge.
+  const texts = answerParts(state.endpoint as Endpoint, input.body)
+    .map((p) => p.text)
+    .filter((t) => t !== '');
   if (texts.length === 0) return;
   const check = await judge(engine, texts, state.signal, logger);
   record(engine, state, { last: check, checks: 1, chars: texts.reduce((n, t) => n + t.length, 0), error: check.error });
