@@ -90,8 +90,7 @@ export function stampChunk(data: string, stamp: { id: string; model: string; pro
       if (rest < modelEnd) return null;
     }
   }
-  const head = `{"id":${stamp.id},"provider":${stamp.provider}${data.slice(idEnd + 1, modelStart - 1)}${stamp.model}`;
-  return resume === data.length ? head + data.slice(modelEnd + 1, rest) : head + data.slice(modelEnd + 1, rest) + data.slice(resume);
+  return `{"id":${stamp.id},"provider":${stamp.provider}${data.slice(idEnd + 1, modelStart - 1)}${stamp.model}${data.slice(modelEnd + 1, rest)}${data.slice(resume)}`;
 }
 
 const NULL_USAGE = '"usage":null';
