@@ -559,6 +559,6 @@ async function streamResponse(
   // Messages style: the routing metadata rides in message_start (a new event name could upset SDKs).
   if (state.metadataOptIn && dialect === 'messages') info.metadata = routingMetadata(state);
   const rewriter = billedByDelivery(DIALECTS[dialect].streamRewriter(info), { dialect, info, body: state.body, reported: () => seen.reported(), bounds: usageBounds(state, c) });
-  const before = dialect === 'chat_completions' ? sideChunks(state, c) : [];
+  const before = dialect === 'chat_completions' ? sideChunks(state, { model: c.model.id, provider: c.provider.id }) : [];
   return { kind: 'sse', status: 200, events: batched(() => relay(state, iterator, first, rewriter, attempt, before, onStreamEnd)) };
 }

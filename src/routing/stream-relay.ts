@@ -104,11 +104,11 @@ function sideChunk(state: GatewayState, about: { model: string; provider: string
 
 /**
  * Chat style, before the answer: one debug chunk per attempted provider (spec 6.1.3, streaming only), each
- * naming the provider and model of its attempt, then the routing metadata when opted in.
+ * naming the provider and model of its attempt, then the routing metadata (stamped with `about`) when `shown`.
  */
-export function sideChunks(state: GatewayState, c: Candidate): SseEvent[] {
+export function sideChunks(state: GatewayState, about: { model: string; provider: string }, shown = state.metadataOptIn): SseEvent[] {
   const out = state.debugEchoes.map((echo) => sideChunk(state, echo, { debug: { echo_upstream_body: echo.body } }));
-  if (state.metadataOptIn) out.push(sideChunk(state, { model: c.model.id, provider: c.provider.id }, { gateway_metadata: routingMetadata(state) }));
+  if (shown) out.push(sideChunk(state, about, { gateway_metadata: routingMetadata(state) }));
   return out;
 }
 
@@ -127,9 +127,7 @@ export function failureBeforeAnswer(state: GatewayState, e: GatewayError): SseEv
     if (!shown) return events;
     return events.map((ev) => (ev.event === 'error' ? { ...ev, data: JSON.stringify({ ...JSON.parse(ev.data), gateway_metadata: routingMetadata(state) }) } : ev));
   }
-  const before = state.debugEchoes.map((echo) => sideChunk(state, echo, { debug: { echo_upstream_body: echo.body } }));
-  if (shown) before.push(sideChunk(state, { model: state.route?.model ?? '', provider: state.route?.provider ?? '' }, { gateway_metadata: routingMetadata(state) }));
-  return [...before, ...events];
+  return [...sideChunks(state, { model: state.route?.model ?? '', provider: state.route?.provider ?? '' }, shown), ...events];
 }
 
 export async function* relay(
