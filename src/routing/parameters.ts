@@ -64,7 +64,7 @@ const ACROSS: Readonly<Record<Dialect, ReadonlyMap<string, readonly string[]>>> 
     ['stop_sequences', ['stop']],
     ['tools', ['tools']],
     ['tool_choice', ['tool_choice']],
-    ['thinking', ['reasoning_effort']],
+    ['thinking', ['reasoning_effort', 'reasoning']], // disabled: `reasoning: {enabled: false}`
     ['output_config', ['reasoning_effort', 'response_format']], // `effort`, `format`
     ['service_tier', ['service_tier']],
   ]),

@@ -295,3 +295,40 @@ describe('a chat `reasoning` object to a chat endpoint that lists `reasoning_eff
     expect(res.status).toBe(200);
   });
 });
+
+describe('a messages client\'s thinking to a chat endpoint', () => {
+  const hi = [{ role: 'user', content: 'hi' }];
+  const off = { max_tokens: 50, messages: hi, thinking: { type: 'disabled' } };
+
+  it('disabled goes as the reasoning-off control a chat `reasoning: {enabled: false}` gets there: as is, as reasoning_effort none, or not at all; it had sent nothing, so the model reasoned at its default', async () => {
+    const n = upstream.received.length;
+    for (const model of ['p/reasoning', 'p/effort', 'p/strict', 'p/open']) expect((await messages({ model, ...off })).status).toBe(200);
+    const [listsReasoning, listsEffort, listsNeither, listsNothing] = since(n);
+    expect(listsReasoning.body.reasoning).toEqual({ enabled: false });
+    expect(listsReasoning.body).not.toHaveProperty('reasoning_effort');
+    expect(listsEffort.body.reasoning_effort).toBe('none');
+    expect(listsEffort.body).not.toHaveProperty('reasoning');
+    expect(listsNeither.body).not.toHaveProperty('reasoning');
+    expect(listsNeither.body).not.toHaveProperty('reasoning_effort');
+    // An endpoint that lists nothing gets it as a chat client's `reasoning` goes there.
+    expect(listsNothing.body.reasoning).toEqual({ enabled: false });
+    // Over an output_config effort, as a chat `enabled: false` wins over an effort beside it.
+    const m = upstream.received.length;
+    await messages({ model: 'p/effort', ...off, output_config: { effort: 'high' } });
+    expect(since(m)[0].body.reasoning_effort).toBe('none');
+    // require_parameters keeps both endpoints that take it (without max_tokens: p/reasoning lists no limit).
+    for (const model of ['p/reasoning', 'p/effort']) expect((await messages({ model, messages: hi, thinking: { type: 'disabled' }, provider: { require_parameters: true } })).status).toBe(200);
+  });
+
+  it('enabled goes as reasoning_effort by its budget; output_config.effort as is; adaptive alone as nothing (the provider\'s default)', async () => {
+    const n = upstream.received.length;
+    await messages({ model: 'p/effort', max_tokens: 9000, messages: hi, thinking: { type: 'enabled', budget_tokens: 5000 } });
+    await messages({ model: 'p/effort', max_tokens: 50, messages: hi, thinking: { type: 'adaptive' }, output_config: { effort: 'low' } });
+    await messages({ model: 'p/effort', max_tokens: 50, messages: hi, thinking: { type: 'adaptive' } });
+    const [enabled, effort, adaptive] = since(n);
+    expect(enabled.body.reasoning_effort).toBe('medium');
+    expect(effort.body.reasoning_effort).toBe('low');
+    expect(adaptive.body).not.toHaveProperty('reasoning_effort');
+    expect(adaptive.body).not.toHaveProperty('reasoning');
+  });
+});

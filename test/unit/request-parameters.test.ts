@@ -59,6 +59,7 @@ const MESSAGES_PARAMETERS: [string, unknown, Body?][] = [
   ['tools', TOOLS_MESSAGES],
   ['tool_choice', { type: 'any' }, { tools: TOOLS_MESSAGES }],
   ['thinking', { type: 'enabled', budget_tokens: 2048 }],
+  ['thinking', { type: 'disabled' }],
   ['output_config', { effort: 'high' }],
   ['output_config', { format: { type: 'json_schema', schema: SCHEMA } }],
   ['service_tier', 'auto'],

@@ -476,7 +476,9 @@ describe('messages → chat: top-level fields', () => {
     ['thinking enabled big → high', { thinking: { type: 'enabled', budget_tokens: 20000 } }, { reasoning_effort: 'high' }, []],
     ['output_config.effort wins', { thinking: { type: 'adaptive' }, output_config: { effort: 'max' } }, { reasoning_effort: 'max' }, []],
     ['adaptive alone', { thinking: { type: 'adaptive' } }, {}, ['reasoning_effort', 'reasoning']],
-    ['disabled', { thinking: { type: 'disabled' } }, {}, ['reasoning_effort', 'reasoning']],
+    // Reasoning off as chat says it (routing/parameters.ts sends it as the endpoint takes it), over any effort.
+    ['disabled', { thinking: { type: 'disabled' } }, { reasoning: { enabled: false } }, ['reasoning_effort']],
+    ['disabled over an effort', { thinking: { type: 'disabled' }, output_config: { effort: 'high' } }, { reasoning: { enabled: false } }, ['reasoning_effort']],
   ];
   it.each(cases)('%s', (_name, extra, expected, absent) => {
     const out = toChat(msgs(extra));

@@ -23,10 +23,11 @@
  *   whose last assistant turn has no signed thinking block (messages would reject it; chat clients rarely
  *   keep signatures), when `tool_choice` forces a tool, and when the last turn is an assistant prefill
  *   (messages rejects thinking with either).
- * - Reasoning, messages → chat: `output_config.effort` → `reasoning_effort` as is; else thinking enabled →
- *   `reasoning_effort` by budget: ≤ 2048 low, ≤ 8192 medium, above high. Adaptive/disabled thinking →
- *   nothing (provider default; `none` would break non-reasoning models). Only the official
- *   `reasoning_effort` is sent, not the `reasoning` object.
+ * - Reasoning, messages → chat: disabled thinking → `reasoning: {enabled: false}` (over any effort), what a
+ *   chat client says to turn reasoning off; the endpoint's `supported_parameters` decide how it goes on
+ *   (`reasoning_effort: "none"` where only that is listed, nothing where neither is: routing/parameters.ts).
+ *   Else `output_config.effort` → `reasoning_effort` as is; else thinking enabled → `reasoning_effort` by
+ *   budget: ≤ 2048 low, ≤ 8192 medium, above high. Adaptive thinking alone → nothing (provider default).
  * - History reasoning: chat assistant `reasoning_details` entries of type `reasoning.text` with a signature
  *   become thinking blocks (`reasoning.encrypted` → redacted_thinking); unsigned reasoning text is dropped.
  *   messages thinking/redacted_thinking blocks are dropped going to chat (chat has no input form).
@@ -386,7 +387,10 @@ export function messagesToChatRequest(body: Record<string, unknown>): Record<str
 
   const oc = isObj(b.output_config) ? b.output_config : {};
   const t = isObj(b.thinking) ? b.thinking : {};
-  if (typeof oc.effort === 'string') out.reasoning_effort = oc.effort;
+  // Disabled thinking is reasoning turned off, as chat says it: routing/parameters.ts sends it on as the
+  // endpoint takes it (`reasoning_effort: "none"` where it lists only that). It wins over an effort beside it.
+  if (t.type === 'disabled') out.reasoning = { enabled: false };
+  else if (typeof oc.effort === 'string') out.reasoning_effort = oc.effort;
   else if (t.type === 'enabled' && typeof t.budget_tokens === 'number') out.reasoning_effort = budgetToEffort(t.budget_tokens);
   if (isObj(oc.format) && oc.format.type === 'json_schema' && isObj(oc.format.schema)) {
     out.response_format = { type: 'json_schema', json_schema: { name: 'output', schema: oc.format.schema, strict: true } };
