@@ -9,7 +9,7 @@
  *   gives its parameters.
  * - every attempt: the parameters of the upstream body that the endpoint does not list are left out of that
  *   attempt's body (`fittedBody`), as OpenRouter ignores a parameter the chosen provider does not support;
- *   except a messages body's tools that only its history needs (`historyTools`).
+ *   except a messages body's tools that its history needs, which go uncallable (`historyTools`).
  * An endpoint without a list takes everything (OpenAI-compatible servers ignore what they do not know).
  */
 import { GATEWAY_ONLY_FIELDS } from '../dialects/common';
@@ -124,11 +124,17 @@ export function fittedBody(body: Record<string, unknown>, dialect: Dialect, list
   const history = dialect === 'messages' && !list.includes('tools') && historyTools(body);
   let unlisted: string[] | undefined;
   for (const k in body) if (!always.has(k) && !list.includes(k) && !(history && (k === 'tools' || k === 'tool_choice'))) (unlisted ??= []).push(k);
-  if (unlisted === undefined) return { body, dropped: undefined };
+  const offered = history && !noToolCalls(body.tool_choice);
+  if (unlisted === undefined && !offered) return { body, dropped: undefined };
   const out: Record<string, unknown> = {};
-  for (const k in body) if (!unlisted.includes(k)) out[k] = body[k];
+  for (const k in body) if (!unlisted?.includes(k)) out[k] = k === 'tool_choice' && offered ? { type: 'none' } : body[k];
   const dropped: string[] = [];
-  for (const k of unlisted) {
+  if (offered) {
+    out.tool_choice ??= { type: 'none' };
+    // The tools were offered for calling, and the model can call none of them here: that offer is left out.
+    dropped.push(...['tools', 'tool_choice'].filter((k) => k in body));
+  }
+  for (const k of unlisted ?? []) {
     const other = dialect === 'chat_completions' ? OTHER_SPELLING.get(k) : undefined;
     // The other spelling already in the body carries its own value: this one is dropped.
     if (other !== undefined && list.includes(other) && !(other in body)) out[other] = body[k];
@@ -139,19 +145,22 @@ export function fittedBody(body: Record<string, unknown>, dialect: Dialect, list
 }
 
 /**
- * Whether a messages body's `tools` belong to its history rather than to its answer: the history holds
- * `tool_use` or `tool_result` blocks, which the Messages API refuses in a request without tools (400
- * "Requests which include `tool_use` or `tool_result` blocks must define tools"), and `tool_choice: none` keeps
- * the model from calling any (translation declares a chat history's tools so, for a chat request that offers
- * none). Such tools, and their `tool_choice`, go to an endpoint whose list leaves `tools` out: they cannot
- * shape the answer, and left out they had the history refused.
+ * Whether a messages body's history needs its `tools`: the history holds `tool_use` or `tool_result` blocks,
+ * which the Messages API refuses in a request without tools (400 "Requests which include `tool_use` or
+ * `tool_result` blocks must define tools"). Such tools go to an endpoint whose list leaves `tools` out, with
+ * `tool_choice: none` (fittedBody), so they cannot shape the answer: left out they had the history refused.
+ * They are the history's own when `tool_choice` is already none (translation declares a chat history's tools
+ * so, for a chat request that offers none); tools offered for calling go the same way, uncallable (they had
+ * been left out, and the history refused with them).
  */
 function historyTools(body: Record<string, unknown>): boolean {
-  if (!Array.isArray(body.tools) || (body.tool_choice as { type?: unknown } | null | undefined)?.type !== 'none' || !Array.isArray(body.messages)) return false;
+  if (!Array.isArray(body.tools) || body.tools.length === 0 || !Array.isArray(body.messages)) return false;
   return body.messages.some(
     (m) => Array.isArray(m?.content) && m.content.some((b: { type?: unknown } | null) => b?.type === 'tool_use' || b?.type === 'tool_result'),
   );
 }
+
+const noToolCalls = (choice: unknown): boolean => (choice as { type?: unknown } | null | undefined)?.type === 'none';
 
 /**
  * The effort of a chat body's `reasoning` object (the spec's, OpenRouter's) put in `out` as `reasoning_effort`,

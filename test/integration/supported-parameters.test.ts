@@ -332,3 +332,53 @@ describe('a messages client\'s thinking to a chat endpoint', () => {
     expect(adaptive.body).not.toHaveProperty('reasoning');
   });
 });
+
+describe('a request that offers tools and has a tool history, to a messages endpoint that does not list `tools`', () => {
+  const weather = { name: 'get_weather', description: 'Weather', input_schema: { type: 'object', properties: { city: { type: 'string' } } } };
+  const clock = { name: 'get_time', input_schema: { type: 'object', properties: {} } };
+  const history = [
+    { role: 'user', content: 'Weather in Paris?' },
+    { role: 'assistant', content: [{ type: 'tool_use', id: 'toolu_1', name: 'get_weather', input: { city: 'Paris' } }] },
+    { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_1', content: '18 C' }] },
+  ];
+
+  it('a messages request keeps its tools, with tool_choice none (the Messages API refuses the history without tools; the model may call none)', async () => {
+    exporter.reset();
+    const n = upstream.received.length;
+    const res = await messages({ model: 'p/claude-strict', max_tokens: 30, tools: [weather, clock], tool_choice: { type: 'auto' }, messages: history });
+    expect(res.status).toBe(200);
+    const [got] = since(n);
+    expect(got.path).toBe('/v1/messages');
+    expect(got.body.tools).toEqual([weather, clock]);
+    expect(got.body.tool_choice).toEqual({ type: 'none' });
+    expect(got.body.messages).toEqual(history);
+    // The tools the client offered for calling are named dropped: the model can call none of them.
+    const [span] = await attemptSpans('cl-strict');
+    expect(span.attributes['gateway.dropped_parameters']).toEqual(['tools', 'tool_choice']);
+    // Without a tool_choice (or with one that forces a call) the same.
+    const m = upstream.received.length;
+    await messages({ model: 'p/claude-strict', max_tokens: 30, tools: [weather], messages: history });
+    await messages({ model: 'p/claude-strict', max_tokens: 30, tools: [weather], tool_choice: { type: 'tool', name: 'get_weather', disable_parallel_tool_use: true }, messages: history });
+    for (const r of since(m)) {
+      expect(r.body.tools).toEqual([weather]);
+      expect(r.body.tool_choice).toEqual({ type: 'none' });
+    }
+  });
+
+  it('a chat request translated there the same', async () => {
+    const fn = { type: 'function', function: { name: 'get_weather', parameters: weather.input_schema } };
+    const chatHistory = [
+      { role: 'user', content: 'Weather in Paris?' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
+      { role: 'tool', tool_call_id: 'call_1', content: '18 C' },
+    ];
+    const n = upstream.received.length;
+    const res = await chat({ model: 'p/claude-strict', max_tokens: 30, tools: [fn], tool_choice: 'required', parallel_tool_calls: false, messages: chatHistory });
+    expect(res.status).toBe(200);
+    const [got] = since(n);
+    expect(got.path).toBe('/v1/messages');
+    expect(got.body.tools).toEqual([{ name: 'get_weather', input_schema: weather.input_schema }]);
+    expect(got.body.tool_choice).toEqual({ type: 'none' });
+    expect(got.body.messages[1].content[0]).toMatchObject({ type: 'tool_use', name: 'get_weather' });
+  });
+});

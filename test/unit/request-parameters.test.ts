@@ -165,8 +165,14 @@ describe('fittedBody', () => {
     ];
     const body = { model: 'm', messages: history, max_tokens: 10, tools, tool_choice: { type: 'none' }, top_k: 3 };
     expect(fittedBody(body, 'messages', [])).toEqual({ body: { model: 'm', messages: history, max_tokens: 10, tools, tool_choice: { type: 'none' } }, dropped: ['top_k'] });
-    // Tools the model may call shape the answer: left out as before; so are tools without a history that needs them.
-    expect(fittedBody({ ...body, tool_choice: { type: 'auto' } }, 'messages', []).dropped).toEqual(['tools', 'tool_choice', 'top_k']);
+    // Tools offered for calling, with such a history, go uncallable (tool_choice none, whatever it was, or set
+    // when absent; even where the list names tool_choice): the offer is named dropped.
+    const uncallable = { body: { model: 'm', messages: history, max_tokens: 10, tools, tool_choice: { type: 'none' } }, dropped: ['tools', 'tool_choice', 'top_k'] };
+    expect(fittedBody({ ...body, tool_choice: { type: 'auto' } }, 'messages', [])).toEqual(uncallable);
+    expect(fittedBody({ ...body, tool_choice: { type: 'tool', name: 'f' } }, 'messages', ['tool_choice'])).toEqual(uncallable);
+    const { tool_choice: _c, ...unchosen } = body;
+    expect(fittedBody(unchosen, 'messages', ['top_k'])).toEqual({ body: { ...unchosen, tool_choice: { type: 'none' } }, dropped: ['tools'] });
+    // Tools without a history that needs them shape the answer only: left out.
     expect(fittedBody({ ...body, messages: [{ role: 'user', content: 'q' }] }, 'messages', []).dropped).toEqual(['tools', 'tool_choice', 'top_k']);
     // A chat body has no such rule (chat takes tool calls in its history without tools).
     expect(fittedBody({ model: 'm', messages: [], tools: [], tool_choice: 'none' }, 'chat_completions', []).dropped).toEqual(['tools', 'tool_choice']);
