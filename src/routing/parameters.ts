@@ -84,8 +84,8 @@ const OTHER_SPELLING: ReadonlyMap<string, string> = new Map([
 function takes(dialect: Dialect, list: readonly string[], name: string): boolean {
   if (ALWAYS_SENT[dialect].has(name) || list.includes(name)) return true;
   if (dialect !== 'chat_completions') return false;
-  // A chat `reasoning` reaches an endpoint listing `reasoning_effort` as that (see fittedBody).
-  const other = name === 'reasoning' ? 'reasoning_effort' : OTHER_SPELLING.get(name);
+  // A chat `reasoning` reaches an endpoint listing `reasoning_effort` as that, and back (see fittedBody).
+  const other = name === 'reasoning' ? 'reasoning_effort' : name === 'reasoning_effort' ? 'reasoning' : OTHER_SPELLING.get(name);
   return other !== undefined && list.includes(other);
 }
 
@@ -139,6 +139,7 @@ export function fittedBody(body: Record<string, unknown>, dialect: Dialect, list
     // The other spelling already in the body carries its own value: this one is dropped.
     if (other !== undefined && list.includes(other) && !(other in body)) out[other] = body[k];
     else if (k === 'reasoning' && dialect === 'chat_completions' && effortAsArgument(body, list, out)) continue;
+    else if (k === 'reasoning_effort' && dialect === 'chat_completions' && effortAsObject(body, list, out)) continue;
     else dropped.push(k);
   }
   return { body: out, dropped: dropped.length > 0 ? dropped : undefined };
@@ -176,5 +177,25 @@ function effortAsArgument(body: Record<string, unknown>, list: readonly string[]
   const effort = reasoning?.enabled === false ? 'none' : reasoning?.effort;
   if (typeof effort !== 'string' || !list.includes('reasoning_effort')) return false;
   if (body.reasoning_effort == null || effort === 'none') out.reasoning_effort = effort;
+  return true;
+}
+
+/**
+ * A chat body's `reasoning_effort` put in `out` as `reasoning.effort`, for a chat endpoint that lists `reasoning`
+ * but not `reasoning_effort` (OpenRouter's style: the spec's shorthand equals `reasoning.effort`): it had been
+ * left out, and with it a messages client's thinking, which translation sends as `reasoning_effort`. The
+ * body's own `reasoning` stands over it: one that names an effort or turns reasoning off already says it;
+ * one with a `max_tokens` budget instead has the effort left out (false); another gets the effort added.
+ * True when the effort was carried (or the body's own `reasoning` already says it).
+ */
+function effortAsObject(body: Record<string, unknown>, list: readonly string[], out: Record<string, unknown>): boolean {
+  const effort = body.reasoning_effort;
+  const reasoning = body.reasoning as { effort?: unknown; enabled?: unknown; max_tokens?: unknown } | null | undefined;
+  if (typeof effort !== 'string' || !list.includes('reasoning')) return false;
+  if (reasoning == null) out.reasoning = { effort };
+  else if (typeof reasoning !== 'object' || Array.isArray(reasoning)) return false;
+  else if (reasoning.enabled === false || typeof reasoning.effort === 'string') return true;
+  else if (reasoning.max_tokens != null) return false;
+  else out.reasoning = { ...reasoning, effort };
   return true;
 }

@@ -382,3 +382,37 @@ describe('a request that offers tools and has a tool history, to a messages endp
     expect(got.body.messages[1].content[0]).toMatchObject({ type: 'tool_use', name: 'get_weather' });
   });
 });
+
+describe('a reasoning_effort to a chat endpoint that lists `reasoning`, not `reasoning_effort`', () => {
+  const hi = [{ role: 'user', content: 'hi' }];
+
+  it('goes as reasoning.effort (the spec\'s shorthand for it); a messages client\'s enabled thinking so too, which had reached such an endpoint as nothing', async () => {
+    const n = upstream.received.length;
+    await chat({ model: 'p/reasoning', messages: hi, reasoning_effort: 'high' });
+    await chat({ model: 'p/reasoning', messages: hi, reasoning_effort: 'low', reasoning: { exclude: true } });
+    await messages({ model: 'p/reasoning', max_tokens: 9000, messages: hi, thinking: { type: 'enabled', budget_tokens: 5000 } });
+    await messages({ model: 'p/reasoning', messages: hi, thinking: { type: 'adaptive' }, output_config: { effort: 'max' } });
+    const [shorthand, merged, thinking, effort] = since(n);
+    expect(shorthand.body.reasoning).toEqual({ effort: 'high' });
+    expect(merged.body.reasoning).toEqual({ exclude: true, effort: 'low' });
+    expect(thinking.body.reasoning).toEqual({ effort: 'medium' });
+    expect(effort.body.reasoning).toEqual({ effort: 'max' });
+    for (const got of [shorthand, merged, thinking, effort]) expect(got.body).not.toHaveProperty('reasoning_effort');
+    const spans = await attemptSpans('up-reasoning', 4);
+    expect(spans.slice(-4).map((s) => s.attributes['gateway.dropped_parameters'])).toEqual([undefined, undefined, ['max_completion_tokens'], undefined]);
+  });
+
+  it('the request\'s own reasoning object stands over it: its effort, its budget (the effort then left out), or reasoning off', async () => {
+    const n = upstream.received.length;
+    await chat({ model: 'p/reasoning', messages: hi, reasoning_effort: 'low', reasoning: { effort: 'low' } });
+    await chat({ model: 'p/reasoning', messages: hi, reasoning_effort: 'high', reasoning: { max_tokens: 2000 } });
+    await chat({ model: 'p/reasoning', messages: hi, reasoning_effort: 'high', reasoning: { enabled: false } });
+    const [same, budget, off] = since(n);
+    expect(same.body.reasoning).toEqual({ effort: 'low' });
+    expect(budget.body.reasoning).toEqual({ max_tokens: 2000 });
+    expect(off.body.reasoning).toEqual({ enabled: false });
+    for (const got of [same, budget, off]) expect(got.body).not.toHaveProperty('reasoning_effort');
+    // require_parameters counts such an endpoint as taking reasoning_effort (and so a messages client's thinking).
+    expect((await chat({ model: 'p/reasoning', messages: hi, reasoning_effort: 'low', provider: { require_parameters: true } })).status).toBe(200);
+  });
+});

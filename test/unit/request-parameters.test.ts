@@ -178,6 +178,17 @@ describe('fittedBody', () => {
     expect(fittedBody({ model: 'm', messages: [], tools: [], tool_choice: 'none' }, 'chat_completions', []).dropped).toEqual(['tools', 'tool_choice']);
   });
 
+  it('sends a chat reasoning_effort as reasoning.effort to a list naming `reasoning` only; the body\'s own reasoning stands over it', () => {
+    const list = ['reasoning'];
+    expect(fittedBody({ model: 'm', reasoning_effort: 'high' }, 'chat_completions', list)).toEqual({ body: { model: 'm', reasoning: { effort: 'high' } }, dropped: undefined });
+    expect(fittedBody({ model: 'm', reasoning: { exclude: true, effort: null }, reasoning_effort: 'low' }, 'chat_completions', list).body).toEqual({ model: 'm', reasoning: { exclude: true, effort: 'low' } });
+    expect(fittedBody({ model: 'm', reasoning: { enabled: false }, reasoning_effort: 'low' }, 'chat_completions', list)).toEqual({ body: { model: 'm', reasoning: { enabled: false } }, dropped: undefined });
+    // A budget instead of an effort: the effort is left out, and said so.
+    expect(fittedBody({ model: 'm', reasoning: { max_tokens: 9 }, reasoning_effort: 'low' }, 'chat_completions', list)).toEqual({ body: { model: 'm', reasoning: { max_tokens: 9 } }, dropped: ['reasoning_effort'] });
+    expect(supportedThrough({ dialect: 'chat_completions', list }, 'chat_completions', ['reasoning_effort'])).toEqual(['reasoning_effort']);
+    expect(supportedThrough({ dialect: 'chat_completions', list }, 'messages', ['thinking'])).toEqual(['thinking']);
+  });
+
   it('finds nothing for a field named like an object built-in', () => {
     const body = JSON.parse('{"model":"m","constructor":1,"toString":2}');
     expect(fittedBody(body, 'chat_completions', []).dropped).toEqual(['constructor', 'toString']);
