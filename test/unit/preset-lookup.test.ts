@@ -51,4 +51,20 @@ describe('applyPreset', () => {
     expect(applyPreset({ messages: [] }, 'messages', { slug: 'p' }, found).system).toEqual([{ type: 'text', text: 'Call 555-0100.', cache_control: { type: 'ephemeral' } }]);
     expect(blocks[0].text).toBe('Call 555-0100.');
   });
+
+  it("every value of the version is the request's own copy: an edit in place does not reach the next request", () => {
+    const config = JSON.parse('{"tools":[{"name":"f","input_schema":{"type":"object","properties":{"__proto__":{"type":"string"}}}}],"thinking":{"type":"enabled","budget_tokens":2048},"plugins":[{"id":"web"}]}');
+    const found = { preset: { workspaceId: 'ws', slug: 'p' }, version: { version: 1, config, systemPrompt: null, systemBlocks: null } } as unknown as PresetWithVersion;
+    const saved = JSON.stringify(config);
+    for (const dialect of ['messages', 'chat_completions'] as const) {
+      const first = applyPreset({ messages: [] }, dialect, { slug: 'p' }, found) as any;
+      (dialect === 'messages' ? first.tools[0].input_schema : first.tools[0].function.parameters).type = 'edited';
+      if (first.thinking) first.thinking.budget_tokens = 1;
+      first.plugins[0].enabled = false;
+    }
+    expect(JSON.stringify(config)).toBe(saved);
+    // A `__proto__` field (as JSON.parse makes it: an own field) is copied as one.
+    const applied = applyPreset({ messages: [] }, 'messages', { slug: 'p' }, found);
+    expect(JSON.stringify(applied.tools)).toBe(JSON.stringify(config.tools));
+  });
 });
