@@ -1,6 +1,7 @@
 import { messagesToChatRequest } from '../dialects/translate/request';
 import type { Dialect } from '../providers/types';
 import type { PresetWithVersion } from '../store/types';
+import { fitCacheBreakpoints } from './cache-breakpoints';
 import { NEUTRAL_FIELDS } from './config';
 
 /** A request's use of a preset: its slug, and the model the request names itself (if any). */
@@ -56,18 +57,22 @@ export function applyPreset(body: Record<string, unknown>, dialect: Dialect, ref
   }
   const merged: Record<string, unknown> = { ...base, ...request };
   const prompt = found.version.systemPrompt;
+  const presetSystem = dialect === 'messages' && !!prompt && merged.system === undefined;
   if (prompt) {
     // Blocks as saved on /messages (their cache_control with them); chat gets the text, as messages → chat
     // translation gives a system of blocks (cache_control dropped: chat providers cache on their own). A copy,
     // as for the config: a guardrail's redaction edits the blocks in place.
     const blocks = found.version.systemBlocks;
-    if (dialect === 'messages' && merged.system === undefined) merged.system = blocks ? jsonCopy(blocks) : prompt;
+    if (presetSystem) merged.system = blocks ? jsonCopy(blocks) : prompt;
     // Any system or developer message is the request's own system prompt, wherever it stands: chat allows one
     // after the first turn, and the preset's added ahead of it made two instructions the client never sent.
     if (dialect === 'chat_completions' && Array.isArray(merged.messages) && !merged.messages.some(isSystemMessage)) {
       merged.messages = [{ role: 'system', content: prompt }, ...merged.messages];
     }
   }
+  // The preset's cache breakpoints and the client's together may pass the upstream's 4 (a 400 the client could
+  // not foresee): the client's are kept, the preset's earliest dropped. Chat gets none of the preset's.
+  if (dialect === 'messages') fitCacheBreakpoints(merged, { tools: request.tools === undefined && base.tools !== undefined, system: presetSystem });
   return merged;
 }
 

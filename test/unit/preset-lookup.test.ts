@@ -67,4 +67,15 @@ describe('applyPreset', () => {
     const applied = applyPreset({ messages: [] }, 'messages', { slug: 'p' }, found);
     expect(JSON.stringify(applied.tools)).toBe(JSON.stringify(config.tools));
   });
+
+  it("a preset of more than 4 cache breakpoints keeps its last 4 on /messages (the upstream refuses more)", () => {
+    const cc = { type: 'ephemeral' };
+    const tools = ['a', 'b', 'c'].map((name) => ({ name, input_schema: { type: 'object' }, cache_control: cc }));
+    const systemBlocks = ['x', 'y', 'z'].map((text) => ({ type: 'text', text, cache_control: cc }));
+    const found = { preset: { workspaceId: 'ws', slug: 'p' }, version: { version: 1, config: { tools }, systemPrompt: 'x', systemBlocks } } as unknown as PresetWithVersion;
+    const applied = applyPreset({ messages: [{ role: 'user', content: 'hi' }] }, 'messages', { slug: 'p' }, found) as any;
+    expect(applied.tools.map((t: any) => !!t.cache_control)).toEqual([false, false, true]);
+    expect(applied.system.map((b: any) => !!b.cache_control)).toEqual([true, true, true]);
+    expect(tools.every((t) => t.cache_control === cc)).toBe(true); // the cached version is as saved
+  });
 });
