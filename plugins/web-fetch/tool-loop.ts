@@ -3,6 +3,7 @@ import { inputOf } from '../../src/dialects/translate/response';
 import { GatewayError, toGatewayError } from '../../src/errors/gateway-error';
 import type { GatewayResponse, GatewayState, NormalizedUsage, PipelineRecord } from '../../src/pipeline/types';
 import { childState } from '../../src/routing/child-state';
+import { generationId } from '../../src/routing/generation-id';
 import type { Services } from '../../src/services';
 import { addCost, addUsage, setTotalUsage } from '../../src/spend/usage-sum';
 import { blockText, fetchOne, record, type Fetched } from './fetch-page';
@@ -38,6 +39,10 @@ export interface ToolLoopInput {
  * (or also calls a client tool), or a stop rule fires: then pending calls are executed and one final turn runs
  * with tool calls disabled. Every turn is a non-streaming upstream call; the client gets the last answer (as a
  * stream when it asked for one), with usage and cost summed over all turns. README "Web fetch".
+ *
+ * A stream gets the endpoint's keep-alive (`server.stream_keepalive_ms`) from the first turn a provider
+ * accepted (its 2xx) to the last turn's answer: the 200, the headers and comments may go out while the model
+ * thinks, pages are read and later turns run, and a failure after them ends the stream in-band.
  */
 export async function runToolLoop(input: ToolLoopInput): Promise<GatewayResponse> {
   const { state, services, config, tool, stopWhen, forward } = input;
@@ -47,6 +52,10 @@ export async function runToolLoop(input: ToolLoopInput): Promise<GatewayResponse
   const limit = Math.min(tool.options.maxUses ?? Infinity, stopWhen ? Infinity : config.max_tool_calls);
   const body: Obj = { ...original, tools: toolsForModel(dialect, original.tools as unknown[], tool.index), messages: [...(original.messages as unknown[])], stream: false };
   delete body.stream_options;
+  // A stream's headers may go out (the keep-alive) before the last turn is asked: they carry the generation id,
+  // so every turn is made under that one id, the one the answer and the ledger row then have.
+  const stream = original.stream === true;
+  if (stream) state.requestId ??= generationId();
   const loop = { turns: 0, requested: 0, executed: 0, usage: [] as (NormalizedUsage | null)[], cost: [] as (number | null)[], stoppedBy: 'answer' as string };
   let finalTurn = false;
   let answer: Obj;
@@ -67,7 +76,12 @@ export async function runToolLoop(input: ToolLoopInput): Promise<GatewayResponse
         throw toGatewayError(err);
       }
     }
-    last = childState(state, { body: turn, metadataOptIn: state.metadataOptIn, pipeline: state.pipeline });
+    last = childState(state, {
+      body: turn,
+      metadataOptIn: state.metadataOptIn,
+      pipeline: state.pipeline,
+      ...(stream ? { requestId: state.requestId ?? undefined, streamAccepted: state.streamAccepted } : {}),
+    });
     loop.turns++;
     let response: GatewayResponse;
     try {
@@ -77,6 +91,8 @@ export async function runToolLoop(input: ToolLoopInput): Promise<GatewayResponse
       throw toGatewayError(err);
     }
     served = last;
+    // Accepted (its provider answered): for a provider that did not say so at its 2xx (the simulated one).
+    if (stream) state.streamAccepted?.();
     loop.usage.push(last.usage);
     loop.cost.push(last.costUsd);
     if (response.kind !== 'json') throw new GatewayError('provider_unavailable', 'The provider answered a tool turn with a stream');
@@ -119,7 +135,7 @@ export async function runToolLoop(input: ToolLoopInput): Promise<GatewayResponse
     }
   }
   if (isObj(answer.gateway_metadata)) answer.gateway_metadata = { ...answer.gateway_metadata, pipeline: state.pipeline };
-  if (original.stream !== true) return { kind: 'json', status: 200, body: answer };
+  if (!stream) return { kind: 'json', status: 200, body: answer };
   const includeUsage = (original.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true;
   return { kind: 'sse', status: 200, events: replay(answerEvents(dialect, answer, { includeUsage })) };
 }

@@ -150,7 +150,8 @@ export interface GatewayState {
    * awaited. From then on the status is 200 whatever follows (spec 7.5.2), so the endpoint may send the
    * headers and keep-alive comments while the answer is slow to begin (`server.stream_keepalive_ms`).
    * Set by the endpoint for streaming requests; null otherwise and in child calls. Fusion calls it too, once
-   * `min_answers` of its candidates answered (its judge's call, a child, does not).
+   * `min_answers` of its candidates answered (its judge's call, a child, does not); the `gateway:web_fetch`
+   * tool loop hands it to its turns (children), whose providers call it on their 2xx (UpstreamCall.accepted).
    */
   streamAccepted?: (() => void) | null;
   /**

@@ -259,6 +259,7 @@ export async function sendJson(input: {
     timeouts: input.timeouts,
     providerId,
   });
+  if (!call.stream) call.accepted?.();
   // An answer may carry the key back too (an in-band error event, or a 2xx body holding an error).
   const credentials = input.credentials ?? credentialsIn(input.headers);
   if (call.stream && !isJsonBody(exchange.headers['content-type'])) {

@@ -22,6 +22,12 @@ export interface UpstreamCall {
    * header. Adapters without an auth header (simulated) ignore it. Never logged.
    */
   apiKey?: string;
+  /**
+   * A call without streaming: called once the provider answered 2xx, before its body is read. A streaming
+   * client's request is 200 from then on (spec 7.5.2): the `gateway:web_fetch` tool loop's turns start the
+   * stream's keep-alive with it. Streams are told by routing itself (`GatewayState.streamAccepted`).
+   */
+  accepted?(): void;
 }
 
 export type UpstreamReply =

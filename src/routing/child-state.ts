@@ -14,6 +14,11 @@ export interface ChildOptions {
   pipeline?: GatewayState['pipeline'];
   /** Told the route when the child's call commits to an endpoint, before its routing metadata is written. */
   routeChosen?: GatewayState['routeChosen'];
+  /**
+   * The parent's stream keep-alive, started when the child's provider accepts the call (its 2xx, streaming or
+   * not): the tool loop's turns, whose answers the parent's stream carries. Default none.
+   */
+  streamAccepted?: GatewayState['streamAccepted'];
 }
 
 /**
@@ -56,5 +61,6 @@ export function childState(parent: GatewayState, options: ChildOptions): Gateway
     askedText: null,
     pendingLedger: parent.pendingLedger,
     routeChosen: options.routeChosen ?? null,
+    streamAccepted: options.streamAccepted ?? null,
   };
 }

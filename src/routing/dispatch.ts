@@ -346,6 +346,11 @@ class CallFor implements UpstreamCall {
     return this.#state.signal;
   }
 
+  /** A call without streaming answered 2xx: the state's stream keep-alive may start (set only by the tool loop's turns). */
+  accepted(): void {
+    this.#state.streamAccepted?.();
+  }
+
   /**
    * The body as JSON, with the client's own bytes for what it holds unchanged (src/routes/client-bytes.ts)
    * and the client's digits for integers past 2^53 (src/routes/exact-integers.ts).
