@@ -1,4 +1,5 @@
 import { answerEvents } from '../../src/dialects/answer-stream';
+import { shutdownCut } from '../../src/drain';
 import { inputOf } from '../../src/dialects/translate/response';
 import { GatewayError, toGatewayError } from '../../src/errors/gateway-error';
 import type { GatewayResponse, GatewayState, NormalizedUsage, PipelineRecord } from '../../src/pipeline/types';
@@ -64,15 +65,23 @@ export async function runToolLoop(input: ToolLoopInput): Promise<GatewayResponse
   // and the request's row (billing the turns done) is written on this one's.
   let served: GatewayState | undefined;
   const billedOn = (): GatewayState => (last.route || !served ? last : served);
+  // A loop the request's abort cut (the client left, a shutdown) ends as a cut provider call does (dispatch):
+  // `cancelled`, or `failed` for a shutdown; else a failed turn or check fails the request.
+  const ended = (): GatewayState['outcome'] => (!state.abort.aborted ? 'failed' : shutdownCut(state.abort) ? 'failed' : 'cancelled');
   for (;;) {
     if (finalTurn) body.tool_choice = dialect === 'chat_completions' ? 'none' : { type: 'none' };
     const turn = { ...body, messages: [...body.messages] };
     if (loop.turns > 0) {
+      // The client left while pages were read: no further turn, nothing more held; the turns done are billed.
+      if (state.abort.aborted) {
+        adopt(state, billedOn(), loop, ended());
+        throw new GatewayError('timeout', 'The client closed the request');
+      }
       // The spend hold covers what the turns so far cost plus this turn's estimate (its conversation holds the pages read).
       try {
         await services.spend.cover(services.config, services.models, state, [{ body: turn }], addCost(loop.cost) ?? 0);
       } catch (err) {
-        adopt(state, billedOn(), loop, 'failed');
+        adopt(state, billedOn(), loop, ended());
         throw toGatewayError(err);
       }
     }
@@ -87,7 +96,7 @@ export async function runToolLoop(input: ToolLoopInput): Promise<GatewayResponse
     try {
       response = await services.dispatch(last, forward);
     } catch (err) {
-      adopt(state, billedOn(), loop, 'failed');
+      adopt(state, billedOn(), loop, ended());
       throw toGatewayError(err);
     }
     served = last;

@@ -219,3 +219,45 @@ describe('gateway:web_fetch streams get the keep-alive while the loop works (ser
     expect(await ledgerRowSoon(g, failure.id)).toMatchObject({ promptTokens: 7, completionTokens: 3, status: 'failed' });
   });
 });
+
+describe('a client that leaves mid-loop stops it', () => {
+  it('during a fetch: the fetch is dropped, no later turn is asked, the row bills the turn done as cancelled, no hold left', async () => {
+    fresh();
+    const g = await t.start({ yaml: yaml('[auth, validate, budget-check, web-fetch, upstream]'), registry: testRegistry() });
+    await g.store.addCredits(g.keyRecord.accountId, 10);
+    g.gateway.spend.forgetAccount(g.keyRecord.accountId);
+    const before = pages.hits();
+    t.upstream.scripts.set('gpt-upstream', [chatCalls([{ name: 'web_fetch', args: { url: `${pages.url}/slow` } }]), chatCalls([{ name: 'web_fetch', args: { url: `${pages.url}/second` } }])]);
+    const s = await openUntilComment(g, 'chat/completions', { model: 'fake/gpt', tools: [SERVER_TOOL], messages: [{ role: 'user', content: 'Read it.' }] }, slowPage.open);
+    await within(2000, slowPageAsked.until);
+    const id = s.res.headers.get('x-request-id')!;
+    s.abort();
+    await s.done;
+    await expect.poll(() => g.gateway.inFlight()).toBe(0);
+    slowPage.open();
+    expect(t.upstream.received).toHaveLength(1);
+    expect(pages.hits() - before).toBe(1);
+    const row = await ledgerRowSoon(g, id);
+    // 7 prompt and 3 completion tokens of fake/gpt at $1 and $2 per million.
+    expect(row).toMatchObject({ promptTokens: 7, completionTokens: 3, status: 'cancelled', costUsd: expect.closeTo(13e-6, 12) });
+    expect(g.gateway.spend.inFlightHolds()).toBe(0);
+  });
+
+  it('during a later turn: its provider call is dropped, no further turn, the row bills the turns that answered as cancelled', async () => {
+    fresh();
+    const g = await t.start({ yaml: yaml(), registry: testRegistry() });
+    const second = gate();
+    const dropped = t.upstream.abandoned();
+    t.upstream.scripts.set('gpt-upstream', [chatCalls([{ name: 'web_fetch', args: { url: `${pages.url}/second` } }]), chatCalls([{ name: 'web_fetch', args: { url: `${pages.url}/second` } }], second.until)]);
+    const s = await openUntilComment(g, 'chat/completions', { model: 'fake/gpt', tools: [SERVER_TOOL], messages: [{ role: 'user', content: 'Read it.' }] }, second.open);
+    await expect.poll(() => t.upstream.received.length).toBe(2);
+    const id = s.res.headers.get('x-request-id')!;
+    s.abort();
+    await s.done;
+    await expect.poll(() => g.gateway.inFlight()).toBe(0);
+    await expect.poll(() => t.upstream.abandoned()).toBe(dropped + 1);
+    second.open();
+    expect(t.upstream.received).toHaveLength(2);
+    expect(await ledgerRowSoon(g, id)).toMatchObject({ promptTokens: 7, completionTokens: 3, status: 'cancelled' });
+  });
+});
