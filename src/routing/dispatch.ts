@@ -93,8 +93,11 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
     for (let i = 0; i < order.length; i++) {
       const candidate = order[i];
       if (skipped.has(candidate)) continue;
+      const key = endpointKey(candidate);
       // What the breaker let through (a half-open probe, when it is one): a release gives back that probe alone.
-      const pass = deferred?.has(candidate) ? null : deps.health.tryAcquire(endpointKey(candidate));
+      // A deferred endpoint asks again when its turn comes (its probe may have reported back meanwhile); still
+      // refused, it is tried as a last resort without a pass, and its outcome moves no breaker (health.ts).
+      const pass = deps.health.tryAcquire(key);
       if (!deferred?.has(candidate) && !pass) {
         const others = order.slice(i + 1).some((c) => !skipped.has(c) && !deferred?.has(c));
         if (others) {
@@ -132,7 +135,6 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           const reply = await candidate.provider
             .send(new CallFor(state, candidate.dialect, upstreamBody, stream, forwardHeaders, apiKey))
             .finally(() => waited(state, sent));
-          const key = endpointKey(candidate);
           // A fallback model that served the session is not remembered: the session stays with the model it names.
           const stick = () => {
             if (session && candidate.model.id === primaryModel(state)) deps.sticky.remember(session, key);
@@ -141,7 +143,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           // at its first output, so a session moved to an endpoint that then cut its answer. A client that left
           // says nothing against the endpoint (its prompt cache is as warm).
           const throughput = (outputTokens: number, durationMs: number) => {
-            deps.health.recordSuccess(key, { outputTokens, durationMs });
+            deps.health.recordSuccess(key, { pass, outputTokens, durationMs });
             stick();
           };
           // A stream that fails after its answer began is the endpoint's failure too (it had been recorded as a
@@ -152,7 +154,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
             if (blamesCaller(err) || (apiKey !== undefined && ownKeyFailure(err))) {
               deps.health.release(key, pass);
               deps.health.recordAttempt(key);
-            } else deps.health.recordFailure(key);
+            } else deps.health.recordFailure(key, pass);
           };
           const cancelled = () => {
             deps.health.release(key, pass);
@@ -169,7 +171,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           // failure is recorded when it ends, a JSON answer's here.
           const elapsed = performance.now() - started;
           if (stream) deps.health.observe(key, { latencyMs: elapsed });
-          else deps.health.recordSuccess(key, { latencyMs: elapsed, outputTokens: state.usage?.outputTokens, durationMs: elapsed });
+          else deps.health.recordSuccess(key, { pass, latencyMs: elapsed, outputTokens: state.usage?.outputTokens, durationMs: elapsed });
           if (!stream) stick();
           return response;
         } catch (err) {
@@ -183,9 +185,9 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           // Whether the failure is the endpoint's (else a half-open probe is given back: see health.release).
           const endpointFailed = !state.abort.aborted && !blamesCaller(e) && !(apiKey !== undefined && ownKeyFailure(e));
           if (!endpointFailed) {
-            deps.health.release(endpointKey(candidate), pass);
+            deps.health.release(key, pass);
             // Answered all the same (no call was made for a request its style cannot express): tried, for `sort`.
-            if (!state.abort.aborted && !e.metadata?.untranslatable) deps.health.recordAttempt(endpointKey(candidate));
+            if (!state.abort.aborted && !e.metadata?.untranslatable) deps.health.recordAttempt(key);
           }
           if (state.abort.aborted) throw cutShort(state, { c: candidate, isByok: apiKey !== undefined }, gone ? new GatewayError('timeout', 'The client closed the request') : e);
           // A translation refusal says only that this endpoint cannot take the request: it does not replace the
@@ -199,10 +201,10 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
           }
           if (stream && e.metadata?.accepted) accepted = { served: { c: candidate, isByok: apiKey !== undefined }, err: e };
           if (endpointFailed) {
-            deps.health.recordFailure(endpointKey(candidate));
+            deps.health.recordFailure(key, pass);
             // A rate limit or overload that said when to come back: the endpoint is tried after the others until then.
             const wait = e.errorType === 'rate_limit_exceeded' || e.errorType === 'provider_overloaded' ? retryAfterMs(e.headers?.['retry-after']) : null;
-            if (wait !== null) deps.health.rest(endpointKey(candidate), wait);
+            if (wait !== null) deps.health.rest(key, wait);
           }
           const remaining = order.slice(i + 1).filter((c) => !skipped.has(c));
           // A request the other API style cannot express (chat `n` > 1 for a messages provider, …) may still

@@ -11,6 +11,11 @@
  *   `tryAcquire` gave: only that probe is given back). A probe that never reports back expires after one
  *   cooldown, so the endpoint cannot be locked out for ever.
  *
+ * An attempt reports its outcome with the pass it was let through with. One made without a pass (`null`: the
+ * breaker refused it, and the endpoint was tried as a last resort when nothing else was left) is measured but
+ * moves no breaker: its success had closed a breaker whose probe was still out, its failure reopened it, each
+ * racing the probe that alone decides.
+ *
  * Apart from the breaker, an endpoint that answered a rate limit or an overload with `Retry-After` rests
  * (`rest`, `resting`) until that time has passed, at most one cooldown: it is tried after the others.
  *
@@ -21,7 +26,8 @@
  * @example
  *   const h = new EndpointHealth({ failureThreshold: 3, cooldownMs: 30_000 });
  *   const pass = h.tryAcquire('acme/gpt-x', now);
- *   if (pass) { ...; ok ? h.recordSuccess(key, { latencyMs: 120 }) : told nothing ? h.release(key, pass) : h.recordFailure(key, now); }
+ *   // pass null: the endpoint may still be tried as a last resort; its outcome is then reported with null.
+ *   ok ? h.recordSuccess(key, { pass, latencyMs: 120 }) : told nothing ? h.release(key, pass) : h.recordFailure(key, pass, now);
  */
 
 export interface HealthOptions {
@@ -37,6 +43,18 @@ export interface Pass {
 }
 
 const NO_PROBE: Pass = Object.freeze({ probe: 0 });
+
+/** What an attempt's time to its answer and output were (each left out when not known). */
+export interface Sample {
+  latencyMs?: number;
+  outputTokens?: number;
+  durationMs?: number;
+}
+
+/** A successful attempt: the pass it was let through with (null: none, a last resort) and what it measured. */
+export interface Success extends Sample {
+  pass: Pass | null;
+}
 
 export const DEFAULT_HEALTH_OPTIONS: HealthOptions = { failureThreshold: 3, cooldownMs: 30_000 };
 
@@ -121,22 +139,27 @@ export class EndpointHealth {
     if (e && pass && pass.probe !== 0 && e.probe === pass.probe) e.probeSince = null;
   }
 
-  /** Closes the breaker and folds the sample into the EWMA latency (time to first byte) and throughput (tokens/s). */
-  recordSuccess(key: string, sample: { latencyMs?: number; outputTokens?: number; durationMs?: number } = {}, now: number = Date.now()): void {
+  /**
+   * Closes the breaker (when the attempt had a pass: see the header) and folds the sample into the EWMA
+   * latency (time to first byte) and throughput (tokens/s).
+   */
+  recordSuccess(key: string, success: Success, now: number = Date.now()): void {
     const e = this.entry(key);
     e.triedAt = now;
-    e.failures = 0;
-    e.openUntil = null;
-    e.probeSince = null;
     e.restUntil = null;
-    this.observe(key, sample);
+    if (success.pass) {
+      e.failures = 0;
+      e.openUntil = null;
+      e.probeSince = null;
+    }
+    this.observe(key, success);
   }
 
   /**
    * Folds a sample into the moving averages without judging the attempt: a stream's time to its first output
    * (whether it succeeded is known only when it ends, which reports success or failure).
    */
-  observe(key: string, sample: { latencyMs?: number; outputTokens?: number; durationMs?: number }): void {
+  observe(key: string, sample: Sample): void {
     const e = this.entry(key);
     const { latencyMs, outputTokens, durationMs } = sample;
     if (typeof latencyMs === 'number' && Number.isFinite(latencyMs) && latencyMs >= 0) {
@@ -157,12 +180,13 @@ export class EndpointHealth {
   /**
    * Counts a failure. The `failureThreshold`-th failure in a row opens the breaker for `cooldownMs`; a failed
    * half-open probe reopens it for another cooldown. Failures reported while already open (requests that were
-   * in flight when it opened) do not extend the cooldown.
+   * in flight when it opened) do not extend the cooldown, and one without a pass (a last resort) is not counted.
    */
-  recordFailure(key: string, now: number = Date.now()): void {
+  recordFailure(key: string, pass: Pass | null, now: number = Date.now()): void {
     const e = this.entry(key);
     const state = this.state(key, now);
     e.triedAt = now;
+    if (!pass) return;
     e.failures += 1;
     if (state === 'half_open' || (state === 'closed' && e.failures >= this.options.failureThreshold)) {
       e.openUntil = now + this.options.cooldownMs;

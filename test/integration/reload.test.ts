@@ -248,9 +248,9 @@ describe('server fields at reload', () => {
     expect(health.options).toEqual({ failureThreshold: 2, cooldownMs: 500 });
     expect(gw.gateway.sticky.ttlMs).toBe(1234);
     // Two failures in a row now open the breaker.
-    health.recordFailure('p/x', 1000);
+    health.recordFailure('p/x', health.tryAcquire('p/x', 1000), 1000);
     expect(health.state('p/x', 1001)).toBe('closed');
-    health.recordFailure('p/x', 1002);
+    health.recordFailure('p/x', health.tryAcquire('p/x', 1002), 1002);
     expect(health.state('p/x', 1003)).toBe('open');
     expect(health.state('p/x', 1002 + 500)).toBe('half_open');
     expect((await ask('m/a')).status).toBe(200);

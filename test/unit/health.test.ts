@@ -4,8 +4,14 @@ import { DEFAULT_HEALTH_OPTIONS, EndpointHealth, EWMA_ALPHA } from '../../src/ro
 const K = 'acme/model-x';
 const T0 = 1_000_000;
 
+/** `n` failures of attempts the breaker let through at `now` (it was closed). */
 function failTimes(h: EndpointHealth, n: number, now = T0, key = K) {
-  for (let i = 0; i < n; i++) h.recordFailure(key, now);
+  for (let i = 0; i < n; i++) h.recordFailure(key, h.tryAcquire(key, now), now);
+}
+
+/** An attempt the breaker let through at `now` that failed. */
+function failOnce(h: EndpointHealth, now = T0, key = K) {
+  failTimes(h, 1, now, key);
 }
 
 describe('EndpointHealth breaker', () => {
@@ -15,7 +21,7 @@ describe('EndpointHealth breaker', () => {
     expect(h.options).toEqual({ failureThreshold: 3, cooldownMs: 30_000 });
     failTimes(h, 2);
     expect(h.state(K, T0)).toBe('closed');
-    h.recordFailure(K, T0);
+    failOnce(h);
     expect(h.state(K, T0 + 29_999)).toBe('open');
     expect(h.state(K, T0 + 30_000)).toBe('half_open');
   });
@@ -34,12 +40,12 @@ describe('EndpointHealth breaker', () => {
 
   it('opens only after failureThreshold failures in a row; a success resets the count', () => {
     const h = new EndpointHealth({ failureThreshold: 2, cooldownMs: 1000 });
-    h.recordFailure(K, T0);
-    h.recordSuccess(K);
-    h.recordFailure(K, T0);
+    failOnce(h);
+    h.recordSuccess(K, { pass: h.tryAcquire(K, T0) });
+    failOnce(h);
     expect(h.state(K, T0)).toBe('closed');
     expect(h.tryAcquire(K, T0)).not.toBeNull();
-    h.recordFailure(K, T0 + 10);
+    failOnce(h, T0 + 10);
     expect(h.state(K, T0 + 10)).toBe('open');
     expect(h.tryAcquire(K, T0 + 10)).toBeNull();
     expect(h.tryAcquire(K, T0 + 1009)).toBeNull();
@@ -47,14 +53,15 @@ describe('EndpointHealth breaker', () => {
 
   it('half-open lets exactly one probe through until it reports back', () => {
     const h = new EndpointHealth({ failureThreshold: 1, cooldownMs: 1000 });
-    h.recordFailure(K, T0);
+    failOnce(h);
     const t = T0 + 1000;
     expect(h.state(K, t)).toBe('half_open');
-    expect(h.tryAcquire(K, t)).not.toBeNull();
+    const probe = h.tryAcquire(K, t);
+    expect(probe).not.toBeNull();
     expect(h.tryAcquire(K, t)).toBeNull();
     expect(h.tryAcquire(K, t + 500)).toBeNull();
     expect(h.state(K, t + 500)).toBe('half_open');
-    h.recordSuccess(K, { latencyMs: 50 });
+    h.recordSuccess(K, { pass: probe, latencyMs: 50 });
     expect(h.state(K, t + 500)).toBe('closed');
     expect(h.tryAcquire(K, t + 500)).not.toBeNull();
     expect(h.tryAcquire(K, t + 500)).not.toBeNull();
@@ -62,7 +69,7 @@ describe('EndpointHealth breaker', () => {
 
   it('a probe given back (it told nothing) lets the next request probe; the breaker stays half-open', () => {
     const h = new EndpointHealth({ failureThreshold: 1, cooldownMs: 1000 });
-    h.recordFailure(K, T0);
+    failOnce(h);
     const t = T0 + 1000;
     const pass = h.tryAcquire(K, t);
     expect(pass).not.toBeNull();
@@ -80,7 +87,7 @@ describe('EndpointHealth breaker', () => {
     // A request that was let through while the breaker was closed ends after the breaker opened and a probe went out.
     const early = h.tryAcquire(K, T0);
     expect(early).not.toBeNull();
-    h.recordFailure(K, T0);
+    failOnce(h);
     const t = T0 + 1000;
     const probe = h.tryAcquire(K, t);
     expect(probe).not.toBeNull();
@@ -95,12 +102,34 @@ describe('EndpointHealth breaker', () => {
     expect(h.tryAcquire(K, t + 1002)).not.toBeNull();
   });
 
+  it('an attempt made without a pass (a last resort while the probe is out, or while open) moves no breaker: the probe decides', () => {
+    const h = new EndpointHealth({ failureThreshold: 1, cooldownMs: 1000 });
+    failOnce(h);
+    const t = T0 + 1000;
+    const probe = h.tryAcquire(K, t);
+    expect(probe).not.toBeNull();
+    expect(h.tryAcquire(K, t + 1)).toBeNull(); // refused: the endpoint is tried last, without a pass
+    h.recordFailure(K, null, t + 2);
+    expect(h.state(K, t + 2)).toBe('half_open');
+    expect(h.tryAcquire(K, t + 3)).toBeNull(); // the probe is still out, not cleared by the reopening
+    h.recordSuccess(K, { pass: null, latencyMs: 30 }, t + 4);
+    expect(h.state(K, t + 4)).toBe('half_open');
+    expect(h.stats(K).latencyMs).toBe(30); // measured all the same
+    expect(h.tried(K, t + 4)).toBe(true);
+    h.recordFailure(K, probe, t + 5);
+    expect(h.state(K, t + 5)).toBe('open');
+    h.recordSuccess(K, { pass: null }, t + 6); // a last resort while it cools down
+    expect(h.state(K, t + 6)).toBe('open');
+    expect(h.state(K, t + 5 + 1000)).toBe('half_open');
+  });
+
   it('a failed half-open probe reopens the breaker for another full cooldown', () => {
     const h = new EndpointHealth({ failureThreshold: 3, cooldownMs: 1000 });
     failTimes(h, 3);
     const t = T0 + 1500;
-    expect(h.tryAcquire(K, t)).not.toBeNull();
-    h.recordFailure(K, t);
+    const probe = h.tryAcquire(K, t);
+    expect(probe).not.toBeNull();
+    h.recordFailure(K, probe, t);
     expect(h.state(K, t)).toBe('open');
     expect(h.state(K, t + 999)).toBe('open');
     expect(h.tryAcquire(K, t + 999)).toBeNull();
@@ -110,14 +139,15 @@ describe('EndpointHealth breaker', () => {
 
   it('failures reported while open do not extend the cooldown', () => {
     const h = new EndpointHealth({ failureThreshold: 1, cooldownMs: 1000 });
-    h.recordFailure(K, T0);
-    h.recordFailure(K, T0 + 900); // a request that was already in flight
+    const inFlight = h.tryAcquire(K, T0);
+    failOnce(h);
+    h.recordFailure(K, inFlight, T0 + 900); // a request that was already in flight
     expect(h.state(K, T0 + 1000)).toBe('half_open');
   });
 
   it('a probe that never reports back expires after one cooldown', () => {
     const h = new EndpointHealth({ failureThreshold: 1, cooldownMs: 1000 });
-    h.recordFailure(K, T0);
+    failOnce(h);
     expect(h.tryAcquire(K, T0 + 1000)).not.toBeNull();
     expect(h.tryAcquire(K, T0 + 1999)).toBeNull();
     expect(h.tryAcquire(K, T0 + 2000)).not.toBeNull();
@@ -126,7 +156,7 @@ describe('EndpointHealth breaker', () => {
 
   it('keeps endpoints apart', () => {
     const h = new EndpointHealth({ failureThreshold: 1, cooldownMs: 1000 });
-    h.recordFailure('a/m', T0);
+    failOnce(h, T0, 'a/m');
     expect(h.state('a/m', T0)).toBe('open');
     expect(h.state('b/m', T0)).toBe('closed');
     expect(h.tryAcquire('b/m', T0)).not.toBeNull();
@@ -135,8 +165,8 @@ describe('EndpointHealth breaker', () => {
   it('snapshot lists every endpoint seen with its state and consecutive failures', () => {
     const h = new EndpointHealth({ failureThreshold: 2, cooldownMs: 1000 });
     failTimes(h, 2, T0, 'a/m');
-    h.recordFailure('b/m', T0);
-    h.recordSuccess('c/m');
+    failOnce(h, T0, 'b/m');
+    h.recordSuccess('c/m', { pass: h.tryAcquire('c/m', T0) });
     expect(h.snapshot(T0 + 1)).toEqual({
       'a/m': { state: 'open', failures: 2 },
       'b/m': { state: 'closed', failures: 1 },
@@ -160,7 +190,7 @@ describe('EndpointHealth Retry-After rest', () => {
     h.rest(K, 5_000, T0);
     h.rest(K, 1_000, T0); // a shorter hint does not shorten a longer one
     expect(h.resting(K, T0 + 4_999)).toBe(true);
-    h.recordSuccess(K);
+    h.recordSuccess(K, { pass: h.tryAcquire(K, T0) });
     expect(h.resting(K, T0)).toBe(false);
   });
 });
@@ -168,9 +198,9 @@ describe('EndpointHealth Retry-After rest', () => {
 describe('EndpointHealth stats', () => {
   it('keeps an EWMA of latency, seeded by the first sample', () => {
     const h = new EndpointHealth();
-    h.recordSuccess(K, { latencyMs: 100 });
+    h.recordSuccess(K, { pass: h.tryAcquire(K), latencyMs: 100 });
     expect(h.stats(K).latencyMs).toBe(100);
-    h.recordSuccess(K, { latencyMs: 200 });
+    h.recordSuccess(K, { pass: h.tryAcquire(K), latencyMs: 200 });
     expect(h.stats(K).latencyMs).toBeCloseTo(100 + EWMA_ALPHA * 100, 9);
     expect(EWMA_ALPHA).toBe(0.3);
     expect(h.stats(K).latencyMs).toBeCloseTo(130, 9);
@@ -178,26 +208,26 @@ describe('EndpointHealth stats', () => {
 
   it('keeps an EWMA of throughput in tokens per second', () => {
     const h = new EndpointHealth();
-    h.recordSuccess(K, { outputTokens: 100, durationMs: 2000 });
+    h.recordSuccess(K, { pass: h.tryAcquire(K), outputTokens: 100, durationMs: 2000 });
     expect(h.stats(K)).toEqual({ latencyMs: null, throughput: 50 });
-    h.recordSuccess(K, { outputTokens: 300, durationMs: 2000 }); // 150 tok/s
+    h.recordSuccess(K, { pass: h.tryAcquire(K), outputTokens: 300, durationMs: 2000 }); // 150 tok/s
     expect(h.stats(K).throughput).toBeCloseTo(50 + 0.3 * 100, 9);
   });
 
   it('ignores samples that cannot be measured', () => {
     const h = new EndpointHealth();
-    h.recordSuccess(K, { latencyMs: 80, outputTokens: 0, durationMs: 1000 });
-    h.recordSuccess(K, { outputTokens: 10, durationMs: 0 });
-    h.recordSuccess(K, { outputTokens: 10 });
-    h.recordSuccess(K, { latencyMs: Number.NaN });
-    h.recordSuccess(K, { latencyMs: -5 });
+    h.recordSuccess(K, { pass: h.tryAcquire(K), latencyMs: 80, outputTokens: 0, durationMs: 1000 });
+    h.recordSuccess(K, { pass: h.tryAcquire(K), outputTokens: 10, durationMs: 0 });
+    h.recordSuccess(K, { pass: h.tryAcquire(K), outputTokens: 10 });
+    h.recordSuccess(K, { pass: h.tryAcquire(K), latencyMs: Number.NaN });
+    h.recordSuccess(K, { pass: h.tryAcquire(K), latencyMs: -5 });
     expect(h.stats(K)).toEqual({ latencyMs: 80, throughput: null });
   });
 
   it('failures leave the measurements alone', () => {
     const h = new EndpointHealth({ failureThreshold: 1 });
-    h.recordSuccess(K, { latencyMs: 40, outputTokens: 10, durationMs: 1000 });
-    h.recordFailure(K, T0);
+    h.recordSuccess(K, { pass: h.tryAcquire(K), latencyMs: 40, outputTokens: 10, durationMs: 1000 });
+    failOnce(h);
     expect(h.stats(K)).toEqual({ latencyMs: 40, throughput: 10 });
   });
 });

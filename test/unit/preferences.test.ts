@@ -56,7 +56,7 @@ function planError(candidates: Ep[], preferences?: ProviderPreferences, extra: P
 /** A health tracker where the given endpoints have an open breaker at NOW. */
 function withOpen(...eps: Ep[]): EndpointHealth {
   const h = new EndpointHealth({ failureThreshold: 1, cooldownMs: 10_000 });
-  for (const e of eps) h.recordFailure(keyOf(e), NOW - 1);
+  for (const e of eps) h.recordFailure(keyOf(e), h.tryAcquire(keyOf(e), NOW - 1), NOW - 1);
   return h;
 }
 
@@ -219,11 +219,11 @@ describe('planRoute order and allow_fallbacks', () => {
 describe('planRoute sort', () => {
   function measured(): EndpointHealth {
     const h = new EndpointHealth();
-    h.recordSuccess(keyOf(a), { latencyMs: 100, outputTokens: 300, durationMs: 1000 }); // 300 tok/s
-    h.recordSuccess(keyOf(b), { latencyMs: 900, outputTokens: 50, durationMs: 1000 }); // 50 tok/s
+    h.recordSuccess(keyOf(a), { pass: h.tryAcquire(keyOf(a)), latencyMs: 100, outputTokens: 300, durationMs: 1000 }); // 300 tok/s
+    h.recordSuccess(keyOf(b), { pass: h.tryAcquire(keyOf(b)), latencyMs: 900, outputTokens: 50, durationMs: 1000 }); // 50 tok/s
     // c: never measured
-    h.recordSuccess(keyOf(n1), { latencyMs: 10, outputTokens: 1000, durationMs: 1000 });
-    h.recordSuccess(keyOf(n2), { latencyMs: 500, outputTokens: 100, durationMs: 1000 });
+    h.recordSuccess(keyOf(n1), { pass: h.tryAcquire(keyOf(n1)), latencyMs: 10, outputTokens: 1000, durationMs: 1000 });
+    h.recordSuccess(keyOf(n2), { pass: h.tryAcquire(keyOf(n2)), latencyMs: 500, outputTokens: 100, durationMs: 1000 });
     return h;
   }
 
@@ -237,19 +237,19 @@ describe('planRoute sort', () => {
 
   it('an endpoint that was never measured is tried once, then takes its measured place', () => {
     const health = new EndpointHealth();
-    health.recordSuccess(keyOf(a), { latencyMs: 100 });
+    health.recordSuccess(keyOf(a), { pass: health.tryAcquire(keyOf(a)), latencyMs: 100 });
     // alpha answered first after a start: gamma, listed later, had never been tried while alpha answered.
     expect(plan([a, c], { sort: 'latency' }, { health })).toEqual(['m@gamma', 'm@alpha']);
-    health.recordSuccess(keyOf(c), { latencyMs: 50 });
+    health.recordSuccess(keyOf(c), { pass: health.tryAcquire(keyOf(c)), latencyMs: 50 });
     expect(plan([a, c], { sort: 'latency' }, { health })).toEqual(['m@gamma', 'm@alpha']);
-    health.recordSuccess(keyOf(c), { latencyMs: 5000 });
+    health.recordSuccess(keyOf(c), { pass: health.tryAcquire(keyOf(c)), latencyMs: 5000 });
     expect(plan([a, c], { sort: 'latency' }, { health })).toEqual(['m@alpha', 'm@gamma']);
   });
 
   it('an endpoint tried without a measurement (it failed, or failed on a workspace key) goes after the measured ones for a cooldown; an untried one still goes first', () => {
     const health = new EndpointHealth({ failureThreshold: 3, cooldownMs: 10_000 });
-    health.recordSuccess(keyOf(a), { latencyMs: 100, outputTokens: 100, durationMs: 1000 }, NOW);
-    health.recordFailure(keyOf(c), NOW); // the endpoint's failure (its breaker stays closed)
+    health.recordSuccess(keyOf(a), { pass: health.tryAcquire(keyOf(a)), latencyMs: 100, outputTokens: 100, durationMs: 1000 }, NOW);
+    health.recordFailure(keyOf(c), health.tryAcquire(keyOf(c), NOW), NOW); // the endpoint's failure (its breaker stays closed)
     health.recordAttempt(keyOf(b), NOW); // a workspace's own key refused: nothing against the endpoint
     expect(plan([c, b, a], { sort: 'latency' }, { health })).toEqual(['m@alpha', 'm@gamma', 'm@beta']);
     expect(plan([c, b, a], { sort: 'throughput' }, { health })).toEqual(['m@alpha', 'm@gamma', 'm@beta']);
@@ -300,9 +300,9 @@ describe('planRoute sort', () => {
 
   it('open endpoints go last under a sort too', () => {
     const health = measured();
-    health.recordFailure(keyOf(a), NOW);
-    health.recordFailure(keyOf(a), NOW);
-    health.recordFailure(keyOf(a), NOW);
+    health.recordFailure(keyOf(a), health.tryAcquire(keyOf(a), NOW), NOW);
+    health.recordFailure(keyOf(a), health.tryAcquire(keyOf(a), NOW), NOW);
+    health.recordFailure(keyOf(a), health.tryAcquire(keyOf(a), NOW), NOW);
     expect(plan([a, b, c], { sort: 'latency' }, { health })).toEqual(['m@gamma', 'm@beta', 'm@alpha']);
   });
 });

@@ -1,0 +1,72 @@
+import { describe, expect, it } from 'vitest';
+import { post, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+import { perTestGateways } from '../fixtures/per-test';
+
+const t = perTestGateways();
+
+/**
+ * A half-open breaker's probe alone decides whether the breaker closes or reopens: what other requests make of
+ * the endpoint meanwhile (one that tried it as a last resort, without a pass) is measured, but moves no breaker.
+ */
+const PAIR = `
+  - id: pair/chat
+    endpoints:
+      - { provider: fake-openai, upstream_model: first-chat, pricing: { prompt: 1, completion: 2 } }
+      - { provider: fake-openai, upstream_model: second-chat, pricing: { prompt: 1, completion: 2 } }
+`;
+const yaml = () => `${testConfigYaml(t.upstream.url).replace('pipelines:', `${PAIR}pipelines:`)}routing: { circuit_breaker: { failure_threshold: 1, cooldown_ms: 300 } }\n`;
+const KEY = 'fake-openai/first-chat';
+
+let g: TestGateway;
+const ask = () => post(`${g.url}/chat/completions`, g.key, { model: 'pair/chat', messages: [{ role: 'user', content: 'hi' }] });
+/** The upstream models the fake saw since `from`. */
+const seen = (from: number) => t.upstream.received.slice(from).map((r) => r.body.model);
+
+/**
+ * Opens the first endpoint's breaker (one failure) and waits out its cooldown: the next request is its probe.
+ * The cooldown is then made long (as a reload would), so the probe cannot expire while a slow machine runs the test.
+ */
+async function halfOpen(): Promise<void> {
+  t.upstream.scripts.set('first-chat', [{ kind: 'status', status: 503 }]);
+  expect((await ask()).status).toBe(200);
+  expect(g.gateway.health.state(KEY)).toBe('open');
+  await new Promise((r) => setTimeout(r, 350));
+  expect(g.gateway.health.state(KEY)).toBe('half_open');
+  g.gateway.health.configure({ failureThreshold: 1, cooldownMs: 60_000 });
+}
+
+/** Sends the probe, held at the upstream until the returned `release` is called. */
+async function heldProbe(): Promise<{ probe: ReturnType<typeof ask>; release: () => void }> {
+  let release!: () => void;
+  t.upstream.scripts.set('first-chat', [{ kind: 'hold', until: new Promise<void>((r) => (release = r)) }]);
+  const n = t.upstream.received.length;
+  const probe = ask();
+  while (!seen(n).includes('first-chat')) await new Promise((r) => setTimeout(r, 5));
+  return { probe, release };
+}
+
+describe('a half-open probe decides alone', () => {
+  it('an endpoint tried as a last resort while its probe is out neither reopens nor closes the breaker', async () => {
+    g = await t.start({ yaml: yaml() });
+    await halfOpen();
+    const { probe, release } = await heldProbe();
+    try {
+      const n = t.upstream.received.length;
+      // The probe is out: the next requests try the second endpoint first; it fails, and the first is tried
+      // anyway, as the last resort.
+      t.upstream.scripts.set('second-chat', [{ kind: 'status', status: 503 }, { kind: 'status', status: 503 }]);
+      t.upstream.scripts.set('first-chat', [{ kind: 'status', status: 503 }]);
+      expect((await ask()).status).toBe(503);
+      expect(g.gateway.health.state(KEY)).toBe('half_open'); // its failure had reopened the breaker under the probe
+      const served = await ask();
+      expect(served.status).toBe(200);
+      expect(served.json.model).toBe('pair/chat');
+      expect(g.gateway.health.state(KEY)).toBe('half_open'); // its success had closed it, the probe still out
+      expect(seen(n)).toEqual(['second-chat', 'first-chat', 'second-chat', 'first-chat']);
+    } finally {
+      release();
+    }
+    expect((await probe).status).toBe(200);
+    expect(g.gateway.health.state(KEY)).toBe('closed');
+  });
+});
