@@ -11,10 +11,14 @@
  *   `tryAcquire` gave: only that probe is given back). A probe that never reports back expires after one
  *   cooldown, so the endpoint cannot be locked out for ever.
  *
- * An attempt reports its outcome with the pass it was let through with. One made without a pass (`null`: the
- * breaker refused it, and the endpoint was tried as a last resort when nothing else was left) is measured but
- * moves no breaker: its success had closed a breaker whose probe was still out, its failure reopened it, each
- * racing the probe that alone decides.
+ * An attempt reports its outcome with the pass it was let through with, and only an attempt that began under
+ * the breaker's present state moves it: the pass carries the breaker's generation (it grows each time the
+ * breaker opens, reopens or closes). So a half-open breaker is decided by its probe alone (the first to report,
+ * should one have expired and been replaced). An attempt whose pass is of an earlier generation (let through
+ * while the breaker was closed, before it opened; a probe of a half-open state that has since ended) or that
+ * had none (`null`: the breaker refused it, and the endpoint was tried as a last resort when nothing else was
+ * left) is measured but moves no breaker: such a failure, reported late, had reopened a breaker whose probe was
+ * out or which a probe had just closed; such a success had closed one under its probe.
  *
  * Apart from the breaker, an endpoint that answered a rate limit or an overload with `Retry-After` rests
  * (`rest`, `resting`) until that time has passed, at most one cooldown: it is tried after the others.
@@ -37,12 +41,17 @@ export interface HealthOptions {
 
 export type BreakerState = 'closed' | 'open' | 'half_open';
 
-/** What `tryAcquire` grants: `probe` is the half-open probe taken (0: none, the breaker was closed). */
+/**
+ * What `tryAcquire` grants: `probe` is the half-open probe taken (0: none, the breaker was closed), `gen` the
+ * breaker's generation then (see the header).
+ */
 export interface Pass {
   readonly probe: number;
+  readonly gen: number;
 }
 
-const NO_PROBE: Pass = Object.freeze({ probe: 0 });
+/** The pass of a closed breaker that has never opened (no allocation for a request to a healthy endpoint). */
+const FIRST_CLOSED: Pass = Object.freeze({ probe: 0, gen: 0 });
 
 /** What an attempt's time to its answer and output were (each left out when not known). */
 export interface Sample {
@@ -70,6 +79,10 @@ interface Entry {
   probeSince: number | null;
   /** The number of the probe out (or last out): `release` gives back only that one. */
   probe: number;
+  /** The breaker's generation: one more each time it opens, reopens or closes. */
+  gen: number;
+  /** The pass `tryAcquire` grants while the breaker is closed in this generation. */
+  closed: Pass;
   latencyMs: number | null;
   throughput: number | null;
   /** The instant a Retry-After the endpoint gave ends; null when it gave none (or a success came since). */
@@ -116,15 +129,15 @@ export class EndpointHealth {
    * that probe reports back. The pass is what `release` takes.
    */
   tryAcquire(key: string, now: number = Date.now()): Pass | null {
-    const state = this.state(key, now);
-    if (state === 'closed') return NO_PROBE;
-    if (state === 'open') return null;
-    const e = this.entries.get(key)!;
+    const e = this.entries.get(key);
+    if (!e) return FIRST_CLOSED;
+    if (e.openUntil === null) return e.closed;
+    if (now < e.openUntil) return null;
     // A probe whose caller vanished without reporting expires after one cooldown.
     if (e.probeSince !== null && now - e.probeSince < Math.max(this.options.cooldownMs, 1)) return null;
     e.probeSince = now;
     e.probe = ++this.probes;
-    return { probe: e.probe };
+    return { probe: e.probe, gen: e.gen };
   }
 
   /**
@@ -140,17 +153,16 @@ export class EndpointHealth {
   }
 
   /**
-   * Closes the breaker (when the attempt had a pass: see the header) and folds the sample into the EWMA
-   * latency (time to first byte) and throughput (tokens/s).
+   * Closes the breaker (when the attempt began under its present state: see the header) and folds the sample
+   * into the EWMA latency (time to first byte) and throughput (tokens/s).
    */
   recordSuccess(key: string, success: Success, now: number = Date.now()): void {
     const e = this.entry(key);
     e.triedAt = now;
     e.restUntil = null;
-    if (success.pass) {
+    if (success.pass?.gen === e.gen) {
       e.failures = 0;
-      e.openUntil = null;
-      e.probeSince = null;
+      if (e.openUntil !== null) this.turn(e, null);
     }
     this.observe(key, success);
   }
@@ -180,17 +192,17 @@ export class EndpointHealth {
   /**
    * Counts a failure. The `failureThreshold`-th failure in a row opens the breaker for `cooldownMs`; a failed
    * half-open probe reopens it for another cooldown. Failures reported while already open (requests that were
-   * in flight when it opened) do not extend the cooldown, and one without a pass (a last resort) is not counted.
+   * in flight when it opened), like any that began under an earlier state or without a pass (a last resort),
+   * are not counted: they neither extend the cooldown nor reopen a breaker a probe is deciding or has closed.
    */
   recordFailure(key: string, pass: Pass | null, now: number = Date.now()): void {
     const e = this.entry(key);
-    const state = this.state(key, now);
     e.triedAt = now;
-    if (!pass) return;
+    if (pass?.gen !== e.gen) return;
     e.failures += 1;
+    const state = this.state(key, now);
     if (state === 'half_open' || (state === 'closed' && e.failures >= this.options.failureThreshold)) {
-      e.openUntil = now + this.options.cooldownMs;
-      e.probeSince = null;
+      this.turn(e, now + this.options.cooldownMs);
     }
   }
 
@@ -246,10 +258,18 @@ export class EndpointHealth {
     return out;
   }
 
+  /** Opens (until `openUntil`) or closes (null) the breaker: a new generation, no probe out. */
+  private turn(e: Entry, openUntil: number | null): void {
+    e.openUntil = openUntil;
+    e.probeSince = null;
+    e.gen += 1;
+    if (openUntil === null) e.closed = Object.freeze({ probe: 0, gen: e.gen });
+  }
+
   private entry(key: string): Entry {
     let e = this.entries.get(key);
     if (!e) {
-      e = { failures: 0, openUntil: null, probeSince: null, probe: 0, latencyMs: null, throughput: null, restUntil: null, triedAt: null };
+      e = { failures: 0, openUntil: null, probeSince: null, probe: 0, gen: 0, closed: FIRST_CLOSED, latencyMs: null, throughput: null, restUntil: null, triedAt: null };
       this.entries.set(key, e);
     }
     return e;

@@ -123,6 +123,72 @@ describe('EndpointHealth breaker', () => {
     expect(h.state(K, t + 5 + 1000)).toBe('half_open');
   });
 
+  it('a failure reported late by an attempt let through before the breaker opened does not reopen it under its probe', () => {
+    const h = new EndpointHealth({ failureThreshold: 1, cooldownMs: 1000 });
+    const early = h.tryAcquire(K, T0); // let through while closed, still in flight
+    failOnce(h); // another request's failure opens the breaker
+    const t = T0 + 1000;
+    const probe = h.tryAcquire(K, t);
+    expect(probe).not.toBeNull();
+    h.recordFailure(K, early, t + 10);
+    expect(h.state(K, t + 10)).toBe('half_open');
+    expect(h.tryAcquire(K, t + 11)).toBeNull(); // the probe is still out
+    h.recordSuccess(K, { pass: probe }, t + 20);
+    expect(h.state(K, t + 20)).toBe('closed');
+  });
+
+  it('nor reopens one its probe has just closed, nor counts towards opening it again', () => {
+    const h = new EndpointHealth({ failureThreshold: 2, cooldownMs: 1000 });
+    const early = [h.tryAcquire(K, T0), h.tryAcquire(K, T0), h.tryAcquire(K, T0)];
+    failTimes(h, 2); // the breaker opens
+    const t = T0 + 1000;
+    h.recordSuccess(K, { pass: h.tryAcquire(K, t) }, t + 10); // the probe closes it
+    h.recordFailure(K, early[0], t + 20);
+    h.recordFailure(K, early[1], t + 30);
+    expect(h.state(K, t + 30)).toBe('closed');
+    expect(h.snapshot(t + 30)[K].failures).toBe(0);
+    // Attempts let through now count as before.
+    failTimes(h, 2, t + 40);
+    expect(h.state(K, t + 40)).toBe('open');
+    h.recordSuccess(K, { pass: early[2] }, t + 50); // nor does a late success close it again
+    expect(h.state(K, t + 50)).toBe('open');
+  });
+
+  it('a success reported late by an attempt let through before the breaker opened does not close it under its probe', () => {
+    const h = new EndpointHealth({ failureThreshold: 1, cooldownMs: 1000 });
+    const early = h.tryAcquire(K, T0);
+    failOnce(h);
+    const t = T0 + 1000;
+    const probe = h.tryAcquire(K, t);
+    h.recordSuccess(K, { pass: early, latencyMs: 70 }, t + 10);
+    expect(h.state(K, t + 10)).toBe('half_open');
+    expect(h.stats(K).latencyMs).toBe(70); // measured all the same
+    h.recordFailure(K, probe, t + 20); // the probe decides
+    expect(h.state(K, t + 20)).toBe('open');
+    expect(h.state(K, t + 20 + 1000)).toBe('half_open');
+  });
+
+  it('a probe that expired and was replaced still decides if it reports first; the other then moves nothing', () => {
+    const h = new EndpointHealth({ failureThreshold: 1, cooldownMs: 1000 });
+    failOnce(h);
+    const t = T0 + 1000;
+    const slow = h.tryAcquire(K, t); // a stream that runs longer than a cooldown
+    const next = h.tryAcquire(K, t + 1000);
+    expect(next).not.toBeNull();
+    h.recordSuccess(K, { pass: slow }, t + 1500);
+    expect(h.state(K, t + 1500)).toBe('closed');
+    h.recordFailure(K, next, t + 1600);
+    expect(h.state(K, t + 1600)).toBe('closed');
+    // The other way round: the replacement fails first and reopens; the slow one's late success does not close.
+    failOnce(h, t + 2000);
+    const slow2 = h.tryAcquire(K, t + 3000);
+    const next2 = h.tryAcquire(K, t + 4000);
+    h.recordFailure(K, next2, t + 4100);
+    expect(h.state(K, t + 4100)).toBe('open');
+    h.recordSuccess(K, { pass: slow2 }, t + 4200);
+    expect(h.state(K, t + 4200)).toBe('open');
+  });
+
   it('a failed half-open probe reopens the breaker for another full cooldown', () => {
     const h = new EndpointHealth({ failureThreshold: 3, cooldownMs: 1000 });
     failTimes(h, 3);
