@@ -263,7 +263,7 @@ export async function sendJson(input: {
   // An answer may carry the key back too (an in-band error event, or a 2xx body holding an error).
   const credentials = input.credentials ?? credentialsIn(input.headers);
   if (call.stream && !isJsonBody(exchange.headers['content-type'])) {
-    return { stream: true, events: batched(() => parseSseBatches(exchange.bytes(), credentials)), abort: (reason) => exchange.abort(reason) };
+    return { stream: true, events: batched(() => parseSseBatches(exchange.bytes(), credentials, true)), abort: (reason) => exchange.abort(reason) };
   }
   let text: string;
   try {

@@ -18,9 +18,11 @@ export async function* parseSse(body: AsyncIterable<Uint8Array | string>, redact
 /**
  * `parseSse` a batch at a time: the events completed by one chunk of the body come out together (never an
  * empty batch). A provider often sends many events per TCP read; passing them on together saves an
- * async-iteration step per event on the gateway's stream path (see `BatchedEvents`).
+ * async-iteration step per event on the gateway's stream path (see `BatchedEvents`). `jsonData`: the events'
+ * data is JSON or `[DONE]` (a provider's stream), so an event the body ended in whose data does not parse is a
+ * cut, thrown as a GatewayError after the events before it.
  */
-export async function* parseSseBatches(body: AsyncIterable<Uint8Array | string>, redact: readonly string[] = []): AsyncGenerator<SseEvent[]> {
+export async function* parseSseBatches(body: AsyncIterable<Uint8Array | string>, redact: readonly string[] = [], jsonData = false): AsyncGenerator<SseEvent[]> {
   // Node's StringDecoder: like a streaming TextDecoder (a character split between chunks is kept for the
   // next one, invalid bytes become U+FFFD) at about a quarter of its cost per chunk.
   const decoder = new StringDecoder('utf8');
@@ -109,7 +111,11 @@ export async function* parseSseBatches(body: AsyncIterable<Uint8Array | string>,
     }
     if (batch) yield batch;
   }
-  // End of stream: the unfinished line still counts, and an event without its blank line is delivered.
+  // End of stream: the unfinished line still counts, and an event without its blank line is delivered. With
+  // `jsonData` (a provider's stream: every event's data is JSON or `[DONE]`) only when it is whole: a provider may
+  // leave out the last blank line, but data that does not parse was cut by the end of the body, wherever it fell. Relayed, such a cut (just after a `}` it looks whole to the string
+  // paths) reached the client as a broken chunk, and before any output it stopped failover; it fails the
+  // attempt instead, as a connection lost mid-answer does.
   const rest: SseEvent[] = [];
   for (const text of (pending.join('') + decoder.end()).split(/\r\n|\r|\n/)) {
     const ev = line(text);
@@ -117,7 +123,24 @@ export async function* parseSseBatches(body: AsyncIterable<Uint8Array | string>,
   }
   const last = line('');
   if (last) rest.push(last);
+  // (Every event completed here lacked its blank line: the unfinished line holds no line end.)
+  const cut = jsonData ? rest.findIndex((ev) => !wholeData(ev.data)) : -1;
+  if (cut >= 0) {
+    if (cut > 0) yield rest.slice(0, cut);
+    throw new GatewayError('provider_unavailable', 'The provider ended its stream inside an event (its data is cut short)');
+  }
   if (rest.length > 0) yield rest;
+}
+
+/** Whether an event's data is whole: `[DONE]`, or JSON that parses (read only for an event the body ended in). */
+function wholeData(data: string): boolean {
+  if (data === '[DONE]') return true;
+  try {
+    JSON.parse(data);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** The longest line or event a stream may send (characters): past it the stream fails rather than hold it all. */

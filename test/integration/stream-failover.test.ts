@@ -138,6 +138,40 @@ describe('streams fail over until the answer begins (spec 7.5.2)', () => {
     expect(JSON.parse(start.data).message.gateway_metadata.attempts[0]).toMatchObject({ outcome: 'error', error_type: 'provider_unavailable' });
   });
 
+  it('a body that ends inside an event (cut just after a `}`) fails over before output and ends in the in-band error after it; the broken chunk never reaches the client', async () => {
+    g = await t.start({ yaml: `${yaml()}routing: { circuit_breaker: { failure_threshold: 100 } }\n` });
+    const cutText = chatText('Hel').trimEnd().replace(/,"finish_reason":null\}\]\}$/, '}');
+    expect(cutText.endsWith('}')).toBe(true);
+    // Before output: the first content chunk is the cut one.
+    t.upstream.scripts.set('first-chat', [{ kind: 'raw-stream', text: ROLE_CHUNK + cutText }]);
+    const before = await ask('chat/completions');
+    const chunks = sseEvents(before.text).filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+    expect(chunks.some((c) => c.error)).toBe(false);
+    expect(chunks.map((c) => c.choices[0]?.delta?.content ?? '').join('')).toBe('Hello from the fake upstream.');
+    expect(upstreamModels()).toEqual(['first-chat', 'second-chat']);
+    // After output: the chunk before the cut went out; the stream ends with the error chunk, every data line JSON.
+    t.upstream.received.length = 0;
+    t.upstream.scripts.set('first-chat', [{ kind: 'raw-stream', text: ROLE_CHUNK + chatText('Hel') + cutText }]);
+    const after = sseEvents((await ask('chat/completions')).text);
+    const parsed = after.filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+    expect(parsed.map((c) => c.choices[0]?.delta?.content ?? '').join('')).toBe('Hel');
+    expect(parsed.filter((c) => c.error)).toEqual([expect.objectContaining({ error: expect.objectContaining({ metadata: expect.objectContaining({ error_type: 'provider_unavailable' }) }) })]);
+    expect(after.at(-1)!.data).toBe('[DONE]');
+    expect(upstreamModels()).toEqual(['first-chat']);
+    // Messages: a content_block_delta cut the same way after output.
+    t.upstream.received.length = 0;
+    const blockStart = sse('content_block_start', { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } });
+    const delta = sse('content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Hel' } });
+    const cutDelta = delta.trimEnd().slice(0, -1);
+    expect(cutDelta.endsWith('}')).toBe(true);
+    t.upstream.scripts.set('first-msg', [{ kind: 'raw-stream', text: MESSAGE_START + blockStart + delta + cutDelta }]);
+    const messages = sseEvents((await ask('messages')).text);
+    for (const e of messages) if (e.data !== '[DONE]') expect(() => JSON.parse(e.data), e.data).not.toThrow();
+    expect(messages.filter((e) => e.event === 'content_block_delta')).toHaveLength(1);
+    expect(messages.filter((e) => e.event === 'error')).toHaveLength(1);
+    expect(upstreamModels()).toEqual(['first-msg']);
+  });
+
   it('once output has reached the client, a provider error ends the stream with one well-formed error (no failover)', async () => {
     g = await t.start({ yaml: yaml() });
     const upstreamError = sse(null, { error: { message: 'upstream exploded', code: 502 } });

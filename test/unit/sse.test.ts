@@ -219,6 +219,28 @@ describe('parseSse', () => {
     expect(events.at(-1)).toEqual(DONE);
   });
 
+  it('a provider stream (jsonData) whose body ends inside an event fails after the events before it; a whole last event without its blank line is delivered', async () => {
+    const read = async (chunks: string[]) => {
+      const out: SseEvent[] = [];
+      try {
+        for await (const batch of parseSseBatches(fromChunks(chunks), [], true)) out.push(...batch);
+      } catch (err) {
+        return { out, err: (err as Error).message };
+      }
+      return { out, err: null };
+    };
+    const whole = '{"id":"c","choices":[{"index":0,"delta":{"content":"hi"}}]}';
+    // Cut just after a `}`: braces at both ends, but no JSON.
+    const cut = '{"id":"c","choices":[{"index":0,"delta":{"content":"there"}';
+    expect(await read([`data: ${whole}\n\ndata: ${cut}`])).toEqual({ out: [{ data: whole }], err: expect.stringContaining('inside an event') });
+    expect(await read([`data: ${whole}\n\n`, `data: ${cut}\n`])).toEqual({ out: [{ data: whole }], err: expect.stringContaining('inside an event') });
+    expect(await read([`data: ${whole}\n\ndata: ${whole}`])).toEqual({ out: [{ data: whole }, { data: whole }], err: null });
+    expect(await read([`data: ${whole}\n\ndata: [DONE]`])).toEqual({ out: [{ data: whole }, { data: '[DONE]' }], err: null });
+    expect(await read(['event: message_stop\ndata: {"type":"message_stop"}\n'])).toEqual({ out: [{ event: 'message_stop', data: '{"type":"message_stop"}' }], err: null });
+    // Without jsonData (any SSE), the last event is delivered as it came.
+    expect(await parseAll([`data: ${cut}`])).toEqual([{ data: cut }]);
+  });
+
   it('yields nothing for an empty stream or a stream of blank lines', async () => {
     expect(await parseAll([])).toEqual([]);
     expect(await parseAll(['\n\n\r\n\r'])).toEqual([]);
