@@ -255,8 +255,8 @@ export const chatCompletions: DialectAdapter = {
  * Whether a chat chunk plainly opens the answer with text, read without parsing it (the parse was ~0.7 % of a
  * stream's CPU): an object with a `content` key whose string value is not empty (in a chunk, only a choice's
  * delta has one; inside JSON strings quotes are escaped, so the match is a real key), braces at both ends (a
- * chunk cut off by the end of the body is parsed, and fails the attempt as malformed, unless the cut fell just
- * after a closing brace: such a chunk is then relayed as the stream's later chunks are on their string path)
+ * chunk cut off by the end of the body is parsed, and fails the attempt as malformed; one cut just after a
+ * closing brace never gets here: the SSE parser fails the attempt for an event the body ended in that is no JSON)
  * and nothing that may be an error (`error` anywhere, as a key or a finish_reason). False means "parse it",
  * never "no output".
  */
