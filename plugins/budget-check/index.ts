@@ -1,5 +1,6 @@
 import type { StageDefinition } from '../../src/pipeline/types';
 import type { Services } from '../../src/services';
+import { SpendControl } from '../../src/spend/control';
 import schema from './schema.json';
 
 /**
@@ -16,7 +17,8 @@ export const budgetCheck: StageDefinition<Record<string, never>, Services> = {
   create(_config, services) {
     return async (ctx, next) => {
       const state = ctx.state.gateway;
-      const hold = (state.spendHold = { admission: await services.spend.admit(services.config, services.models, state) });
+      const models = SpendControl.modelsOf(state.body);
+      const hold = (state.spendHold = { admission: await services.spend.admit(services.config, services.models, state), models });
       state.onFinish.push(() => {
         if (hold.admission) services.spend.settle(hold.admission, state);
       });

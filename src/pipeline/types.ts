@@ -168,9 +168,10 @@ export interface GatewayState {
   /**
    * The request's spend hold, set when `budget-check` ran (`admission` null: nothing is held). A stage that
    * calls upstreams in the request's place widens it with `services.spend.cover`; the hold held when the
-   * request ends is the one settled.
+   * request ends is the one settled. `models`: the models the request named when it was checked (see
+   * `services.spend.recheck`).
    */
-  spendHold?: { admission: Admission | null };
+  spendHold?: { admission: Admission | null; models?: string };
   /**
    * The request's journal entry (README "Ledger durability"): the generation id of its pending ledger row once
    * written, deleted with its ledger row. Shared with child calls (fusion), so a request has at most one.

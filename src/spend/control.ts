@@ -10,6 +10,7 @@ import { applicableBudgets, budgetWindow, type ApplicableBudget } from './budget
 import { estimateCalls, estimateOf, priced, pricedCalls, requestFee, requestFees, unpriced, type PlannedCall } from './estimate';
 import { creditsRejection, inFlightRejection, videoCreditsRejection } from './rejections';
 import { HOLD_MARGIN_MS, neverSent, SettleRetries } from './settle-retry';
+import { requestedModels } from '../routing/candidates';
 
 /**
  * The spend checks of spec 8.2 and 8.4, run before any provider is contacted, and the settlement after.
@@ -86,6 +87,30 @@ export class SpendControl {
       keepPrevious();
       throw err;
     }
+  }
+
+  /**
+   * The request's models as `budget-check` checks them, one string to compare: `recheck` takes the hold again
+   * when they are no longer what the request names.
+   */
+  static modelsOf(body: Record<string, unknown> | null): string {
+    return body ? requestedModels(body).join('\n') : '';
+  }
+
+  /**
+   * Runs the checks of `admit` again, in place of the hold taken, when a stage after `budget-check` changed the
+   * models the request names (a router choosing for `model: "auto"`, the web stage removing `:online`): the
+   * checks had seen a model this gateway does not have, held nothing (routing would answer 404), and the chosen
+   * model was then served past a spent key limit or a negative balance. Called by `upstream` before any call.
+   * Throws the rejections of `admit`. Does nothing when `budget-check` did not run or the models are unchanged.
+   */
+  async recheck(config: GatewayConfig, models: ReadonlyMap<string, ModelConfig>, state: GatewayState): Promise<void> {
+    const hold = state.spendHold;
+    if (!hold || !state.body) return;
+    const now = SpendControl.modelsOf(state.body);
+    if (hold.models === undefined || hold.models === now) return;
+    await this.cover(config, models, state, [{ body: state.body }]);
+    hold.models = now;
   }
 
   private async admitWith(config: GatewayConfig, state: GatewayState, basis: Basis): Promise<Admission | null> {

@@ -332,6 +332,38 @@ describe('credits and the in-flight budget', () => {
   });
 });
 
+describe('a stage after budget-check that changes the model', () => {
+  // A router (or the web stage's `:online`) placed after budget-check: the checks saw a model this gateway does
+  // not have (`auto`), held nothing and let routing answer it 404, and the router then chose a paid model.
+  const routed = (extra = '') =>
+    t.start({ yaml: testConfigYaml(t.upstream.url, '[auth, validate, rate-limit, budget-check, auto-router, upstream]') + `plugins:\n  auto-router: { allowed_models: ['fake/gpt'] }\n${extra}` });
+  const auto = (g: TestGateway, secret: string) => post(`${g.url}/chat/completions`, secret, chat({ model: 'auto' }));
+
+  it('the checks run again for the chosen model: a negative balance refuses it (402), as it does the model named', async () => {
+    const g = await routed();
+    await credit(g, -5);
+    const r = await auto(g, g.key);
+    expect(r.status).toBe(402);
+    expect(r.json.error.metadata).toMatchObject({ limit_source: 'gateway_credits', reason: 'insufficient_credits' });
+    expect(t.upstream.received).toHaveLength(0);
+  });
+
+  it('a key limit counts it: the request that spends the limit is served, the next refused (403)', async () => {
+    const g = await routed();
+    await credit(g, 100);
+    // One answer of the fake upstream costs $0.00002 (10 prompt and 5 completion tokens at $1 and $2 per 1M).
+    const { secret, record } = await g.createKey({ limitUsd: 0.00001, limitReset: 'daily', name: 'routed' });
+    const ok = await auto(g, secret);
+    expect(ok.status).toBe(200);
+    expect(ok.json.model).toBe('fake/gpt');
+    await expect.poll(() => g.gateway.state.held(`key:${record.id}`, g.gateway.spend.clock())).toBe(0);
+    const r = await auto(g, secret);
+    expect(r.status).toBe(403);
+    expect(r.json.error.metadata).toMatchObject({ limit_source: 'gateway_key_limit', scope: 'key_limit' });
+    expect(t.upstream.received).toHaveLength(1);
+  });
+});
+
 describe('holds and windows', () => {
   it('a crashed process’s hold blocks until its TTL, then lapses', async () => {
     let now = Date.now();
