@@ -109,6 +109,8 @@ async function fuse({ state, dialect, models, judge, forward, config, template, 
   const failed = results.filter((r): r is Extract<Candidate, { ok: false }> => !r.ok);
   const candidateUsage = addUsage(results.map((r) => r.usage));
   const candidateCost = addCost(results.map((r) => r.cost));
+  // What the candidates' calls cost on the workspace's own keys: the ledger bills those apart (never debited).
+  const candidateOwn = addCost(results.map((r) => ((r.ok ? r.isByok : r.route?.isByok) ? r.cost : 0))) ?? 0;
   const record: PipelineRecord = {
     type: 'fusion',
     name: 'fusion',
@@ -130,6 +132,7 @@ async function fuse({ state, dialect, models, judge, forward, config, template, 
     record.summary = `${answered.length} of ${models.length} model(s) answered; at least ${config.min_answers} needed`;
     state.pipeline.push(record);
     billCandidates(state, results, candidateUsage, candidateCost);
+    state.byokCostUsd = candidateOwn;
     const allTimedOut = failed.length > 0 && failed.every((f) => f.errorType === 'timeout');
     throw new GatewayError(allTimedOut ? 'timeout' : 'provider_unavailable', `Fusion: ${answered.length} of ${models.length} model(s) answered, at least ${config.min_answers} needed`, {
       metadata: { models, failed: (record.data as { failed: unknown }).failed },
@@ -161,6 +164,7 @@ async function fuse({ state, dialect, models, judge, forward, config, template, 
     state.attempts = judgeState.attempts;
     state.requestId = judgeState.requestId;
     billCandidates(state, results, candidateUsage, candidateCost);
+    state.byokCostUsd = candidateOwn;
     throw e;
   }
   state.requestId = judgeState.requestId;
@@ -171,6 +175,7 @@ async function fuse({ state, dialect, models, judge, forward, config, template, 
   if (response.kind === 'json') {
     state.usage = addUsage([candidateUsage, judgeState.usage]);
     state.costUsd = addCost([candidateCost, judgeState.costUsd]);
+    state.byokCostUsd = ownCost(candidateOwn, judgeState);
     state.outcome = judgeState.outcome;
     const answer = response.body as Record<string, unknown>;
     if (state.usage && answer && typeof answer === 'object' && !('error' in answer)) setTotalUsage(dialect, answer, state.usage, state.costUsd);
@@ -179,7 +184,8 @@ async function fuse({ state, dialect, models, judge, forward, config, template, 
   // A stream's judge usage is known only when it ends; until then the candidates' calls are what is owed.
   state.usage = candidateUsage;
   state.costUsd = candidateCost;
-  return { ...response, events: withTotals({ events: response.events, dialect, state, judgeState, candidates: { usage: candidateUsage, cost: candidateCost } }) };
+  state.byokCostUsd = candidateOwn;
+  return { ...response, events: withTotals({ events: response.events, dialect, state, judgeState, candidates: { usage: candidateUsage, cost: candidateCost, own: candidateOwn } }) };
 }
 
 /**
@@ -191,7 +197,7 @@ async function* withTotals(input: {
   dialect: Dialect;
   state: GatewayState;
   judgeState: GatewayState;
-  candidates: { usage: NormalizedUsage | null; cost: number | null };
+  candidates: { usage: NormalizedUsage | null; cost: number | null; own: number };
 }): AsyncGenerator<SseEvent> {
   const { state, judgeState, candidates } = input;
   try {
@@ -199,8 +205,14 @@ async function* withTotals(input: {
   } finally {
     state.usage = addUsage([candidates.usage, judgeState.usage]);
     state.costUsd = addCost([candidates.cost, judgeState.costUsd]);
+    state.byokCostUsd = ownCost(candidates.own, judgeState);
     state.outcome = judgeState.outcome;
   }
+}
+
+/** The candidates' cost on the workspace's own keys plus the judge's, when its call was made with one. */
+function ownCost(candidatesOwn: number, judgeState: GatewayState): number {
+  return addCost([candidatesOwn, judgeState.route?.isByok ? judgeState.costUsd : 0]) ?? 0;
 }
 
 /**

@@ -57,7 +57,7 @@ export async function runToolLoop(input: ToolLoopInput): Promise<GatewayResponse
   // so every turn is made under that one id, the one the answer and the ledger row then have.
   const stream = original.stream === true;
   if (stream) state.requestId ??= generationId();
-  const loop = { turns: 0, requested: 0, executed: 0, usage: [] as (NormalizedUsage | null)[], cost: [] as (number | null)[], stoppedBy: 'answer' as string };
+  const loop = { turns: 0, requested: 0, executed: 0, usage: [] as (NormalizedUsage | null)[], cost: [] as (number | null)[], own: [] as (number | null)[], stoppedBy: 'answer' as string };
   let finalTurn = false;
   let answer: Obj;
   let last!: GatewayState;
@@ -104,6 +104,8 @@ export async function runToolLoop(input: ToolLoopInput): Promise<GatewayResponse
     if (stream) state.streamAccepted?.();
     loop.usage.push(last.usage);
     loop.cost.push(last.costUsd);
+    // A turn's failover may land on an endpoint with (or without) the workspace's own key: billed apart.
+    loop.own.push(last.route?.isByok ? last.costUsd : 0);
     if (response.kind !== 'json') throw new GatewayError('provider_unavailable', 'The provider answered a tool turn with a stream');
     answer = response.body as Obj;
     if (!isObj(answer) || isObj(answer.error) || finalTurn) break;
@@ -154,13 +156,14 @@ async function* replay(events: ReturnType<typeof answerEvents>) {
 }
 
 /** The request is billed once, for every turn: the last turn's route, the sums of usage and cost. */
-function adopt(state: GatewayState, last: GatewayState, loop: { usage: (NormalizedUsage | null)[]; cost: (number | null)[] }, outcome: GatewayState['outcome']): void {
+function adopt(state: GatewayState, last: GatewayState, loop: { usage: (NormalizedUsage | null)[]; cost: (number | null)[]; own: (number | null)[] }, outcome: GatewayState['outcome']): void {
   state.requestId = last.requestId ?? state.requestId;
   state.route = last.route ?? state.route;
   state.candidates = last.candidates;
   state.attempts = last.attempts;
   state.usage = addUsage(loop.usage);
   state.costUsd = addCost(loop.cost);
+  state.byokCostUsd = addCost(loop.own) ?? 0;
   state.outcome = state.route ? outcome : state.outcome;
 }
 

@@ -131,6 +131,12 @@ export interface GatewayState {
   /** Final usage and cost, set by the stage that produced the answer (for streams: when the stream ends). */
   usage: NormalizedUsage | null;
   costUsd: number | null;
+  /**
+   * The part of `costUsd` spent with the workspace's own provider keys, for a request whose upstream calls were
+   * not all served one way (fusion's candidates and judge, a tool loop's turns): set by the stage that sums
+   * them. Absent, `route.isByok` says for the whole cost.
+   */
+  byokCostUsd?: number | null;
   /** How the request ended, for the ledger. */
   outcome: 'completed' | 'failed' | 'cancelled';
   /**

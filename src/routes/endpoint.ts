@@ -10,7 +10,7 @@ import { formatSse } from '../providers/sse';
 import { routingMetadata } from '../routing/metadata';
 import { sessionOf } from '../routing/sticky';
 import { failureBeforeAnswer } from '../routing/stream-relay';
-import { ledgerRowOf } from '../spend/ledger';
+import { ledgerRowsOf } from '../spend/ledger';
 import { withSpan } from '../telemetry/linked-context';
 import { readJsonBytes, refuseUnreadBody } from './body';
 import { ClientBytes, REUSED_MIN_BYTES } from './client-bytes';
@@ -288,11 +288,11 @@ function finish(runtime: Runtime, state: GatewayState, span: Span, status: numbe
   const { logger, ledger } = runtime.services;
   try {
     // Dated when it was admitted, if its spend was held: the window its cost was counted in (Admission.admittedAt).
-    const row = ledgerRowOf(state, state.spendHold?.admission?.admittedAt ?? runtime.services.spend.clock());
+    const rows = ledgerRowsOf(state, state.spendHold?.admission?.admittedAt ?? runtime.services.spend.clock());
     // The row releases the request's journal entry when it is written (README "Ledger durability").
     const pendingId = state.pendingLedger?.id ?? null;
-    if (row) ledger.add(row, pendingId);
-    else if (pendingId) ledger.release(pendingId);
+    rows.forEach((row, i) => ledger.add(row, i === 0 ? pendingId : null));
+    if (rows.length === 0 && pendingId) ledger.release(pendingId);
   } finally {
     for (const done of state.onFinish) {
       try {

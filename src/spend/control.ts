@@ -10,6 +10,7 @@ import { applicableBudgets, budgetWindow, type ApplicableBudget } from './budget
 import { estimateCalls, estimateOf, priced, pricedCalls, requestFee, requestFees, unpriced, type PlannedCall } from './estimate';
 import { creditsRejection, inFlightRejection, videoCreditsRejection } from './rejections';
 import { HOLD_MARGIN_MS, neverSent, SettleRetries } from './settle-retry';
+import { costParts } from './ledger';
 import { requestedModels } from '../routing/candidates';
 
 /**
@@ -310,22 +311,30 @@ export class SpendControl {
   /** Releases the request's hold and counts its actual cost; never throws (a failure is retried, see SettleRetries). */
   settle(admission: Admission, state: GatewayState): void {
     this.open--;
-    const costNano = toNano(state.costUsd ?? 0);
+    const parts = costParts(state);
+    // Served both ways (fusion, a tool loop): the hold is settled with the paid part, and the BYOK part is
+    // counted on its own (budgets that count BYOK spend see it; the in-flight budget, which guards the
+    // balance, does not).
+    const both = parts.paid > 0 && parts.byok > 0;
+    const byok = !both && parts.byok > 0;
     const now = this.clock();
     const input: SettleInput = {
       holdId: admission.holdId,
       groups: admission.groups,
       counters: admission.counters,
-      byok: state.route?.isByok ?? false,
-      costNano,
+      byok,
+      costNano: toNano(byok ? parts.byok : parts.paid),
       inFlight: admission.inFlightGroup ? { group: admission.inFlightGroup, until: now + admission.settlementMs } : null,
     };
-    this.deps.state.settle(input).catch((err) => {
-      this.deps.logger.warn({ err, generation_id: state.requestId }, 'settling a spend hold failed; retrying until the shared state takes it');
-      // Refused unsent, the retry counts the cost whether or not a hold is there: a request may have none (its
-      // hold was released by a refused `cover`), and a retry that needs its hold would drop that cost.
-      this.retries.add(input, state.requestId ?? null, admission.holdUntil, neverSent(err));
-    });
+    const inputs = both ? [input, { ...releaseOf(`${admission.holdId}-byok`, [], null), counters: admission.counters, byok: true, costNano: toNano(parts.byok) }] : [input];
+    for (const one of inputs) {
+      this.deps.state.settle(one).catch((err) => {
+        this.deps.logger.warn({ err, generation_id: state.requestId }, 'settling a spend hold failed; retrying until the shared state takes it');
+        // Refused unsent, the retry counts the cost whether or not a hold is there: a request may have none (its
+        // hold was released by a refused `cover`), and a retry that needs its hold would drop that cost.
+        this.retries.add(one, state.requestId ?? null, admission.holdUntil, neverSent(err));
+      });
+    }
   }
 
   /**

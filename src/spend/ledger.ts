@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { GatewayState } from '../pipeline/types';
 import type { LedgerRow, Store } from '../store/types';
 import { isoTime } from '../store/iso-time';
+import { roundUsd } from './pricing';
 
 /** The ledger row of a request that reached a provider, or null when it never did. */
 export function ledgerRowOf(state: GatewayState, now: number = Date.now()): LedgerRow | null {
@@ -28,6 +29,37 @@ export function ledgerRowOf(state: GatewayState, now: number = Date.now()): Ledg
     status: state.outcome,
     createdAt: isoTime(now),
   };
+}
+
+/**
+ * The paid and BYOK parts of a request's cost: by its route, unless its calls were served both ways
+ * (`state.byokCostUsd`, set by fusion and the tool loop). A BYOK part is never debited from the balance.
+ */
+export function costParts(state: GatewayState): { paid: number; byok: number } {
+  const cost = state.costUsd ?? 0;
+  const own = state.byokCostUsd;
+  if (own === undefined || own === null) return state.route?.isByok ? { paid: 0, byok: cost } : { paid: cost, byok: 0 };
+  const byok = Math.min(Math.max(0, own), cost);
+  return { paid: roundUsd(cost - byok), byok };
+}
+
+/**
+ * The ledger rows of a request: `ledgerRowOf`'s, flagged by what it billed; when its calls were served both
+ * ways, two: the generation id's with the part paid with the gateway's keys (and the usage), and
+ * `<generation id>-byok` with the part served with the workspace's own keys. One row flagged by the last
+ * call's key had either left the operator's calls undebited or debited the workspace's own.
+ */
+export function ledgerRowsOf(state: GatewayState, now: number = Date.now()): LedgerRow[] {
+  const row = ledgerRowOf(state, now);
+  if (!row || state.byokCostUsd === undefined || state.byokCostUsd === null) return row ? [row] : [];
+  const { paid, byok } = costParts(state);
+  if (byok <= 0 && paid <= 0) return [row];
+  if (byok <= 0 || paid <= 0) return [{ ...row, isByok: byok > 0 }];
+  const none = { promptTokens: 0, completionTokens: 0, cachedTokens: 0, cacheWriteTokens: 0, reasoningTokens: 0 };
+  return [
+    { ...row, costUsd: paid, isByok: false },
+    { ...row, ...none, generationId: `${row.generationId}-byok`, costUsd: byok, isByok: true },
+  ];
 }
 
 export interface LedgerOptions {

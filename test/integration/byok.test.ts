@@ -22,9 +22,9 @@ const message = (over: Record<string, unknown> = {}) => ({ model: 'fake/claude',
 const t = perTestGateways();
 
 /** A gateway with the spend stages, the encryption key configured (unless `encryption: false`), and credit. */
-async function start(o: { extra?: string; models?: string; encryption?: boolean; credit?: number; level?: string } = {}): Promise<TestGateway> {
+async function start(o: { extra?: string; models?: string; encryption?: boolean; credit?: number; level?: string; pipeline?: string } = {}): Promise<TestGateway> {
   const byok = o.encryption === false ? '' : `byok: { encryption_key: ${ENCRYPTION_KEY.toString('base64')} }\n`;
-  const base = testConfigYaml(t.upstream.url, PIPELINE)
+  const base = testConfigYaml(t.upstream.url, o.pipeline ?? PIPELINE)
     .replace('logging: { level: info }', `logging: { level: ${o.level ?? 'info'} }`)
     .replace('pipelines:', `${o.models ?? ''}pipelines:`);
   const g = await t.start({ yaml: base + byok + (o.extra ?? '') });
@@ -267,6 +267,44 @@ workspaces:
     const partly = await post(`${g.url}/chat/completions`, g.key, chat({ ...big, model: 'fake/failover' }));
     expect(partly.status).toBe(402);
     expect(partly.json.error.metadata).toMatchObject({ reason: 'weight_exceeds_budget' });
+  });
+});
+
+describe('a request whose upstream calls are served both ways (fusion)', () => {
+  // f/a and the judge on fake-openai, f/c on fake-anthropic, priced alike.
+  const FUSION = `
+  - id: f/a
+    endpoints: [{ provider: fake-openai, upstream_model: up-a, pricing: { prompt: 1, completion: 2 } }]
+  - id: f/c
+    endpoints: [{ provider: fake-anthropic, upstream_model: up-c, pricing: { prompt: 1, completion: 2 } }]
+  - id: f/judge
+    endpoints: [{ provider: fake-openai, upstream_model: up-judge, pricing: { prompt: 1, completion: 2 } }]
+`;
+  const fused = () =>
+    start({
+      models: FUSION,
+      pipeline: `[auth, validate, rate-limit, budget-check, fusion, upstream]`,
+      extra: 'plugins:\n  fusion: { models: [f/a, f/c], judge: f/judge }\n',
+    });
+  const ask = (g: TestGateway) => post(`${g.url}/chat/completions`, g.key, { model: 'f/a', plugins: [{ id: 'fusion' }], messages: [{ role: 'user', content: 'hi' }] });
+
+  it("the calls made with the operator's keys are debited, those made with the workspace's are not, whichever the judge used", async () => {
+    for (const own of [['fake-openai', OWN_OPENAI], ['fake-anthropic', OWN_ANTHROPIC]] as const) {
+      const g = await fused();
+      await storeOwnKey(g, own[0], own[1]);
+      const r = await ask(g);
+      expect(r.status).toBe(200);
+      const total = r.json.usage.cost as number;
+      // Three calls (f/a, f/c, the judge) of the same price: f/c is the odd one out.
+      const oneCall = total / 3;
+      const ownCalls = own[0] === 'fake-openai' ? 2 : 1;
+      const info = await keyInfo(g, g.key);
+      expect(info.byok_usage).toBeCloseTo(ownCalls * oneCall, 12);
+      expect(info.usage).toBeCloseTo((3 - ownCalls) * oneCall, 12);
+      expect(await balance(g)).toBeCloseTo(10 - (3 - ownCalls) * oneCall, 12);
+      await g.close();
+      t.release();
+    }
   });
 });
 
