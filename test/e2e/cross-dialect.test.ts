@@ -161,6 +161,18 @@ describe('Anthropic client → OpenAI-compatible provider', () => {
     expect(final.stop_reason).toBe('tool_use');
   });
 
+  it('streamed parallel tool calls that all say index 0, each with its own id (Ollama), are separate tool_use blocks', async () => {
+    const chunk = (delta: object, finish: string | null = null) =>
+      `data: ${JSON.stringify({ id: 'chatcmpl-x', object: 'chat.completion.chunk', created: 1, model: 'gpt-upstream', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+    const call = (id: string, city: string) => chunk({ tool_calls: [{ index: 0, id, type: 'function', function: { name: 'get_weather', arguments: JSON.stringify({ city }) } }] });
+    upstream.faults.push({ kind: 'raw-stream', text: chunk({ role: 'assistant' }) + call('call_a', 'Paris') + call('call_b', 'Rome') + chunk({}, 'tool_calls') + 'data: [DONE]\n\n' });
+    const final = await anthropic.messages.stream({ model: 'fake/gpt', max_tokens: 64, tools: [weatherAnthropic], messages: [{ role: 'user', content: 'Weather in Paris and Rome?' }] }).finalMessage();
+    const uses = final.content.filter((b) => b.type === 'tool_use');
+    // They had been one block: the second call's arguments appended to the first's, its id and name lost.
+    expect(uses.map((u) => [u.id, u.input])).toEqual([['call_a', { city: 'Paris' }], ['call_b', { city: 'Rome' }]]);
+    expect(final.stop_reason).toBe('tool_use');
+  });
+
   it('bills the translated usage', async () => {
     const msg = await anthropic.messages.create({ model: 'fake/gpt', max_tokens: 64, messages: [{ role: 'user', content: 'hi' }] });
     const row = await gw.ledgerRow(msg.id);

@@ -502,6 +502,18 @@ describe('chatToMessagesStream', () => {
     expect(accumulateMessages(cont).content).toEqual([{ type: 'tool_use', id: 'call_a', name: 'f', input: { a: 1 } }]);
   });
 
+  it('tool calls that reuse an index: another id with a name after whole arguments is a new call (Ollama); another id on a fragment is not (Poolside)', () => {
+    const at0 = (id: string, fn: Obj) => cc({ tool_calls: [{ index: 0, id, type: 'function', function: fn }] });
+    const ollama = run(chatToMessagesStream(), [at0('call_a', { name: 'f', arguments: '{"city":"Paris"}' }), at0('call_b', { name: 'f', arguments: '{"city":"Rome"}' }), cc({}, 'tool_calls'), DONE]);
+    expect(accumulateMessages(ollama).content.map((c: Obj) => [c.id, c.input])).toEqual([['call_a', { city: 'Paris' }], ['call_b', { city: 'Rome' }]]);
+    // A later fragment without an id at that index continues the newest call.
+    const cont = run(chatToMessagesStream(), [at0('call_a', { name: 'f', arguments: '{}' }), at0('call_b', { name: 'g', arguments: '{"a":' }), cc({ tool_calls: [{ index: 0, function: { arguments: '1}' } }] }), cc({}, 'tool_calls'), DONE]);
+    expect(accumulateMessages(cont).content.map((c: Obj) => [c.name, c.input])).toEqual([['f', {}], ['g', { a: 1 }]]);
+    // Poolside: the name under one id, the arguments under another, one call.
+    const poolside = run(chatToMessagesStream(), [at0('call_1', { name: 'f', arguments: '' }), at0('call_2', { arguments: '{"a":' }), at0('call_2', { arguments: '2}' }), cc({}, 'tool_calls'), DONE]);
+    expect(accumulateMessages(poolside).content).toEqual([{ type: 'tool_use', id: 'call_1', name: 'f', input: { a: 2 } }]);
+  });
+
   it('tool calls with neither index nor id: a named one after a named call is a new call; a nameless one continues', () => {
     const bare = (fn: Obj) => ({ type: 'function', function: fn });
     const whole = (name: string, args: string) => cc({ tool_calls: [bare({ name, arguments: args })] });

@@ -148,18 +148,34 @@ export function chatToMessagesStream(): StreamTranslator {
   /** The key of the call a fragment without `index` belongs to (see keyOf). */
   let lastKey: number | undefined;
   const byId = new Map<string, number>();
+  /** A provider index reused by a later call (see keyOf): the key of the latest call given that index. */
+  const byIndex = new Map<number, number>();
   let keysMade = 0;
   const newKey = (): number => -1 - keysMade++; // negative: never an index a provider sends
   /**
-   * Which call a tool_calls entry continues: its `index`; without one (Gemini's OpenAI-compatible API sends
-   * each call whole, with an id and no index), a new call for an id not seen before, else the call of that id.
+   * Which call a tool_calls entry continues: its `index` (a new call when it brings another id and a name
+   * after the arguments of the call there are whole); without one (Gemini's OpenAI-compatible API sends each call whole, with an id and no index), a new
+   * call for an id not seen before, else the call of that id.
    * An entry with neither: a new call when it names a function and the last call is named already, under
    * another name or with its arguments whole (some OpenAI-compatible servers send each call whole, without
    * index or id: parallel calls had been merged into one block); else the last call (its next fragment, or a
    * server that repeats the name in every fragment), or the entry's position when there is none.
    */
   const keyOf = (tc: Obj, position: number): number => {
-    if (typeof tc.index === 'number') return tc.index;
+    if (typeof tc.index === 'number') {
+      const key = byIndex.get(tc.index) ?? tc.index;
+      const known = tools.get(key);
+      // Ollama gives every parallel call `index: 0`, each whole with its own id: at a known index, an entry with
+      // another id that names a function after that call's arguments are whole is a new call (its arguments had
+      // been appended to the first call's, and the Anthropic SDK failed on the joined JSON). Another id alone is
+      // not: Poolside's API sends a call's later fragments under a second id, at the same index.
+      const name = isObj(tc.function) ? tc.function.name : undefined;
+      const another = typeof tc.id === 'string' && tc.id && known?.id && known.id !== tc.id;
+      if (!another || typeof name !== 'string' || !name || !known.end.done) return key;
+      const fresh = newKey();
+      byIndex.set(tc.index, fresh);
+      return fresh;
+    }
     if (typeof tc.id === 'string' && tc.id) {
       let key = byId.get(tc.id);
       if (key === undefined) {
