@@ -113,7 +113,14 @@ export function billedByDelivery(
   const billedEvent = (out: SseEvent): SseEvent => {
     // The rewriter's usage first: before the provider's usage arrives (every content event) no search is made.
     const provided = inner.usage();
-    if (!provided || !carriesUsage(o.dialect, out)) return out;
+    if (!provided) {
+      // A messages stream whose provider reported no usage at all (a chat provider that sent no usage chunk, seen
+      // through translation): its message_delta, the answer's last word on usage, says what is billed. It had
+      // said the translation's zeros, without a cost, while the ledger held the estimate.
+      const billed = o.dialect === 'messages' && out.event === 'message_delta' ? usage() : null;
+      return billed ? withBilled(out, billed) : out;
+    }
+    if (!carriesUsage(o.dialect, out)) return out;
     let billed = withInput(o.bounds ? boundedUsage(provided, o.bounds) : provided);
     if (billed.outputTokens === 0) {
       countUncounted();
@@ -121,6 +128,10 @@ export function billedByDelivery(
       if (output > 0) billed = { ...billed, outputTokens: o.bounds ? Math.min(output, o.bounds.maxOutputTokens) : output };
     }
     if (billed === provided) return out;
+    return withBilled(out, billed);
+  };
+  /** `out` (a chat usage chunk or a messages message_delta) with the usage `billed` and its cost. */
+  const withBilled = (out: SseEvent, billed: NormalizedUsage): SseEvent => {
     const data = JSON.parse(out.data) as { usage?: Record<string, unknown> };
     const { cost: _cost, is_byok: _byok, ...rest } = data.usage ?? {};
     const shaped = o.dialect === 'chat_completions' ? chatUsageBody(billed) : messagesUsageBody(billed);

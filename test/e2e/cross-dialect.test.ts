@@ -2,7 +2,7 @@ import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startFakeUpstream, type FakeUpstream } from '../fixtures/fake-upstream';
-import { startTestGateway, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+import { ledgerRowSoon, startTestGateway, testConfigYaml, type TestGateway } from '../fixtures/gateway';
 
 /** Clients of one API style served by providers of the other, through the official SDKs. */
 let upstream: FakeUpstream;
@@ -171,6 +171,25 @@ describe('Anthropic client → OpenAI-compatible provider', () => {
     // They had been one block: the second call's arguments appended to the first's, its id and name lost.
     expect(uses.map((u) => [u.id, u.input])).toEqual([['call_a', { city: 'Paris' }], ['call_b', { city: 'Rome' }]]);
     expect(final.stop_reason).toBe('tool_use');
+  });
+
+  it('a provider that reported no usage: message_delta says the usage and cost billed, as the ledger row does', async () => {
+    const chunk = (delta: object, finish: string | null = null) =>
+      `data: ${JSON.stringify({ id: 'chatcmpl-x', object: 'chat.completion.chunk', created: 1, model: 'gpt-upstream', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+    upstream.faults.push({ kind: 'raw-stream', text: chunk({ role: 'assistant', content: '' }) + chunk({ content: 'Sixteen chars!!!' }) + chunk({}, 'stop') + 'data: [DONE]\n\n' });
+    const stream = anthropic.messages.stream({ model: 'fake/gpt', max_tokens: 64, messages: [{ role: 'user', content: 'hi' }] });
+    let delta: any;
+    stream.on('streamEvent', (e) => {
+      if (e.type === 'message_delta') delta = e;
+    });
+    const final = await stream.finalMessage();
+    const row = await ledgerRowSoon(gw, final.id);
+    expect(row).toMatchObject({ status: 'completed', completionTokens: 4 }); // 16 characters at 4 per token
+    expect(row!.promptTokens).toBeGreaterThan(0); // the request, counted with the tokenizer
+    // It had said zeros and no cost while the ledger billed the estimate (a JSON answer and a chat stream's usage chunk say it).
+    expect([final.usage.input_tokens, final.usage.output_tokens]).toEqual([row!.promptTokens, row!.completionTokens]);
+    expect(delta.usage.cost).toBeCloseTo(row!.costUsd, 12);
+    expect(delta.usage.is_byok).toBe(false);
   });
 
   it('bills the translated usage', async () => {

@@ -2,7 +2,7 @@ import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startFakeUpstream, type FakeUpstream } from '../fixtures/fake-upstream';
-import { startTestGateway, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+import { ledgerRowSoon, startTestGateway, testConfigYaml, type TestGateway } from '../fixtures/gateway';
 
 let upstream: FakeUpstream;
 let gw: TestGateway;
@@ -266,7 +266,10 @@ describe('official anthropic SDK', () => {
     });
     const final = await anthropic.messages.stream({ model: 'fake/claude', max_tokens: 64, messages: [{ role: 'user', content: 'hi' }] }).finalMessage();
     expect(final.content).toEqual([{ type: 'text', text: 'Hi there.' }]);
-    expect(final.usage).toMatchObject({ input_tokens: 0, output_tokens: 0 });
+    // Its message_delta says the usage billed (the request's input counted, 9 characters of output at 4 a token).
+    const row = await ledgerRowSoon(gw, final.id);
+    expect([final.usage.input_tokens, final.usage.output_tokens]).toEqual([row!.promptTokens, row!.completionTokens]);
+    expect(final.usage.output_tokens).toBe(3);
   });
 
   it('reports a mid-stream provider failure as an error event', async () => {
