@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { ledgerRowSoon, post, sseEvents, testConfigYaml, type TestGateway } from '../fixtures/gateway';
 import { TEXT } from '../fixtures/fake-upstream';
 import { perTestGateways } from '../fixtures/per-test';
+import { gate, openRaw } from '../fixtures/raw-stream';
 
 const t = perTestGateways();
 
@@ -29,11 +30,6 @@ function yaml(minAnswers = 1): string {
 const ASK = { model: 'f/a', stream: true, plugins: [{ id: 'fusion' }], messages: [{ role: 'user', content: 'hi' }] };
 const KEEPALIVE = ': keepalive\n\n';
 
-function gate(): { until: Promise<void>; open: () => void } {
-  let open!: () => void;
-  const until = new Promise<void>((r) => (open = r));
-  return { until, open };
-}
 
 /** `p`, or a failure after `ms` (without the keep-alive, the headers wait for the judge's answer). */
 function within<T>(ms: number, p: Promise<T>): Promise<T> {
@@ -42,28 +38,6 @@ function within<T>(ms: number, p: Promise<T>): Promise<T> {
   return Promise.race([p, late]).finally(() => clearTimeout(timer));
 }
 
-/** POSTs the fusion stream; `seen(text)` resolves once the body so far contains `text`. */
-async function openRaw(g: TestGateway) {
-  const res = await fetch(`${g.url}/chat/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${g.key}` },
-    body: JSON.stringify(ASK),
-  });
-  const reader = res.body!.getReader();
-  const decoder = new TextDecoder();
-  let text = '';
-  const waiters: { text: string; resolve: () => void }[] = [];
-  const done = (async () => {
-    for (;;) {
-      const r = await reader.read();
-      if (r.done) return text;
-      text += decoder.decode(r.value, { stream: true });
-      for (const w of waiters.filter((x) => text.includes(x.text))) w.resolve();
-    }
-  })();
-  const seen = (wanted: string) => (text.includes(wanted) ? Promise.resolve() : new Promise<void>((resolve) => waiters.push({ text: wanted, resolve })));
-  return { res, seen, done, soFar: () => text };
-}
 
 describe('a fusion stream slow to answer gets the keep-alive of an ordinary stream (server.stream_keepalive_ms)', () => {
   it('from min_answers answers on: the 200 and ": keepalive" comments while a candidate and then the judge are slow; then the judge\'s answer', async () => {
@@ -72,7 +46,7 @@ describe('a fusion stream slow to answer gets the keep-alive of an ordinary stre
     const judge = gate();
     t.upstream.scripts.set('up-b', [{ kind: 'hold', until: candidate.until }]);
     t.upstream.scripts.set('up-judge', [{ kind: 'slow-start', until: judge.until }]);
-    const opened = openRaw(g);
+    const opened = openRaw(g, 'chat/completions', ASK);
     let s: Awaited<typeof opened>;
     try {
       s = await within(2000, opened);
@@ -107,7 +81,7 @@ describe('a fusion stream slow to answer gets the keep-alive of an ordinary stre
     const candidate = gate();
     t.upstream.scripts.set('up-b', [{ kind: 'hold', until: candidate.until }]);
     t.upstream.always.set('up-judge', { kind: 'status', status: 500 });
-    const opened = openRaw(g);
+    const opened = openRaw(g, 'chat/completions', ASK);
     let s: Awaited<typeof opened>;
     try {
       s = await within(2000, opened);

@@ -7,6 +7,7 @@ import type { StageDefinition } from '../../src/pipeline/types';
 import { ledgerRowSoon, post, sseEvents, testConfigYaml, type TestGateway } from '../fixtures/gateway';
 import { TEXT } from '../fixtures/fake-upstream';
 import { perTestGateways } from '../fixtures/per-test';
+import { gate, openRaw } from '../fixtures/raw-stream';
 
 const t = perTestGateways();
 
@@ -32,40 +33,7 @@ function yaml(keepaliveMs: number): string {
 }
 
 /** A promise and its resolve: what the fake upstream waits for before the answer begins. */
-function gate(): { until: Promise<void>; open: () => void } {
-  let open!: () => void;
-  const until = new Promise<void>((r) => (open = r));
-  return { until, open };
-}
 
-/** POSTs a stream and reads it as it comes: `seen(text)` resolves once the body so far contains `text`. */
-async function openRaw(g: TestGateway, path: string, body: Record<string, unknown>, headers: Record<string, string> = {}) {
-  const controller = new AbortController();
-  const res = await fetch(`${g.url}/${path}`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${g.key}`, ...headers },
-    body: JSON.stringify({ ...body, stream: true }),
-    signal: controller.signal,
-  });
-  const reader = res.body!.getReader();
-  const decoder = new TextDecoder();
-  let text = '';
-  const waiters: { text: string; resolve: () => void }[] = [];
-  const done = (async () => {
-    try {
-      for (;;) {
-        const r = await reader.read();
-        if (r.done) return text;
-        text += decoder.decode(r.value, { stream: true });
-        for (const w of waiters.filter((x) => text.includes(x.text))) w.resolve();
-      }
-    } catch {
-      return text;
-    }
-  })();
-  const seen = (wanted: string) => (text.includes(wanted) ? Promise.resolve() : new Promise<void>((resolve) => waiters.push({ text: wanted, resolve })));
-  return { res, seen, done, abort: () => controller.abort(), soFar: () => text };
-}
 
 /** A fetch for the SDKs that tells when the response body has carried `marker` (the body itself is passed on untouched). */
 function watchingFetch(marker: string, onSeen: () => void): typeof fetch {

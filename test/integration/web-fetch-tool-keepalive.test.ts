@@ -4,15 +4,11 @@ import { webFetchDefinition } from '../../plugins/web-fetch/stage';
 import { ledgerRowSoon, post, sseEvents, testConfigYaml, type TestGateway } from '../fixtures/gateway';
 import { pageServer } from '../fixtures/pages';
 import { perTestGateways } from '../fixtures/per-test';
+import { gate, openRaw } from '../fixtures/raw-stream';
 
 const t = perTestGateways();
 const KEEPALIVE = ': keepalive\n\n';
 
-function gate(): { until: Promise<void>; open: () => void } {
-  let open!: () => void;
-  const until = new Promise<void>((r) => (open = r));
-  return { until, open };
-}
 
 /** The page `/slow` answers once `slowPage.open()` is called (a new gate per test). */
 let slowPage = gate();
@@ -66,34 +62,6 @@ function within<T>(ms: number, p: Promise<T>): Promise<T> {
   return Promise.race([p, late]).finally(() => clearTimeout(timer));
 }
 
-/** POSTs a stream and reads it as it comes: `seen(text)` resolves once the body so far contains `text`. */
-async function openRaw(g: TestGateway, path: string, body: Record<string, unknown>) {
-  const controller = new AbortController();
-  const res = await fetch(`${g.url}/${path}`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${g.key}` },
-    body: JSON.stringify({ ...body, stream: true }),
-    signal: controller.signal,
-  });
-  const reader = res.body!.getReader();
-  const decoder = new TextDecoder();
-  let text = '';
-  const waiters: { text: string; resolve: () => void }[] = [];
-  const done = (async () => {
-    try {
-      for (;;) {
-        const r = await reader.read();
-        if (r.done) return text;
-        text += decoder.decode(r.value, { stream: true });
-        for (const w of waiters.filter((x) => text.includes(x.text))) w.resolve();
-      }
-    } catch {
-      return text;
-    }
-  })();
-  const seen = (wanted: string) => (text.includes(wanted) ? Promise.resolve() : new Promise<void>((resolve) => waiters.push({ text: wanted, resolve })));
-  return { res, seen, done, abort: () => controller.abort(), soFar: () => text };
-}
 
 /** Opens the stream and waits for its first comment; whatever happens, `release` lets the request end. */
 async function openUntilComment(g: TestGateway, path: string, body: Record<string, unknown>, release: () => void) {
