@@ -11,7 +11,7 @@ import { byokContext, maskProviderKey, parseEncryptionKey, sealProviderKey } fro
 import { ConfigError, inConfigFile, loadConfig, PRICED_FREE_WARNING, pricedFreeEndpoints, unpricedEndpoints, unusedPluginSections, warnConfigGaps } from './config/load';
 import { configReloader } from './config/reload';
 import type { GatewayConfig } from './config/types';
-import { watchFile } from './config/watch';
+import { fileStamp, SETTLE_MS, watchFile } from './config/watch';
 import { capYoungGeneration, collectStartupGarbage, tuneHeap } from './heap-tuning';
 import { recentBodyBytes } from './routes/body';
 import { checkPipelines } from './runtime';
@@ -317,9 +317,9 @@ function listenProblem(err: NodeJS.ErrnoException, host: string, port: number): 
  * every process of the user; EACCES): the watcher is a convenience, SIGHUP still reloads, and its throw had
  * ended `serve` after the store was opened, naming no setting.
  */
-function watchConfig(file: string, onChange: () => void, logger: ReturnType<typeof createLogger>): () => void {
+function watchConfig(file: string, onChange: () => void, logger: ReturnType<typeof createLogger>, readAs: string): () => void {
   try {
-    return watchFile(file, onChange);
+    return watchFile(file, onChange, SETTLE_MS, readAs);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
     logger.warn({ code }, `server.watch_config: the folder of ${file} cannot be watched (${code}); edits are applied on SIGHUP only (kill -HUP <pid>), or set watch_config: false`);
@@ -328,6 +328,8 @@ function watchConfig(file: string, onChange: () => void, logger: ReturnType<type
 }
 
 async function serve(file: string): Promise<number> {
+  // Taken before the read: an edit from here until the watch is in place is seen then (`watchFile`'s `readAs`).
+  const readAs = fileStamp(file);
   const config = loadConfig(file, { registry });
   tuneHeap();
   const logger = createLogger(config.logging.level);
@@ -373,7 +375,7 @@ async function serve(file: string): Promise<number> {
       stop();
     });
   });
-  const stopWatching = config.server.watch_config ? watchConfig(file, () => void reload('file changed'), logger) : () => undefined;
+  const stopWatching = config.server.watch_config ? watchConfig(file, () => void reload('file changed'), logger, readAs) : () => undefined;
   // Everything is loaded: free what start-up left behind before the first request (README, Performance).
   const gcMs = collectStartupGarbage();
   logger.debug({ ms: gcMs === null ? null : Math.round(gcMs) }, gcMs === null ? 'start-up garbage not collected' : 'start-up garbage collected');

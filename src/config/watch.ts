@@ -122,11 +122,14 @@ export function watchFolder(dir: string, onEvent: (name: string | null) => void,
  * stayed unchanged for `settleMs` (`settled`). A file that is a symlink whose target is swapped elsewhere in
  * the folder (a Kubernetes ConfigMap volume: `gateway.yaml -> ..data/gateway.yaml`, and kubelet renames a new
  * `..data` link into place) counts as changed when the path it resolves to changes, whatever the event's
- * name. A watched folder removed and made again is watched again (`watchFolder`).
+ * name. A watched folder removed and made again is watched again (`watchFolder`). `readAs` is the file's stamp
+ * (`fileStamp`) taken before the config now serving was read: a file that differs from it once the watch is
+ * in place was written in between (while `serve` opened the store and built the gateway, where no watch saw it:
+ * the edit waited for the next one or a SIGHUP), and counts as changed.
  *
- * @example const stop = watchFile('./gateway.yaml', () => reload()); … stop();
+ * @example const readAs = fileStamp(file); const config = loadConfig(file, …); … const stop = watchFile(file, () => reload(), SETTLE_MS, readAs);
  */
-export function watchFile(file: string, onChange: () => void, settleMs = SETTLE_MS): () => void {
+export function watchFile(file: string, onChange: () => void, settleMs = SETTLE_MS, readAs?: string): () => void {
   const dir = path.dirname(path.resolve(file));
   const base = path.basename(file);
   const resolved = (): string | null => {
@@ -168,6 +171,7 @@ export function watchFile(file: string, onChange: () => void, settleMs = SETTLE_
     settle.poke();
   });
   followTarget();
+  if (readAs !== undefined && fileStamp(file) !== readAs) settle.poke();
   return () => {
     settle.stop();
     stopDir();

@@ -142,6 +142,21 @@ describe('config reload', () => {
     }
   });
 
+  it('applies an edit made while the gateway started, between reading the file and watching it (it was missed until the next edit)', async () => {
+    const file = writeTemp(yaml(['m/a']));
+    const readAs = fileStamp(file); // what serve does: the stamp, then the read
+    gw = await startTestGateway({ yaml: yaml(['m/a']) });
+    // The edit lands while the store opens and the gateway is built: no watch is there to see it.
+    writeFileSync(file, yaml(['m/a', 'm/during-start']));
+    const reload = configReloader({ file, registry, gateway: gw.gateway, store: gw.store, logger: pino({ level: 'silent' }) });
+    const stop = watchFile(file, () => void reload('file changed'), 20, readAs);
+    try {
+      await eventually(async () => expect((await ask('m/during-start')).status).toBe(200));
+    } finally {
+      stop();
+    }
+  });
+
   it('picks up a Kubernetes ConfigMap update: the file is a link through ..data, and a new ..data is renamed into place', async () => {
     gw = await startTestGateway({ yaml: yaml(['m/a']) });
     const { mkdirSync, renameSync, symlinkSync } = await import('node:fs');
