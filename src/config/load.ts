@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { ErrorObject } from 'ajv';
-import { parse as parseYaml } from 'yaml';
+import { parseDocument } from 'yaml';
 import { parseEncryptionKey } from '../auth/byok-seal';
 import { guardrailConfigProblem, guardrailStageProblem } from '../guardrails/check';
 import { moderationConfigProblem } from '../moderation/config';
@@ -254,9 +254,20 @@ export function inConfigFile<T>(file: string, check: () => T): T {
 export function parseConfigText(text: string, options: LoadOptions): GatewayConfig {
   let parsed: unknown;
   try {
-    // merge: YAML 1.1's `<<: *anchor` merge keys, which operators use to share endpoint settings.
-    parsed = parseYaml(text, { merge: true });
+    // merge: YAML 1.1's `<<: *anchor` merge keys, which operators use to share endpoint settings. logLevel
+    // `error`: YAML's warnings went to stderr (process.emitWarning) quoting the source line, secret and all.
+    const doc = parseDocument(text, { merge: true, logLevel: 'error' });
+    if (doc.errors.length > 0) throw doc.errors[0];
+    // An unquoted value starting with `!` is a tag to YAML: `api_key: !abc def` had loaded as `def`. The tag
+    // is not shown: it is the operator's value.
+    const tag = doc.warnings.find((w) => w.code === 'TAG_RESOLVE_FAILED');
+    if (tag) {
+      const at = tag.linePos?.[0];
+      throw new ConfigError(`(yaml): a tag YAML does not know${at ? ` at line ${at.line}, column ${at.col}` : ''} (a value that starts with ! must be quoted)`);
+    }
+    parsed = doc.toJS();
   } catch (err) {
+    if (err instanceof ConfigError) throw err;
     // An unquoted `${VAR}` inside a flow mapping (`{ api_key: ${KEY} }`) reads as a nested mapping to YAML.
     const hint = /\{[^}\n]*:\s*\$\{/.test(text) ? " (a ${VAR} inside { … } must be quoted: '${VAR}')" : '';
     throw new ConfigError(`(yaml): ${(err as Error).message.split('\n')[0].replace(/:\s*$/, '')}${hint}`);

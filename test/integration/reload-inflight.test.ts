@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { registry } from '../../plugins';
 import { configReloader } from '../../src/config/reload';
 import { startFakeUpstream, type FakeUpstream } from '../fixtures/fake-upstream';
@@ -78,6 +78,20 @@ describe('a refused reload', () => {
     expect(await apply(yaml.replace(`api_key: ${OLD_KEY}`, `api_key: ${NEW_KEY}`))).toBe(true);
     expect((await ask('fake/gpt')).status).toBe(200);
     expect(upstream!.received.at(-1)!.headers.authorization).toBe(`Bearer ${NEW_KEY}`);
+  });
+
+  it('of a value that YAML reads as a tag (`api_key: !…`, unquoted) is refused naming where, and its line reaches no stderr warning (it had been printed whole)', async () => {
+    const { yaml, apply, lines } = await start();
+    const warned = vi.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      expect(await apply(yaml.replace(`api_key: ${OLD_KEY}`, 'api_key: !Tag-secret-0123 sk-x'))).toBe(false);
+      expect(warned).not.toHaveBeenCalled();
+    } finally {
+      warned.mockRestore();
+    }
+    const refused = JSON.parse(lines.at(-1)!);
+    expect(refused.reason).toMatch(/\(yaml\): a tag YAML does not know at line 7, column \d+ \(a value that starts with ! must be quoted\)/);
+    expect(lines.join('')).not.toContain('Tag-secret-0123');
   });
 });
 
