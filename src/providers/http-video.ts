@@ -103,8 +103,8 @@ export function createHttpVideoProvider(config: HttpVideoProviderConfig): VideoP
       if (typeof id !== 'string' || id === '') throw badAnswer('no job id');
       return { upstreamJobId: id };
     },
-    async poll(upstreamJobId: string, apiKey?: string): Promise<VideoPollResult> {
-      const r = await call({ method: 'GET', path: `/${encodeURIComponent(upstreamJobId)}`, apiKey });
+    async poll(upstreamJobId: string, apiKey?: string, signal?: AbortSignal): Promise<VideoPollResult> {
+      const r = await call({ method: 'GET', path: `/${encodeURIComponent(upstreamJobId)}`, apiKey, signal });
       // The upstream no longer knows the job: it will never finish.
       if (r.status === 404) return { status: 'failed', error: `Provider ${config.id} no longer knows this job` };
       failIfNot2xx(r);
@@ -112,8 +112,8 @@ export function createHttpVideoProvider(config: HttpVideoProviderConfig): VideoP
       if (!status) throw badAnswer(`an unknown job status ${JSON.stringify(r.json?.status ?? null)}`);
       return pollResult(status, r.json!);
     },
-    async cancel(upstreamJobId: string, apiKey?: string) {
-      failIfNot2xx(await call({ method: 'POST', path: `/${encodeURIComponent(upstreamJobId)}/cancel`, body: {}, apiKey }));
+    async cancel(upstreamJobId: string, apiKey?: string, signal?: AbortSignal) {
+      failIfNot2xx(await call({ method: 'POST', path: `/${encodeURIComponent(upstreamJobId)}/cancel`, body: {}, apiKey, signal }));
     },
   };
 }

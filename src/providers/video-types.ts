@@ -43,6 +43,7 @@ export interface VideoProvider {
   id: string;
   kind: string;
   submit(input: VideoSubmitInput, signal: AbortSignal, apiKey?: string): Promise<{ upstreamJobId: string }>;
-  poll(upstreamJobId: string, apiKey?: string): Promise<VideoPollResult>;
-  cancel(upstreamJobId: string, apiKey?: string): Promise<void>;
+  /** `signal`: the poller's stop (a shutdown) or the request's abort ends the call. */
+  poll(upstreamJobId: string, apiKey?: string, signal?: AbortSignal): Promise<VideoPollResult>;
+  cancel(upstreamJobId: string, apiKey?: string, signal?: AbortSignal): Promise<void>;
 }

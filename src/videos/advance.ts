@@ -11,6 +11,8 @@ import { jobKey } from './own-key';
 export interface AdvanceDeps {
   services: Services;
   clock: () => number;
+  /** Ends an upstream poll under way: the poller's stop (a shutdown), or the request's abort. */
+  signal?: AbortSignal;
 }
 
 /**
@@ -62,8 +64,10 @@ async function followUpstream(deps: AdvanceDeps, job: VideoJob): Promise<VideoJo
   let result: VideoPollResult;
   try {
     // A BYOK job whose key was deleted waits like one whose upstream is down (the key may be stored again).
-    result = await provider.poll(job.upstreamJobId, await jobKey(services, job));
+    result = await provider.poll(job.upstreamJobId, await jobKey(services, job), deps.signal);
   } catch (err) {
+    // Stopped (a shutdown): the job is polled again at the next round, in this process or the next one.
+    if (deps.signal?.aborted) return job;
     services.logger.warn({ err, video_job_id: job.id, provider: job.provider }, 'polling a video job failed; retrying at the next poll');
     return job;
   }

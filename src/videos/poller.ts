@@ -26,6 +26,8 @@ export class VideoPoller {
   private stopped = true;
   /** Set while stop() waits for the round under way, so the round ends after the job at hand. */
   private halting = false;
+  /** Aborted by stop(): an upstream poll under way ends at once (its timeout could be minutes away). */
+  private halt = new AbortController();
   /** Where the next round continues: after the last job the previous one reached (undefined: from the start). */
   private cursor: VideoJobCursor | undefined;
 
@@ -40,23 +42,29 @@ export class VideoPoller {
     this.schedule(0);
   }
 
-  /** Stops polling; resolves once a round under way has finished. */
+  /**
+   * Stops polling; resolves once a round under way has finished. Its upstream polls under way are aborted
+   * (their jobs are polled again at the next round or start): one waiting on a slow upstream had held a
+   * shutdown up to the provider's `timeout_ms`, past the supervisor's grace period.
+   */
   async stop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.timer);
     this.timer = undefined;
     this.halting = true;
+    this.halt.abort();
     try {
       await this.round;
     } finally {
       this.halting = false;
+      this.halt = new AbortController(); // a round driven by hand (tests) or a restart polls again
     }
   }
 
   /** One round: expired outputs, then up to `videos.max_jobs_per_round` jobs with work left (tests call it on a stopped poller to drive it by hand). */
   async poll(): Promise<void> {
     const services = this.services();
-    const deps = { services, clock: this.clock };
+    const deps = { services, clock: this.clock, signal: this.halt.signal };
     await this.restoreLostHolds(services);
     const now = this.clock();
     const expired = await this.read(services, () => services.store.listExpiredVideoJobs(now, PAGE));
