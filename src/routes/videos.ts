@@ -181,7 +181,9 @@ export function videoCancelStage(services: Services): Stage {
     let job = await workspaceJob(services, id, key);
     if (!isFinished(job.status)) {
       const provider = services.videos.providers.get(job.provider);
-      if (provider) job = await cancelUpstream(services, provider, job);
+      // The request's abort ends the upstream calls: a shutdown's cut answers the 503 at once (the call had
+      // run on to the provider's timeout_ms, and the client lost its answer to the closing connection).
+      if (provider) job = await cancelUpstream(services, provider, job, state.signal);
     }
     // A poller may move the job (pending → in_progress) between the read and the write: read again and retry.
     for (let i = 0; i < 3 && !isFinished(job.status); i++) {
@@ -205,15 +207,15 @@ export function videoCancelStage(services: Services): Stage {
  * answer (a 409 `conflict` naming the status, or 200 if the upstream had cancelled it). Otherwise, and when
  * the upstream could not be reached at all, its error stands.
  */
-async function cancelUpstream(services: Services, provider: VideoProvider, job: VideoJob): Promise<VideoJob> {
+async function cancelUpstream(services: Services, provider: VideoProvider, job: VideoJob, signal: AbortSignal): Promise<VideoJob> {
   const key = await jobKey(services, job);
   try {
-    await provider.cancel(job.upstreamJobId, key);
+    await provider.cancel(job.upstreamJobId, key, signal);
     return job;
   } catch (err) {
     const refusal = toGatewayError(err);
     if (refusal.metadata?.provider_code === undefined) throw refusal;
-    const polled = (await advanceJob({ services, clock: services.spend.clock }, job)) ?? (await services.store.getVideoJob(job.id, job.workspaceId));
+    const polled = (await advanceJob({ services, clock: services.spend.clock, signal }, job)) ?? (await services.store.getVideoJob(job.id, job.workspaceId));
     if (polled && isFinished(polled.status)) return polled;
     throw refusal;
   }

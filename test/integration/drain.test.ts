@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openStore } from '../../src/store';
 import { startFakeVideoUpstream, type FakeVideoUpstream } from '../fixtures/fake-video-upstream';
 import { startTestGateway } from '../fixtures/gateway';
-import { fund, startJob, videoConfigYaml } from '../fixtures/videos';
+import { cancelVideo, fund, startJob, videoConfigYaml } from '../fixtures/videos';
 
 /**
  * Gateway.close() (the drain `gateway serve` runs on SIGTERM) with work under way that is not a request in
@@ -40,5 +40,27 @@ describe('a shutdown while a video poll round waits on its upstream', () => {
     expect((await store.getVideoJob(id, g.keyRecord.workspaceId))?.status).toBe('pending');
     expect(g.logs.join('')).not.toContain('polling a video job failed');
     await store.close();
+  }, 30_000);
+});
+
+describe('a video cancel in flight whose upstream does not answer', () => {
+  it('is cut at the drain timeout with the typed 503 and Connection: close (the call went on and the client got a closed connection)', async () => {
+    // No poll after the first round; a 60 s upstream timeout; a 300 ms drain.
+    const yaml = videoConfigYaml({ upstreamUrl: video.url, pollIntervalMs: 600_000 })
+      .replace('timeout_ms: 500', 'timeout_ms: 60000')
+      .replace('watch_config: false }', 'watch_config: false, drain_timeout_ms: 300 }');
+    const g = await startTestGateway({ yaml });
+    await fund(g);
+    const id = await startJob(g, { model: 'http/video', prompt: 'to be cancelled' });
+    const cancels = () => video.received.filter((r) => r.path.endsWith('/cancel')).length;
+    video.faults.push('hang');
+    const answer = fetch(`${g.url}/videos/${id}/cancel`, { method: 'POST', headers: { authorization: `Bearer ${g.managementKey}` } });
+    await expect.poll(cancels, { timeout: 5000, interval: 10 }).toBe(1);
+    const closed = g.close();
+    const res = await answer;
+    expect(res.status).toBe(503);
+    expect(res.headers.get('connection')).toBe('close');
+    expect((await res.json()).error).toMatchObject({ code: 503, metadata: { error_type: 'provider_overloaded', reason: 'shutting_down' } });
+    expect(await by(closed, 3000)).toBeUndefined();
   }, 30_000);
 });
