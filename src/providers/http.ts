@@ -322,7 +322,12 @@ function networkError(err: unknown, providerId: string, midAnswer = false): Gate
     cause: err,
   });
 }
+/**
+ * Closes the upstream pools, last in a shutdown (after the drain): a call still running then is one nothing
+ * waits for (a timed-out video job's cancel) and is ended, not waited for (undici's `close()` waited for it,
+ * up to the provider's `timeout_ms`, holding the exit past the supervisor's grace period).
+ */
 export async function closeUpstreamPool(): Promise<void> {
-  await Promise.all([...agents.values()].map((a) => a.close()));
+  await Promise.all([...agents.values()].map((a) => a.destroy()));
   agents.clear();
 }
