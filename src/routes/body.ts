@@ -1,5 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { shutdownCut } from '../drain';
 import { GatewayError } from '../errors/gateway-error';
+import type { AbortWatch } from '../pipeline/request-abort';
 import type { GatewayContext } from '../pipeline/types';
 import { exactIntegers, type ExactIntegers } from './exact-integers';
 import { hasLoneSurrogate, jsonShape } from './json-checks';
@@ -44,7 +46,7 @@ export function continueWhenRead(req: IncomingMessage): void {
  *
  * @example const { body, raw } = await readJsonBytes(ctx, runtime.config.server);
  */
-export async function readJsonBytes(ctx: GatewayContext, limits: BodyLimits): Promise<{ body: Record<string, unknown>; raw: Buffer; integers: ExactIntegers | null }> {
+export async function readJsonBytes(ctx: GatewayContext, limits: BodyLimits, abort?: AbortWatch): Promise<{ body: Record<string, unknown>; raw: Buffer; integers: ExactIntegers | null }> {
   const type = ctx.get('content-type');
   if (type && !/^application\/(.+\+)?json\b/i.test(type)) {
     throw new GatewayError('invalid_request', `Content-Type must be application/json (got ${type.split(';')[0]})`);
@@ -62,7 +64,7 @@ export async function readJsonBytes(ctx: GatewayContext, limits: BodyLimits): Pr
     throw tooLarge(limit, ends ? { connection: 'close' } : undefined);
   }
   if (awaitingContinue.delete(ctx.req)) ctx.res.writeContinue();
-  const raw = await readRaw(ctx.req, ctx.res, limit, limits.body_timeout_ms);
+  const raw = await readRaw(ctx.req, ctx.res, limit, limits.body_timeout_ms, abort);
   meanBodyBytes += (raw.length - meanBodyBytes) / 32;
   let text: string;
   try {
@@ -183,10 +185,11 @@ async function answerWhenDrained(res: ServerResponse, drained: Promise<void>, ti
  * The body's bytes, or a typed error. Listeners rather than `for await`: on a timeout the request stream is
  * left paused but not destroyed (destroying it would destroy the socket before the 408 can be written).
  */
-function readRaw(req: IncomingMessage, res: ServerResponse, limit: number, timeoutMs: number): Promise<Buffer> {
+function readRaw(req: IncomingMessage, res: ServerResponse, limit: number, timeoutMs: number, abort?: AbortWatch): Promise<Buffer> {
   // The client may have gone while the key was looked up (a store round trip): its 'close' came before these
   // listeners, and waiting for it held the request's slot until the body timeout.
   if (req.destroyed) return Promise.reject(closedEarly());
+  if (abort && shutdownCut(abort)) return Promise.reject(shutdownCut(abort));
   return new Promise<Buffer>((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
@@ -196,6 +199,7 @@ function readRaw(req: IncomingMessage, res: ServerResponse, limit: number, timeo
       req.off('end', onEnd);
       req.off('error', onError);
       req.off('close', onClose);
+      abort?.removeEventListener('abort', onAbort);
       if (!err) return resolve(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size));
       // Past the limit already: as much again is drained (twice the limit in all), then the connection closes.
       if (err.errorType === 'payload_too_large') {
@@ -213,6 +217,12 @@ function readRaw(req: IncomingMessage, res: ServerResponse, limit: number, timeo
     const onEnd = () => stop(null);
     const onError = (err: Error) => stop(new GatewayError('invalid_request', 'The request body could not be read', { cause: err }));
     const onClose = () => stop(closedEarly());
+    // Cut at the drain timeout (shutdown) with its body still arriving: answered with the 503 (and
+    // `Connection: close`) as the 408 is; the wait had run on until the connections were closed, unanswered.
+    const onAbort = () => {
+      const cut = shutdownCut(abort!);
+      if (cut) stop(cut);
+    };
     const timer = setTimeout(
       () =>
         // `Connection: close`: Node then ends the socket once the 408 is written instead of reading on.
@@ -229,6 +239,7 @@ function readRaw(req: IncomingMessage, res: ServerResponse, limit: number, timeo
     req.once('end', onEnd);
     req.once('error', onError);
     req.once('close', onClose);
+    abort?.addEventListener('abort', onAbort, { once: true });
   });
 }
 

@@ -70,7 +70,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
             throw err;
           }
         }
-        const read = await readJsonBytes(ctx, runtime.config.server);
+        const read = await readJsonBytes(ctx, runtime.config.server, abort);
         body = read.body;
         integers = read.integers;
         // Kept for the upstream call when no stage edits the body in place and it is big enough to matter.

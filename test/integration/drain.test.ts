@@ -1,7 +1,8 @@
+import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openStore } from '../../src/store';
 import { startFakeVideoUpstream, type FakeVideoUpstream } from '../fixtures/fake-video-upstream';
-import { startTestGateway } from '../fixtures/gateway';
+import { startTestGateway, testConfigYaml } from '../fixtures/gateway';
 import { cancelVideo, fund, startJob, videoConfigYaml } from '../fixtures/videos';
 
 /**
@@ -61,6 +62,28 @@ describe('a video cancel in flight whose upstream does not answer', () => {
     expect(res.status).toBe(503);
     expect(res.headers.get('connection')).toBe('close');
     expect((await res.json()).error).toMatchObject({ code: 503, metadata: { error_type: 'provider_overloaded', reason: 'shutting_down' } });
+    expect(await by(closed, 3000)).toBeUndefined();
+  }, 30_000);
+});
+
+describe('a request whose body is still arriving at the drain timeout', () => {
+  it('gets the typed 503 with Connection: close (it got no answer, its connection closed 2 s later)', async () => {
+    const yaml = testConfigYaml().replace('watch_config: false }', 'watch_config: false, drain_timeout_ms: 300 }');
+    const g = await startTestGateway({ yaml });
+    const u = new URL(g.url);
+    const sock = connect(Number(u.port), u.hostname);
+    let got = '';
+    sock.on('data', (d) => (got += d));
+    const ended = new Promise((r) => sock.on('close', r));
+    const head = `POST ${u.pathname}/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${g.key}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n`;
+    sock.write(`${head}{"model":`);
+    // In flight (counted by the drain) once its key was checked and its body is being read.
+    await expect.poll(() => g.gateway.drain.inFlight, { timeout: 5000, interval: 5 }).toBe(1);
+    const closed = g.close();
+    await by(ended, 5000);
+    expect(got).toMatch(/^HTTP\/1\.1 503 /);
+    expect(got).toMatch(/\r\nconnection: close\r\n/i);
+    expect(got).toContain('"reason":"shutting_down"');
     expect(await by(closed, 3000)).toBeUndefined();
   }, 30_000);
 });
