@@ -61,7 +61,7 @@ describe('a video cancel in flight whose upstream does not answer', () => {
     const res = await answer;
     expect(res.status).toBe(503);
     expect(res.headers.get('connection')).toBe('close');
-    expect((await res.json()).error).toMatchObject({ code: 503, metadata: { error_type: 'provider_overloaded', reason: 'shutting_down' } });
+    expect(((await res.json()) as { error: unknown }).error).toMatchObject({ code: 503, metadata: { error_type: 'provider_overloaded', reason: 'shutting_down' } });
     expect(await by(closed, 3000)).toBeUndefined();
   }, 30_000);
 });
