@@ -150,4 +150,30 @@ describe('SIGTERM drains a real gateway process', () => {
       await store.close();
     }
   }, 60_000);
+
+  it('a second SIGTERM during the drain cuts the stream in flight at once (no wait for drain_timeout_ms): the in-band error, exit 0, a failed ledger row', async () => {
+    const gw = processGateway(upstream.url, { server: 'drain_timeout_ms: 60000' });
+    dirs.push(gw.dir);
+    const key = await cliKey(gw.dir, gw.file);
+    const { proc, url } = await startServe(['--config', gw.file], { cwd: gw.dir });
+    const release = pausedUpstream();
+    const stream = await openStream(url, key, SLOW);
+    proc.child.kill('SIGTERM');
+    expect((await readinessAfterSigterm(url)).status).toBe(503);
+    proc.child.kill('SIGTERM');
+    // Well inside the 60 s drain: only the second signal can have ended it.
+    const text = await within(stream.rest, 10_000, 'the stream to be cut by the second signal');
+    expect(text).toContain('"finish_reason":"error"');
+    expect(text.trimEnd().endsWith('data: [DONE]')).toBe(true);
+    expect(await within(proc.exited, 10_000, 'the process to exit')).toBe(0);
+    release();
+
+    const store = await openStore({ driver: 'sqlite', path: gw.db });
+    try {
+      expect(await store.getLedger(stream.id)).toMatchObject({ status: 'failed', model: 'fake/slow' });
+      expect(await store.listPendingLedger()).toEqual([]);
+    } finally {
+      await store.close();
+    }
+  }, 60_000);
 });
