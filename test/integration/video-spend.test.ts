@@ -92,7 +92,7 @@ describe.each(['memory', 'redis'] as const)('video job spend checks and holds (%
     const chat = await post(`${g.url}/chat/completions`, limited.secret, CHAT);
     expect(chat.status).toBe(403);
     expect(res.json).toEqual(chat.json);
-    expect(upstream.received).toEqual([]);
+    expect(upstream.received.filter((r) => r.method !== 'GET')).toEqual([]); // nothing submitted (a poll a closed gateway aborted may still arrive)
     expect(await g.store.listUnfinishedVideoJobs(10)).toEqual([]);
     // A model without a price is checked too (its cost is the upstream's), though it holds nothing.
     expect((await createVideo(g, { model: 'sim/video-broken', prompt: 'x' }, limited.secret)).status).toBe(403);
@@ -145,7 +145,7 @@ describe.each(['memory', 'redis'] as const)('video job spend checks and holds (%
     const res = await createVideo(g, JOB);
     expect(res.status).toBe(403);
     expect(res.json.error.metadata).toMatchObject({ limit_source: 'gateway_workspace_budget', scope: 'workspace', limit_usd: 2, spend_usd: 2 });
-    expect(upstream.received).toEqual([]);
+    expect(upstream.received.filter((r) => r.method !== 'GET')).toEqual([]); // nothing submitted (a poll a closed gateway aborted may still arrive)
   });
 
   it('key limit: only the jobs whose estimates fit start; billing one counts its cost once and frees its hold, as failing or cancelling one does', async () => {
@@ -352,7 +352,7 @@ describe.each(['memory', 'redis'] as const)('video job spend checks and holds (%
     } finally {
       state.reserve = reserve;
     }
-    expect(upstream.received).toEqual([]);
+    expect(upstream.received.filter((r) => r.method !== 'GET')).toEqual([]); // nothing submitted (a poll a closed gateway aborted may still arrive)
     expect(await g.store.listUnfinishedVideoJobs(10)).toEqual([]);
     expect((await createVideo(g, JOB)).status).toBe(200);
   });
