@@ -13,6 +13,11 @@ export function shutdownCut(signal: AbortWatch): ShuttingDown | null {
   return signal.reason instanceof ShuttingDown ? signal.reason : null;
 }
 
+/** How a request its abort ended is billed: `failed` when a shutdown cut it (as a cut stream is), else `cancelled` (the client left). */
+export function cutOutcome(signal: AbortWatch): 'failed' | 'cancelled' {
+  return shutdownCut(signal) ? 'failed' : 'cancelled';
+}
+
 /** What the drain can cut: a request's AbortController or RequestAbort. */
 export interface Abortable {
   abort(reason?: unknown): void;

@@ -24,7 +24,7 @@ export const upstream: StageDefinition<UpstreamConfig, Services> = {
       // answers in the provider call's place (fusion, web-fetch's tool loop) does it here.
       const state = ctx.state.gateway;
       // A stage after budget-check may have changed the model (a router, `:online`): checked for the one called.
-      if (!state.response) await services.spend.recheck(services.config, services.models, state);
+      if (!state.response && state.spendHold) await services.spend.recheck(services.config, services.models, state);
       if (!state.response) state.response = state.answerer ? await state.answerer() : await services.dispatch(state, forward);
       await next();
     };

@@ -1,5 +1,5 @@
 import { answerEvents } from '../../src/dialects/answer-stream';
-import { shutdownCut } from '../../src/drain';
+import { cutOutcome } from '../../src/drain';
 import { inputOf } from '../../src/dialects/translate/response';
 import { GatewayError, toGatewayError } from '../../src/errors/gateway-error';
 import type { GatewayResponse, GatewayState, NormalizedUsage, PipelineRecord } from '../../src/pipeline/types';
@@ -67,7 +67,7 @@ export async function runToolLoop(input: ToolLoopInput): Promise<GatewayResponse
   const billedOn = (): GatewayState => (last.route || !served ? last : served);
   // A loop the request's abort cut (the client left, a shutdown) ends as a cut provider call does (dispatch):
   // `cancelled`, or `failed` for a shutdown; else a failed turn or check fails the request.
-  const ended = (): GatewayState['outcome'] => (!state.abort.aborted ? 'failed' : shutdownCut(state.abort) ? 'failed' : 'cancelled');
+  const ended = (): GatewayState['outcome'] => (state.abort.aborted ? cutOutcome(state.abort) : 'failed');
   for (;;) {
     if (finalTurn) body.tool_choice = dialect === 'chat_completions' ? 'none' : { type: 'none' };
     const turn = { ...body, messages: [...body.messages] };

@@ -7,7 +7,7 @@ import { choiceCount } from '../dialects/common';
 import { DEFAULT_MAX_TOKENS, translateRequest, translateResponse, translateStream } from '../dialects/translate';
 import { chatUsageBody } from '../dialects/chat-completions';
 import { messagesUsageBody } from '../dialects/messages';
-import { shutdownCut } from '../drain';
+import { cutOutcome } from '../drain';
 import { standardEnvelope } from '../errors/envelope';
 import { GatewayError, toGatewayError, withFlags } from '../errors/gateway-error';
 import { clientClosed } from '../pipeline/request-abort';
@@ -466,7 +466,7 @@ function routeOf({ c, isByok }: Served): NonNullable<GatewayState['route']> {
  */
 function cutShort(state: GatewayState, served: Served, e: GatewayError): GatewayError {
   state.route = routeOf(served);
-  state.outcome = shutdownCut(state.abort) ? 'failed' : 'cancelled';
+  state.outcome = cutOutcome(state.abort);
   return e;
 }
 

@@ -51,7 +51,8 @@ export function costParts(state: GatewayState): { paid: number; byok: number } {
  */
 export function ledgerRowsOf(state: GatewayState, now: number = Date.now()): LedgerRow[] {
   const row = ledgerRowOf(state, now);
-  if (!row || state.byokCostUsd === undefined || state.byokCostUsd === null) return row ? [row] : [];
+  if (!row) return [];
+  if (state.byokCostUsd == null) return [row];
   const { paid, byok } = costParts(state);
   if (byok <= 0 && paid <= 0) return [row];
   if (byok <= 0 || paid <= 0) return [{ ...row, isByok: byok > 0 }];

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { post, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+import { post, type TestGateway } from '../fixtures/gateway';
+import { breakerPairYaml } from '../fixtures/pairs';
 import { perTestGateways } from '../fixtures/per-test';
 
 const t = perTestGateways();
@@ -9,13 +10,7 @@ const t = perTestGateways();
  * the endpoint meanwhile (one that tried it as a last resort, without a pass; one let through before the
  * breaker opened) is measured, but moves no breaker.
  */
-const PAIR = `
-  - id: pair/chat
-    endpoints:
-      - { provider: fake-openai, upstream_model: first-chat, pricing: { prompt: 1, completion: 2 } }
-      - { provider: fake-openai, upstream_model: second-chat, pricing: { prompt: 1, completion: 2 } }
-`;
-const yaml = () => `${testConfigYaml(t.upstream.url).replace('pipelines:', `${PAIR}pipelines:`)}routing: { circuit_breaker: { failure_threshold: 1, cooldown_ms: 300 } }\n`;
+const yaml = () => breakerPairYaml(t.upstream.url);
 const KEY = 'fake-openai/first-chat';
 
 let g: TestGateway;

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { ledgerRowSoon, post, sseEvents, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+import { ledgerRowSoon, post, sseEvents, type TestGateway } from '../fixtures/gateway';
+import { breakerPairYaml } from '../fixtures/pairs';
 import { perTestGateways } from '../fixtures/per-test';
 
 const t = perTestGateways();
@@ -9,13 +10,7 @@ const t = perTestGateways();
  * that tells nothing about the endpoint (the client left, the provider blamed the caller) gives the probe back,
  * as such an attempt does before its answer began: the next request probes.
  */
-const PAIR = `
-  - id: pair/chat
-    endpoints:
-      - { provider: fake-openai, upstream_model: first-chat, pricing: { prompt: 1, completion: 2 } }
-      - { provider: fake-openai, upstream_model: second-chat, pricing: { prompt: 1, completion: 2 } }
-`;
-const yaml = () => `${testConfigYaml(t.upstream.url).replace('pipelines:', `${PAIR}pipelines:`)}routing: { circuit_breaker: { failure_threshold: 1, cooldown_ms: 300 } }\n`;
+const yaml = () => breakerPairYaml(t.upstream.url);
 const KEY = 'fake-openai/first-chat';
 const chunk = (delta: Record<string, unknown>) =>
   `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'first-chat', choices: [{ index: 0, delta, finish_reason: null }] })}\n\n`;
