@@ -35,7 +35,8 @@ export const responseHealing: StageDefinition<ResponseHealingConfig> = {
       if (asked?.enabled === false || (!asked && !config.enabled_by_default)) return;
       const requested = requestedJson(state.endpoint, state.body);
       if (!requested) return;
-      const parts = answerParts(state.endpoint, response.body);
+      // A text that goes with a tool call is the model's remark before the call, not the JSON answer: it is left as it is.
+      const parts = answerParts(state.endpoint, response.body).filter((p) => !p.callsTools);
       // With chat `n` > 1 every choice is healed alike; each record names its choice so they can be told apart.
       const choices = (response.body as { choices?: unknown } | null)?.choices;
       const several = Array.isArray(choices) && choices.length > 1;

@@ -51,6 +51,11 @@ export function answerText(dialect: 'chat_completions' | 'messages', body: unkno
 export interface AnswerPart {
   choice?: number;
   text: string;
+  /**
+   * The text goes with a call of the client's tools (chat `tool_calls` / `function_call`, a messages `tool_use`
+   * block): the model's remark before the call, not its answer.
+   */
+  callsTools: boolean;
   write(text: string): void;
 }
 
@@ -64,7 +69,8 @@ export function answerParts(dialect: 'chat_completions' | 'messages', body: unkn
   if (!isObj(body)) return [];
   if (dialect === 'messages') {
     const text = answerText(dialect, body);
-    return text === null ? [] : [{ text, write: (t) => setAnswerText(dialect, body, t) }];
+    const callsTools = (body.content as unknown[]).some((b) => isObj(b) && b.type === 'tool_use');
+    return text === null ? [] : [{ text, callsTools, write: (t) => setAnswerText(dialect, body, t) }];
   }
   if (!Array.isArray(body.choices)) return [];
   const parts: AnswerPart[] = [];
@@ -72,7 +78,8 @@ export function answerParts(dialect: 'chat_completions' | 'messages', body: unkn
     const message = isObj(choice) && isObj(choice.message) ? choice.message : undefined;
     if (!message || typeof message.content !== 'string') return;
     const index = typeof (choice as Obj).index === 'number' ? ((choice as Obj).index as number) : position;
-    parts.push({ choice: index, text: message.content, write: (t) => { message.content = t; } });
+    const callsTools = (Array.isArray(message.tool_calls) && message.tool_calls.length > 0) || isObj(message.function_call);
+    parts.push({ choice: index, text: message.content, callsTools, write: (t) => { message.content = t; } });
   });
   return parts;
 }

@@ -146,6 +146,41 @@ describe('response-healing through the server', () => {
     expect(optOut.json.gateway_metadata.pipeline).toBeUndefined();
   });
 
+  it('the text that goes with a tool call is left as it is, in both dialects (it had been cut down to the JSON in it)', async () => {
+    const g = await t.start({ yaml: yaml() });
+    const remark = "Checking {'city': 'Paris'} first";
+    t.upstream.faults.push({
+      kind: 'status',
+      status: 200,
+      body: {
+        id: 'chatcmpl-x', object: 'chat.completion', created: 1, model: 'gpt-upstream',
+        choices: [{ index: 0, message: { role: 'assistant', content: remark, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'weather', arguments: '{"city":"Paris"}' } }] }, finish_reason: 'tool_calls' }],
+        usage: { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 },
+      },
+    });
+    const tools = [{ type: 'function', function: { name: 'weather', parameters: { type: 'object' } } }];
+    const chat = await post(`${g.url}/chat/completions`, g.key, chatBody('fake/gpt', { tools }), META);
+    expect(chat.status).toBe(200);
+    expect(chat.json.choices[0].message.content).toBe(remark);
+    expect(chat.json.choices[0].message.tool_calls).toHaveLength(1);
+    expect(healingRecord(chat.json)).toBeUndefined();
+
+    t.upstream.faults.push({
+      kind: 'status',
+      status: 200,
+      body: {
+        id: 'msg_x', type: 'message', role: 'assistant', model: 'claude-upstream', stop_reason: 'tool_use', stop_sequence: null,
+        content: [{ type: 'text', text: remark }, { type: 'tool_use', id: 'toolu_1', name: 'weather', input: { city: 'Paris' } }],
+        usage: { input_tokens: 10, output_tokens: 5 },
+      },
+    });
+    const msg = await post(`${g.url}/messages`, g.key, messagesBody('fake/claude', { tools: [{ name: 'weather', input_schema: { type: 'object' } }] }), META);
+    expect(msg.status).toBe(200);
+    expect(msg.json.content.map((b: any) => b.type)).toEqual(['text', 'tool_use']);
+    expect(msg.json.content[0].text).toBe(remark);
+    expect(healingRecord(msg.json)).toBeUndefined();
+  });
+
   it('enabled_by_default: false heals only requests that name the plugin', async () => {
     const g = await t.start({ yaml: yaml('  response-healing: { enabled_by_default: false }') });
     const unnamed = await post(`${g.url}/chat/completions`, g.key, chatBody('heal/broken'));
