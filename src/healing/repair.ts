@@ -199,6 +199,19 @@ function startOf(s: string, expect: 'object' | 'array' | 'any'): number {
 const PLAIN_IN_DOUBLE = /[^"\\\u0000-\u001f]+/y;
 const PLAIN_IN_SINGLE = /[^'"\\\u0000-\u001f]+/y;
 
+/**
+ * `out` (a string's JSON text) without a first surrogate half at its end, raw or as a `\uD8xx` escape (one
+ * whose backslash is not itself escaped: `\\uD83D` is a backslash and letters).
+ */
+function withoutCutSurrogate(out: string): string {
+  const last = out.charCodeAt(out.length - 1);
+  if (last >= 0xd800 && last <= 0xdbff) return out.slice(0, -1);
+  if (!/^\\u[dD][89abAB][0-9a-fA-F]{2}$/.test(out.slice(-6))) return out;
+  let slashes = 0;
+  for (let k = out.length - 7; k >= 0 && out[k] === '\\'; k--) slashes++;
+  return slashes % 2 === 0 ? out.slice(0, -6) : out;
+}
+
 /** A number as models write it: sign, digits, point, exponent; an exponent without digits is caught after. */
 const NUMBER = /[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d*)?/y;
 
@@ -393,6 +406,11 @@ class Parser {
           this.i += 6;
           continue;
         }
+        // The text was cut inside a `\u` escape ("\u00"): the half-written character goes, as a cut "\" does.
+        if (n === 'u' && s.length - this.i <= 5 && /^[0-9a-fA-F]*$/.test(s.slice(this.i + 2))) {
+          this.i = s.length;
+          break;
+        }
         if ('"\\/bfnrt'.includes(n)) out += `\\${n}`;
         else if (n === "'") out += "'";
         else {
@@ -413,7 +431,9 @@ class Parser {
       this.i++;
     }
     this.repairs.add('truncated');
-    return `"${out}"`;
+    // Cut between the two halves of a surrogate pair (an emoji): the lone first half is no character, and strict
+    // parsers refuse it; the string ends before it.
+    return `"${withoutCutSurrogate(out)}"`;
   }
 
   /**

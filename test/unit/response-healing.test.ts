@@ -98,6 +98,20 @@ describe('healJson: a cut-off value is dropped, never completed; numbers keep th
     expect(healed('{"a": None')?.text).toBe('{"a":null}');
   });
 
+  it('a string cut inside an escape or between the halves of an emoji ends before it (a cut "\\u12" had become the text "\\u12")', () => {
+    expect(healed('{"a": "x\\u12')).toEqual({ text: '{"a":"x"}', repairs: ['truncated'] });
+    expect(healed('{"a": "x\\u')?.text).toBe('{"a":"x"}');
+    // The first half of a pair whose second half was cut off, escaped or raw, is no character: strict parsers refuse it.
+    expect(healed('{"a": "x\\ud83d')?.text).toBe('{"a":"x"}');
+    expect(healed('{"a": "x\\ud83d\\ude')?.text).toBe('{"a":"x"}');
+    expect(healed('{"a": "x\ud83d')?.text).toBe('{"a":"x"}');
+    // Whole characters and escaped backslashes stay.
+    expect(healed('{"a": "x\\u00e9')?.text).toBe('{"a":"x\\u00e9"}');
+    expect(healed('{"a": "x\\ud83d\\ude00')?.text).toBe('{"a":"x\\ud83d\\ude00"}');
+    expect(healed('{"a": "x\\\\ud83d')?.text).toBe('{"a":"x\\\\ud83d"}');
+    expect(healed('{"a": "x\\uZZ"}')).toEqual({ text: '{"a":"x\\\\uZZ"}', repairs: ['invalid_escapes'] });
+  });
+
   it('a cut-off member no longer passes a schema that requires it', () => {
     const r = healJson('{"name": "Ada", "age": 3');
     expect(r.status === 'repaired' && r.value).toEqual({ name: 'Ada' });
