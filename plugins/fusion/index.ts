@@ -1,4 +1,5 @@
 import { ConfigError } from '../../src/config/load';
+import { cutOutcome } from '../../src/drain';
 import { GatewayError, toGatewayError } from '../../src/errors/gateway-error';
 import { answerText } from '../../src/healing/answer';
 import { forwardedHeaders } from '../../src/pipeline/forward-headers';
@@ -218,7 +219,7 @@ function ownCost(candidatesOwn: number, judgeState: GatewayState): number {
 /**
  * When the request fails after candidates were called (too few answers, or the judge failed), their calls
  * were still made and are billed: the ledger row takes the first answering candidate's route, else the first
- * failed one's that reached a provider, as `failed`. The error carries the request's generation id either
+ * failed one's that reached a provider, as `failed` (`cancelled` when the client went away). The error carries the request's generation id either
  * way (spec 7.3: routing has happened); with every candidate failing it had none, and no ledger row.
  */
 function billCandidates(state: GatewayState, results: Candidate[], usage: NormalizedUsage | null, cost: number | null): void {
@@ -231,7 +232,8 @@ function billCandidates(state: GatewayState, results: Candidate[], usage: Normal
   state.route = route;
   state.usage = usage;
   state.costUsd = cost;
-  state.outcome = 'failed';
+  // A client that left is billed `cancelled` (a shutdown's cut `failed`), as for any request it leaves.
+  state.outcome = state.signal.aborted ? cutOutcome(state.abort) : 'failed';
 }
 
 interface Ask {

@@ -202,6 +202,38 @@ describe('fusion', () => {
     expect(await g.ledgerRow(r.headers.get('x-request-id')!)).toMatchObject({ model: 'f/a', promptTokens: 30, completionTokens: 15, status: 'failed' });
   });
 
+  it('a client that leaves mid-fusion: the calls that answered are billed in a cancelled row (it said failed), the judge not asked once candidates are cut', async () => {
+    const g = await t.start({ yaml: yaml() });
+    /** Sends a fusion request, leaves after `ms`, and returns the request's access line once it is logged. */
+    const leaveAfter = async (ms: number) => {
+      const before = g.logs.length;
+      const ac = new AbortController();
+      const timer = setTimeout(() => ac.abort(), ms);
+      await fetch(`${g.url}/chat/completions`, {
+        method: 'POST',
+        signal: ac.signal,
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${g.key}` },
+        body: JSON.stringify({ model: 'f/a', plugins: [{ id: 'fusion' }], messages: ASK }),
+      }).catch(() => undefined);
+      clearTimeout(timer);
+      const line = () => g.logs.slice(before).map((l) => JSON.parse(l)).find((l) => l.msg === 'request');
+      await expect.poll(line, { timeout: 5000 }).toBeDefined();
+      return line();
+    };
+    // A candidate still in flight: the two that answered are billed, and no judge is asked.
+    t.upstream.always.set('up-b', { kind: 'hang' });
+    const early = await leaveAfter(300);
+    expect(early).toMatchObject({ status: 499, error_type: 'cancelled', outcome: 'cancelled' });
+    expect(await g.ledgerRow(early.generation_id)).toMatchObject({ model: 'f/a', promptTokens: 20, completionTokens: 10, status: 'cancelled' });
+    expect(sent('up-judge')).toHaveLength(0);
+    // The judge in flight: the three candidates are billed, the judge's cut call delivered nothing.
+    t.upstream.always.delete('up-b');
+    t.upstream.always.set('up-judge', { kind: 'hang' });
+    const late = await leaveAfter(300);
+    expect(late).toMatchObject({ status: 499, error_type: 'cancelled', outcome: 'cancelled' });
+    expect(await g.ledgerRow(late.generation_id)).toMatchObject({ model: 'f/a', promptTokens: 30, completionTokens: 15, status: 'cancelled' });
+  });
+
   it('a model slower than timeout_ms is aborted and counted as failed (timeout); all too slow is a 504', async () => {
     const g = await t.start({ yaml: yaml('', 300) });
     t.upstream.always.set('up-b', { kind: 'hang' });
