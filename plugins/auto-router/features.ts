@@ -62,6 +62,9 @@ function hasImage(v: unknown): boolean {
 
 /** Reasoning asked for: chat `reasoning` / `reasoning_effort` (not none), messages `thinking` (not disabled) or `output_config.effort`. */
 function asksReasoning(body: Record<string, unknown>): boolean {
+  // `reasoning: {enabled: false}` turns reasoning off whatever effort it or `reasoning_effort` names (it goes
+  // upstream as effort none).
+  if ((body.reasoning as { enabled?: unknown } | undefined)?.enabled === false) return false;
   const effort = body.reasoning_effort ?? (body.reasoning as { effort?: unknown } | undefined)?.effort;
   if (typeof effort === 'string' && effort !== 'none') return true;
   const reasoning = body.reasoning as { enabled?: unknown; max_tokens?: unknown } | undefined;

@@ -89,6 +89,16 @@ describe('auto-router: choices on a table of requests (chat completions)', () =>
     expect(res.json.gateway_metadata.pipeline[0]).toMatchObject({ name: 'auto-router', data: { model: 'r/big', features: { reasoning: true } } });
   });
 
+  it('reasoning turned off (reasoning.enabled false, whatever effort is named) asks for none (it had counted +2)', async () => {
+    const g = await t.start({ yaml: yaml() });
+    for (const off of [{ reasoning: { enabled: false, effort: 'high' } }, { reasoning_effort: 'high', reasoning: { enabled: false } }]) {
+      const res = await post(`${g.url}/chat/completions`, g.key, { model: 'auto', messages: user('Hi'), ...off }, META);
+      expect(res.status, res.text).toBe(200);
+      expect(res.json.model).toBe('r/small');
+      expect(res.json.gateway_metadata.pipeline[0]).toMatchObject({ name: 'auto-router', data: { features: { reasoning: false }, demand_points: 0 } });
+    }
+  });
+
   it('without model auto or the plugin, the request is untouched', async () => {
     const g = await t.start({ yaml: yaml() });
     const res = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', messages: user('Hi') }, META);
