@@ -1,5 +1,5 @@
 import { requireManagementKey } from '../auth/key-cache';
-import { GatewayError } from '../errors/gateway-error';
+import { GatewayError, quoted } from '../errors/gateway-error';
 import type { ParameterizedContext } from 'koa';
 import type { GatewayContext, HeaderKeyState, Stage } from '../pipeline/types';
 import { presetReference } from '../presets/apply';
@@ -40,7 +40,9 @@ export function presetWriteStage(services: Services): Stage {
     checkRequestPlugins({ ...state, endpoint: 'messages' }, services.config);
     for (const model of requestedModels(body)) {
       if (!services.models.has(model)) {
-        throw new GatewayError('not_found', `Model \`${model}\` is not available on this gateway (see GET /models)`, { metadata: { model } });
+        // Cut as the inference endpoints cut it: a 10 MB body's model name was echoed whole, twice.
+        const name = quoted(model);
+        throw new GatewayError('not_found', `Model \`${name}\` is not available on this gateway (see GET /models)`, { metadata: { model: name } });
       }
     }
     const { config, systemPrompt, systemBlocks } = presetConfigOf(body);
