@@ -19,10 +19,19 @@ function jobIdParam(ctx: GatewayContext): string {
 }
 
 /** The workspace's job, or 404 alike for an unknown id and another workspace's job (nothing to probe). */
-async function workspaceJob(services: Services, id: string, key: KeyRecord): Promise<VideoJob> {
+async function workspaceJob(services: Services, id: string, key: KeyRecord, metadata?: Record<string, unknown>): Promise<VideoJob> {
   const job = await services.store.getVideoJob(id, key.workspaceId);
-  if (!job) throw new GatewayError('not_found', `Video job ${quoted(id)} not found`);
+  if (!job) throw new GatewayError('not_found', `Video job ${quoted(id)} not found`, metadata ? { metadata } : undefined);
   return job;
+}
+
+/**
+ * The workspace's job as GET shows it: a completed job whose outputs passed their expiry is expired first, so
+ * the cancel and a continuation judge the status a read of the job gives (the poller may not have got to it).
+ */
+async function currentJob(services: Services, id: string, key: KeyRecord, metadata?: Record<string, unknown>): Promise<VideoJob> {
+  const job = await workspaceJob(services, id, key, metadata);
+  return (await expireIfDue({ services, clock: services.spend.clock }, job)) ?? (await workspaceJob(services, id, key, metadata));
 }
 
 /**
@@ -103,8 +112,7 @@ export function videoCreateStage(services: Services): Stage {
 
 /** A job continued with `previous_job_id`: the workspace's own (404 otherwise), and completed. */
 async function previousJob(services: Services, id: string, key: KeyRecord): Promise<VideoJob> {
-  const job = await services.store.getVideoJob(id, key.workspaceId);
-  if (!job) throw new GatewayError('not_found', `Video job ${quoted(id)} not found`, { metadata: { field: 'previous_job_id' } });
+  const job = await currentJob(services, id, key, { field: 'previous_job_id' });
   if (job.status !== 'completed') {
     throw new GatewayError('invalid_request', `Only a completed job can be continued; video job ${id} is ${job.status}`, { metadata: { field: 'previous_job_id' } });
   }
@@ -158,10 +166,7 @@ export function videoGetStage(services: Services): Stage {
     const state = ctx.state.gateway;
     const key = state.key!;
     requireManagementKey(key);
-    const id = jobIdParam(ctx);
-    let job = await workspaceJob(services, id, key);
-    const deps = { services, clock: services.spend.clock };
-    job = (await expireIfDue(deps, job)) ?? (await workspaceJob(services, id, key));
+    const job = await currentJob(services, jobIdParam(ctx), key);
     state.response = { kind: 'json', status: 200, body: jobObject(job, services.config.server.base_path) };
   };
 }
@@ -178,7 +183,7 @@ export function videoCancelStage(services: Services): Stage {
     const key = state.key!;
     requireManagementKey(key);
     const id = jobIdParam(ctx);
-    let job = await workspaceJob(services, id, key);
+    let job = await currentJob(services, id, key);
     if (!isFinished(job.status)) {
       const provider = services.videos.providers.get(job.provider);
       // The request's abort ends the upstream calls: a shutdown's cut answers the 503 at once (the call had

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { post, startTestGateway, type TestGateway } from '../fixtures/gateway';
-import { videoConfigYaml } from '../fixtures/videos';
+import { cancelVideo, createVideo, fund, getVideo, videoConfigYaml } from '../fixtures/videos';
 
 /** Spec 4.3-4.5 edge cases: what a client can put in a path or a body that an answer quotes or a store is asked. */
 
@@ -10,8 +10,8 @@ afterEach(async () => {
   open = [];
 });
 
-async function start(yaml = videoConfigYaml()): Promise<TestGateway> {
-  const g = await startTestGateway({ yaml });
+async function start(yaml = videoConfigYaml(), clock?: () => number): Promise<TestGateway> {
+  const g = await startTestGateway({ yaml, clock });
   open.push(g);
   return g;
 }
@@ -26,5 +26,39 @@ describe('POST /presets/{slug}/messages: odd values', () => {
       expect(res.json.error.message).toBe(`Model \`${'x'.repeat(200)}…\` is not available on this gateway (see GET /models)`);
       expect(res.json.error.metadata).toEqual({ error_type: 'not_found', model: `${'x'.repeat(200)}…` });
     }
+  });
+});
+
+/** A completed, billed job of the test key whose outputs expire `ttlMs` from now, stored as the poller leaves one; its id. */
+async function completedJob(g: TestGateway, letter: string, ttlMs: number): Promise<string> {
+  const now = Date.now();
+  const id = `gen-vid-${now}-${letter.repeat(20)}`;
+  const k = g.keyRecord;
+  await g.store.createVideoJob({
+    id, workspaceId: k.workspaceId, keyId: k.id, accountId: k.accountId, userId: 'user_test', model: 'sim/video', provider: 'sim-video',
+    upstreamModel: 'sim-video-1', upstreamJobId: `simvid-${now}-5-s-${letter.repeat(10)}`, status: 'pending', previousJobId: null,
+    request: { prompt: 'x', params: { duration_seconds: 5 } }, createdAt: now, isByok: false,
+  });
+  await g.store.updateVideoJob(id, 'pending', { status: 'in_progress', updatedAt: now, generationId: `gen-${now}-${letter.toUpperCase().repeat(20)}` });
+  await g.store.updateVideoJob(id, 'in_progress', { status: 'completed', updatedAt: now, urls: ['https://cdn.test/x.mp4'], costUsd: 0.55, completedAt: now, expiresAt: now + ttlMs });
+  await g.store.markVideoJobBilled(id);
+  return id;
+}
+
+describe('a completed job past its expiry, before the poller expired it', () => {
+  it('is expired for the cancel (409 naming `expired`) and for a continuation (400), as GET shows it', async () => {
+    let offset = 0;
+    const g = await start(videoConfigYaml(), () => Date.now() + offset);
+    await g.gateway.videos.stop(); // only the requests can expire the jobs
+    await fund(g);
+    const [a, b] = [await completedJob(g, 'a', 60_000), await completedJob(g, 'b', 60_000)];
+    offset = 61_000;
+    const next = await createVideo(g, { model: 'sim/video', prompt: 'the storm clears', previous_job_id: a });
+    expect(next.status).toBe(400);
+    expect(next.json.error).toMatchObject({ message: `Only a completed job can be continued; video job ${a} is expired`, metadata: { error_type: 'invalid_request', field: 'previous_job_id' } });
+    const cancel = await cancelVideo(g, b);
+    expect(cancel.status).toBe(409);
+    expect(cancel.json.error.metadata).toEqual({ error_type: 'conflict', status: 'expired' });
+    for (const id of [a, b]) expect((await getVideo(g, id)).json.status).toBe('expired');
   });
 });
