@@ -20,7 +20,8 @@ function jobIdParam(ctx: GatewayContext): string {
 
 /** The workspace's job, or 404 alike for an unknown id and another workspace's job (nothing to probe). */
 async function workspaceJob(services: Services, id: string, key: KeyRecord, metadata?: Record<string, unknown>): Promise<VideoJob> {
-  const job = await services.store.getVideoJob(id, key.workspaceId);
+  // No job id holds a NUL (they are `gen-vid-…`), nor can PostgreSQL's text: asked for one, it failed the lookup (a 500).
+  const job = id.includes('\u0000') ? null : await services.store.getVideoJob(id, key.workspaceId);
   if (!job) throw new GatewayError('not_found', `Video job ${quoted(id)} not found`, metadata ? { metadata } : undefined);
   return job;
 }

@@ -62,3 +62,23 @@ describe('a completed job past its expiry, before the poller expired it', () => 
     for (const id of [a, b]) expect((await getVideo(g, id)).json.status).toBe('expired');
   });
 });
+
+describe('a job id with a NUL character', () => {
+  it('is 404 not_found on GET, cancel and as previous_job_id, also on a store whose text cannot hold one', async () => {
+    const g = await start();
+    await fund(g);
+    const original = g.store.getVideoJob.bind(g.store);
+    // A store whose text columns cannot hold U+0000 refuses the query (SQLite just finds nothing).
+    g.store.getVideoJob = async (id, workspaceId) => {
+      if (id.includes('\u0000')) throw new Error('invalid byte sequence for encoding "UTF8": 0x00');
+      return original(id, workspaceId);
+    };
+    for (const res of [await getVideo(g, 'gen-vid-1-%00'), await cancelVideo(g, 'gen-vid-1-%00')]) {
+      expect(res.status).toBe(404);
+      expect(res.json.error).toEqual({ code: 404, message: 'Video job gen-vid-1-\u0000 not found', metadata: { error_type: 'not_found' } });
+    }
+    const next = await createVideo(g, { model: 'sim/video', prompt: 'x', previous_job_id: 'gen-vid-1-\u0000' });
+    expect(next.status).toBe(404);
+    expect(next.json.error.metadata).toEqual({ error_type: 'not_found', field: 'previous_job_id' });
+  });
+});
