@@ -157,10 +157,12 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
         throw new GatewayError('not_found', `No route for ${ctx.method} ${ctx.path}`);
       }
       // A path served with other methods (`GET /chat/completions`): 405 with `Allow` (the router's allowedMethods set both).
+      // Also for a method the router has no routes for at all (TRACE, PROPFIND), which it answers 501: the path is
+      // there, the method is not allowed on it, and 501 is no status of the spec's.
       if ((ctx.status === 405 || ctx.status === 501) && ctx.body === undefined) {
         const allow = String(ctx.response.get('Allow') ?? '');
         throw new GatewayError('invalid_request', `${ctx.method} is not allowed on ${ctx.path}${allow ? ` (allowed: ${allow.split(/,\s*/).join(', ')})` : ''}`, {
-          status: ctx.status,
+          status: 405,
           headers: allow ? { Allow: allow } : undefined,
         });
       }

@@ -1,3 +1,4 @@
+import { request } from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
 import { post, startTestGateway, type TestGateway } from '../fixtures/gateway';
 import { cancelVideo, createVideo, fund, getVideo, videoConfigYaml } from '../fixtures/videos';
@@ -80,5 +81,35 @@ describe('a job id with a NUL character', () => {
     const next = await createVideo(g, { model: 'sim/video', prompt: 'x', previous_job_id: 'gen-vid-1-\u0000' });
     expect(next.status).toBe(404);
     expect(next.json.error.metadata).toEqual({ error_type: 'not_found', field: 'previous_job_id' });
+  });
+});
+
+/** A request with any method (fetch refuses TRACE); status, Allow and the parsed body. */
+function call(method: string, url: string, key: string): Promise<{ status: number; allow: string | undefined; json: any }> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { method, headers: { authorization: `Bearer ${key}` } }, (res) => {
+      let text = '';
+      res.on('data', (d) => (text += d));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, allow: res.headers.allow, json: text ? JSON.parse(text) : undefined }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+describe('methods a path is not served with', () => {
+  it('405 with Allow also for a method no route has (TRACE, PROPFIND), not the router\'s 501', async () => {
+    const g = await start();
+    const cases: [string, string, string][] = [
+      ['TRACE', '/key', 'HEAD, GET'],
+      ['PROPFIND', '/videos/gen-vid-1-aaaaaaaaaaaaaaaaaaaa', 'HEAD, GET'],
+      ['TRACE', '/presets/p/messages', 'POST'],
+    ];
+    for (const [method, path, allow] of cases) {
+      const res = await call(method, `${g.url}${path}`, g.managementKey);
+      expect(res.status, `${method} ${path}`).toBe(405);
+      expect(res.allow).toBe(allow);
+      expect(res.json).toEqual({ error: { code: 405, message: `${method} is not allowed on /api/v1${path} (allowed: ${allow})`, metadata: { error_type: 'invalid_request' } } });
+    }
   });
 });
