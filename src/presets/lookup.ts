@@ -1,9 +1,10 @@
 import { LRUCache } from 'lru-cache';
-import { GatewayError } from '../errors/gateway-error';
+import { GatewayError, quoted } from '../errors/gateway-error';
 import type { GatewayState } from '../pipeline/types';
 import type { Dialect } from '../providers/types';
 import type { PresetWithVersion, Store } from '../store/types';
 import { applyPreset, presetReference } from './apply';
+import { SLUG } from './config';
 
 /**
  * Presets at request time: the designated version of a workspace's preset, cached for a few seconds (a
@@ -54,10 +55,15 @@ export class Presets {
     const ref = presetReference(body);
     if (!ref) return;
     if (ref.conflict !== undefined) {
-      throw new GatewayError('invalid_request', `\`model\` names preset \`${ref.slug}\` and \`preset\` names \`${ref.conflict}\`; name one`, { metadata: { field: 'preset' } });
+      throw new GatewayError('invalid_request', `\`model\` names preset \`${quoted(ref.slug)}\` and \`preset\` names \`${quoted(ref.conflict)}\`; name one`, { metadata: { field: 'preset' } });
     }
-    const found = await this.find(state.key.workspaceId, ref.slug);
-    if (!found) throw new GatewayError('not_found', `Preset \`${ref.slug}\` not found`, { metadata: { preset: ref.slug } });
+    // Only a slug a write accepts can name a preset: another is unknown without a lookup (PostgreSQL refused one
+    // holding a NUL, a 500), and is named cut at 200 characters (a 10 MB one was echoed whole, twice).
+    const found = SLUG.test(ref.slug) ? await this.find(state.key.workspaceId, ref.slug) : null;
+    if (!found) {
+      const slug = quoted(ref.slug);
+      throw new GatewayError('not_found', `Preset \`${slug}\` not found`, { metadata: { preset: slug } });
+    }
     const applied = applyPreset(body, state.endpoint as Dialect, ref, found);
     // A preset's contents are for management keys (GET /presets is 403 to others): the debug echo of the
     // upstream body, which holds them, is not given to a regular key using one.

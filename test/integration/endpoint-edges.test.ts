@@ -46,6 +46,28 @@ async function completedJob(g: TestGateway, letter: string, ttlMs: number): Prom
   return id;
 }
 
+describe('a preset an inference request names that no write could have made', () => {
+  it('is 404 not_found naming it cut at 200 characters, without a store lookup (one holding a NUL failed a store whose text cannot hold it)', async () => {
+    const g = await start();
+    const original = g.store.findPreset.bind(g.store);
+    // A store whose text columns cannot hold U+0000 refuses the query (SQLite just finds nothing).
+    g.store.findPreset = async (workspaceId, slug) => {
+      if (slug.includes('\u0000')) throw new Error('invalid byte sequence for encoding "UTF8": 0x00');
+      return original(workspaceId, slug);
+    };
+    const ask = (body: Record<string, unknown>) => post(`${g.url}/messages`, g.key, { max_tokens: 5, messages: [{ role: 'user', content: 'hi' }], ...body });
+    const long = await ask({ model: 'sim/chat', preset: 'q'.repeat(5000) });
+    expect(long.status).toBe(404);
+    expect(long.json.error).toMatchObject({ type: 'not_found_error', message: `Preset \`${'q'.repeat(200)}…\` not found` });
+    expect(long.json.metadata).toEqual({ preset: `${'q'.repeat(200)}…` });
+    for (const body of [{ model: 'sim/chat', preset: 'p\u0000' }, { model: '@preset/p\u0000' }]) {
+      const res = await ask(body);
+      expect(res.status).toBe(404);
+      expect(res.json.error).toMatchObject({ type: 'not_found_error', message: 'Preset `p\u0000` not found' });
+    }
+  });
+});
+
 describe('a completed job past its expiry, before the poller expired it', () => {
   it('is expired for the cancel (409 naming `expired`) and for a continuation (400), as GET shows it', async () => {
     let offset = 0;
