@@ -309,6 +309,9 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       await spend.close();
       await journal?.close();
       await state.close();
+      // The row of a request that ended during the steps above (its client gone at the cut, a stage that did
+      // not watch the abort) was written at once (LedgerWriter.close): wait for that write, the store closes next.
+      await ledger.close();
     },
   };
 }

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { GatewayState } from '../pipeline/types';
 import type { LedgerRow, Store } from '../store/types';
@@ -70,10 +71,15 @@ export interface LedgerOptions {
   maxBatch: number;
 }
 
+/** The waits between `close()`'s attempts at a failed write: 0.1, 0.2, 0.4, 0.8 s (1.5 s in all with 5 attempts). */
+export const CLOSE_RETRY_MS = 100;
+
 /**
  * Batches ledger rows off the request path: a request hands its row over and is done; rows are written
  * in one transaction per batch (every `flushMs` or `maxBatch` rows). A failed write keeps its rows and
- * retries; `close()` writes everything still queued, so a graceful shutdown loses no row. Rows are
+ * retries; `close()` writes everything still queued, so a graceful shutdown loses no row. From `close()` on,
+ * a row handed over is written at once (a request that ends during or after the shutdown's ledger step: its
+ * row had waited for a timer that was cleared, or that never ran before the store closed). Rows are
  * idempotent by generation id in the store, so a retry after an unclear failure cannot double-bill.
  *
  * @example const ledger = new LedgerWriter(store, logger, { flushMs: 20, maxBatch: 256 }); ledger.add(row); await ledger.close();
@@ -85,6 +91,10 @@ export class LedgerWriter {
   private timer: NodeJS.Timeout | undefined;
   private writing: Promise<void> = Promise.resolve();
   private failures = 0;
+  /** Whether the last write the store was asked for failed. */
+  private lastFailed = false;
+  /** Set by `close()`: rows are written as they come, not after `flushMs`. */
+  private closing = false;
 
   constructor(
     private readonly store: Store,
@@ -102,14 +112,15 @@ export class LedgerWriter {
     }
     this.queue.push(row);
     if (pendingId) this.releases.push(pendingId);
-    if (this.queue.length >= this.options.maxBatch) void this.flush();
+    if (this.closing || this.queue.length >= this.options.maxBatch) void this.flush();
     else this.schedule(this.options.flushMs);
   }
 
   /** Deletes a journal entry of a request that ends without a ledger row (no provider answered). */
   release(pendingId: string): void {
     this.releases.push(pendingId);
-    this.schedule(this.options.flushMs);
+    if (this.closing) void this.flush();
+    else this.schedule(this.options.flushMs);
   }
 
   /** Rows handed over but not yet written. */
@@ -125,11 +136,27 @@ export class LedgerWriter {
     return this.writing;
   }
 
-  /** Flushes until the queue is empty or the store keeps failing (`attempts` times). */
-  async close(attempts = 5): Promise<void> {
-    for (let i = 0; i < attempts && (this.queue.length > 0 || this.releases.length > 0 || this.timer); i++) await this.flush();
+  /**
+   * Writes everything queued, rows handed over meanwhile included, until the queue is empty or the store has
+   * failed `attempts` times, waiting `retryMs` × 2^n between failed attempts (0.1 + 0.2 + 0.4 + 0.8 s with the
+   * defaults: inside the few seconds the README's shutdown gives after the drain). A failed write is retried
+   * after a wait, not at once: a database that blinked (a failover, a lock held by the CLI) had been asked
+   * five times within a millisecond. Rows handed over after it returns are written at once as well; calling
+   * it again waits for them.
+   */
+  async close(attempts = 5, retryMs = CLOSE_RETRY_MS): Promise<void> {
+    this.closing = true;
     clearTimeout(this.timer);
     this.timer = undefined;
+    for (let failed = 0; this.queue.length > 0 || this.releases.length > 0; ) {
+      await this.flush();
+      clearTimeout(this.timer); // the writer's own retry timer: close() retries itself
+      this.timer = undefined;
+      if (!this.lastFailed) continue; // written (rows handed over meanwhile go next)
+      if (++failed >= attempts) break;
+      await sleep(retryMs * 2 ** (failed - 1));
+    }
+    await this.writing; // a write under way (rows handed over since: see add)
     if (this.queue.length > 0) this.logger.error({ rows: this.queue.length }, 'ledger rows could not be written at shutdown');
   }
 
@@ -148,11 +175,13 @@ export class LedgerWriter {
     try {
       await this.store.insertLedgerBatch(batch, releases);
       this.failures = 0;
+      this.lastFailed = false;
     } catch (err) {
       // Keep the rows (in order, ahead of newer ones) and try again later.
       this.queue = batch.concat(this.queue);
       this.releases = releases.concat(this.releases);
       this.failures++;
+      this.lastFailed = true;
       this.logger.error({ err, rows: batch.length, attempt: this.failures }, 'ledger write failed; will retry');
       this.schedule(Math.min(5_000, 100 * 2 ** this.failures));
     }

@@ -97,4 +97,40 @@ describe('LedgerWriter', () => {
     await w2.close(3);
     expect(w2.pending).toBe(1);
   });
+
+  it('close() retries a failed write after a growing wait (0.1 s, then 0.2 s), not five times back to back', async () => {
+    const attempts: number[] = [];
+    let fail = 2;
+    const store = {
+      async insertLedgerBatch(rows: LedgerRow[]) {
+        attempts.push(performance.now());
+        if (fail-- > 0) throw new Error('database is locked');
+        return rows.length;
+      },
+    } as unknown as Store;
+    const w = new LedgerWriter(store, silent, { flushMs: 10_000, maxBatch: 100 });
+    w.add(row(1));
+    await w.close();
+    expect(w.pending).toBe(0);
+    expect(attempts).toHaveLength(3);
+    expect(attempts[1] - attempts[0]).toBeGreaterThanOrEqual(90);
+    expect(attempts[2] - attempts[1]).toBeGreaterThanOrEqual(190);
+  });
+
+  it('a row handed over while close() waits to retry, or after it returned, is written at once (ledger.journal off had lost it)', async () => {
+    const f = fakeStore();
+    const w = new LedgerWriter(f.store, silent, { flushMs: 10_000, maxBatch: 100 });
+    w.add(row(1));
+    f.fail(1);
+    const closing = w.close();
+    await new Promise((r) => setTimeout(r, 20)); // close() is waiting before its second attempt
+    w.add(row(2));
+    await closing;
+    expect(f.batches.flat()).toEqual(['gen-1', 'gen-2']);
+    // A request that ends after the ledger step of the shutdown: no flush_ms timer (unref'd, and the store closes next).
+    w.add(row(3));
+    await new Promise((r) => setImmediate(r));
+    expect(f.batches.flat()).toEqual(['gen-1', 'gen-2', 'gen-3']);
+    expect(w.pending).toBe(0);
+  });
 });
