@@ -34,7 +34,8 @@ type Candidate =
  * then has a judge model write one answer from theirs, in the client's dialect (streamed when the client
  * asked `stream: true`). It does `upstream`'s work: it sets `state.answerer`, which `upstream` calls in place
  * of its own provider call, so the stages between the two act first. Usage and cost are the sums of every
- * candidate call and the judge's; the ledger row carries the judge's route and generation id.
+ * candidate call and the judge's; the ledger row carries the judge's route and the request's generation id
+ * (every call is made under it).
  * Pipeline order: `[…, budget-check, fusion, upstream, response-healing]`.
  */
 export const fusion: StageDefinition<FusionConfig, Services> = {
@@ -90,17 +91,17 @@ async function fuse({ state, dialect, models, judge, forward, config, template, 
     ...candidates.map((b) => ({ body: b })),
     { body: judgeBody({ body, judge, answers: [], template, stream: false }), readsEarlier: true },
   ]);
+  // The request's generation id, chosen before any call: every call (candidates, judge) is made under it, so
+  // the journal's pending row (written by the first call) has the id the ledger row and the answer carry.
+  state.requestId ??= generationId();
   // A stream is committed once `min_answers` candidates answered: those providers accepted the request, and
   // the judge will be asked. From then on its status is 200 (spec 7.5.2), so the endpoint's keep-alive may send
   // the headers and comments while the other candidates and the judge are slow, as for a provider's accepted
   // stream; a judge that then fails ends the stream in-band. Before that, too few answers is a real 502/504.
-  // The generation id is chosen here, as those headers carry it; the judge's call is made under it.
+  // Those headers carry the generation id chosen above; the judge's call is made under it.
   let answers = 0;
   const committed = (r: Candidate) => {
-    if (r.ok && ++answers === config.min_answers && body.stream === true && state.streamAccepted) {
-      state.requestId ??= generationId();
-      state.streamAccepted();
-    }
+    if (r.ok && ++answers === config.min_answers && body.stream === true && state.streamAccepted) state.streamAccepted();
     return r;
   };
   const results = await Promise.all(
@@ -145,7 +146,7 @@ async function fuse({ state, dialect, models, judge, forward, config, template, 
   const judgeStarted = performance.now();
   const judgeState = childState(state, {
     body: judgeBody({ body, judge, answers: answered.map((r) => r.text), template, stream }),
-    requestId: state.requestId ?? undefined, // a stream's, sent in its headers already (above)
+    requestId: state.requestId, // the request's (a stream's headers may have carried it already)
     metadataOptIn: state.metadataOptIn,
     pipeline: state.pipeline, // the judge's routing metadata is the client's: it shows this record
     // Why here, not after dispatch returns: a stream's metadata is written as its first event arrives (before
@@ -263,7 +264,7 @@ async function askCandidate({ state, dialect, model, body, forward, timeoutMs, s
       reject(new GatewayError('timeout', `No answer within ${timeoutMs} ms`));
     }, timeoutMs);
   });
-  const child = childState(state, { body, signal: abort.signal });
+  const child = childState(state, { body, signal: abort.signal, requestId: state.requestId ?? undefined });
   try {
     const response = await Promise.race([services.dispatch(child, forward), deadline]);
     if (response.kind !== 'json') throw new GatewayError('provider_unavailable', 'The candidate answered with a stream');

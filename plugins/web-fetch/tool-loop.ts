@@ -53,10 +53,12 @@ export async function runToolLoop(input: ToolLoopInput): Promise<GatewayResponse
   const limit = Math.min(tool.options.maxUses ?? Infinity, stopWhen ? Infinity : config.max_tool_calls);
   const body: Obj = { ...original, tools: toolsForModel(dialect, original.tools as unknown[], tool.index), messages: [...(original.messages as unknown[])], stream: false };
   delete body.stream_options;
-  // A stream's headers may go out (the keep-alive) before the last turn is asked: they carry the generation id,
-  // so every turn is made under that one id, the one the answer and the ledger row then have.
+  // Every turn is made under one generation id, the one the answer and the ledger row then have: a stream's
+  // headers may go out (the keep-alive) before the last turn is asked, and the journal's pending row, written
+  // by the first turn, must carry the id of the row that releases it (each turn had drawn its own without
+  // `stream`, and a sweep's `interrupted` row was then never replaced by the request's own).
   const stream = original.stream === true;
-  if (stream) state.requestId ??= generationId();
+  state.requestId ??= generationId();
   const loop = { turns: 0, requested: 0, executed: 0, usage: [] as (NormalizedUsage | null)[], cost: [] as (number | null)[], own: [] as (number | null)[], stoppedBy: 'answer' as string };
   let finalTurn = false;
   let answer: Obj;
@@ -89,7 +91,8 @@ export async function runToolLoop(input: ToolLoopInput): Promise<GatewayResponse
       body: turn,
       metadataOptIn: state.metadataOptIn,
       pipeline: state.pipeline,
-      ...(stream ? { requestId: state.requestId ?? undefined, streamAccepted: state.streamAccepted } : {}),
+      requestId: state.requestId,
+      ...(stream ? { streamAccepted: state.streamAccepted } : {}),
     });
     loop.turns++;
     let response: GatewayResponse;

@@ -179,10 +179,12 @@ export interface GatewayState {
    */
   spendHold?: { admission: Admission | null; models?: string };
   /**
-   * The request's journal entry (README "Ledger durability"): the generation id of its pending ledger row once
-   * written, deleted with its ledger row. Shared with child calls (fusion), so a request has at most one.
+   * The request's journal entry (README "Ledger durability"): the generation id of its pending ledger row
+   * (claimed when its write starts; `recording` resolves once it is durable), deleted with its ledger row.
+   * Shared with child calls (fusion, the tool loop's turns), so a request has at most one; they run under the
+   * request's generation id, so the entry's id is the one its ledger row carries.
    */
-  pendingLedger?: { id: string | null };
+  pendingLedger?: { id: string | null; recording?: Promise<void> };
 }
 
 export type GatewayContext = ParameterizedContext<{ gateway: GatewayState }>;

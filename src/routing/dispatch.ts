@@ -68,13 +68,19 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
     const stream = body.stream === true;
     const own = await deps.ownKeys(state);
     // Before anything is sent upstream: a durable pending row, one per request (a fusion child shares its parent's).
+    // Claimed before the wait, and every call of the request waits for the same write: a fusion's candidates
+    // dispatch together, and each had written a row of its own (one released, the others left to the sweep,
+    // which wrote an `interrupted` row for each of them under an id no answer carries).
     const pending = state.pendingLedger;
-    if (deps.journal && pending && pending.id === null && plan.length > 0) {
-      const row = pendingRowOf(state, plan[0], own.has(plan[0].provider.id), deps.journal.owner);
-      if (row) {
-        await deps.journal.record(row);
-        pending.id = row.generationId;
+    if (deps.journal && pending && plan.length > 0) {
+      if (pending.id === null && pending.recording === undefined) {
+        const row = pendingRowOf(state, plan[0], own.has(plan[0].provider.id), deps.journal.owner);
+        if (row) {
+          pending.recording = deps.journal.record(row);
+          pending.id = row.generationId;
+        }
       }
+      if (pending.recording) await pending.recording;
     }
     let last: GatewayError | undefined;
     let lastServed: Served | undefined; // the endpoint that gave `last`

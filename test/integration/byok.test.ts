@@ -306,6 +306,41 @@ describe('a request whose upstream calls are served both ways (fusion)', () => {
       t.release();
     }
   });
+
+  it('its one journal entry has the generation id of its rows: a sweep that finalised it (a kill leaves the same) is replaced by the paid row, and the -byok row is written with it', async () => {
+    const g = await fused();
+    await storeOwnKey(g, 'fake-anthropic', OWN_ANTHROPIC);
+    const journaled: string[] = [];
+    const record = g.store.insertPendingLedger.bind(g.store);
+    g.store.insertPendingLedger = async (rows) => {
+      journaled.push(...rows.map((row) => row.generationId));
+      return record(rows);
+    };
+    // The ledger rows stay in the writer (as in a process killed before its batch was written).
+    const write = g.store.insertLedgerBatch.bind(g.store);
+    let down = true;
+    g.store.insertLedgerBatch = (rows, release) => (down ? Promise.reject(new Error('not now')) : write(rows, release));
+    const r = await ask(g);
+    expect(r.status).toBe(200);
+    const id = r.json.id as string;
+    // One entry (the candidates had each written one, all but one left behind), under the answer's id.
+    expect(journaled).toEqual([id]);
+    // Another process's sweep after the hold TTL: the request's own id as `interrupted` (it had been a
+    // candidate's, never replaced by the request's rows).
+    expect(await g.store.finalizePendingLedger({ beforeMs: Date.now() + 1000, exceptOwner: 'another-process' })).toBe(1);
+    expect(await g.store.getLedger(id)).toMatchObject({ status: 'interrupted', costUsd: 0 });
+    down = false;
+    await g.gateway.ledger.flush();
+    const total = r.json.usage.cost as number;
+    const paid = await g.store.getLedger(id);
+    const own = await g.store.getLedger(`${id}-byok`);
+    expect(paid).toMatchObject({ status: 'completed', isByok: false });
+    expect(own).toMatchObject({ status: 'completed', isByok: true });
+    expect(paid!.costUsd + own!.costUsd).toBeCloseTo(total, 12);
+    expect(own!.costUsd).toBeCloseTo(total / 3, 12);
+    expect(await balance(g)).toBeCloseTo(10 - paid!.costUsd, 12);
+    expect(await g.store.listPendingLedger()).toEqual([]);
+  });
 });
 
 describe('secrecy and misconfiguration', () => {
