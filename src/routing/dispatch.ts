@@ -223,6 +223,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
             // A caller mistake a provider reported in its 2xx body ends the request as any failure after headers
             // does (spec 7.5.4); it had been the only one answered with its own status.
             if (e.metadata?.after_headers && dialect === 'chat_completions' && !stream) return errorAfterHeaders(state, { c: candidate, isByok: apiKey !== undefined }, e);
+            if (e.metadata?.after_headers) failedAfterAnswer(state, { c: candidate, isByok: apiKey !== undefined });
             throw withRetryHeaders(withoutRoutingFlags(e), failures);
           }
           if (step.kind === 'retry_same' && !retriedSame) {
@@ -244,6 +245,7 @@ export function createDispatch(deps: DispatchDeps): Dispatch {
     }
     if (last?.metadata?.after_headers && lastServed && dialect === 'chat_completions' && !stream) return errorAfterHeaders(state, lastServed, last);
     if (accepted) return streamFailedBeforeOutput(state, accepted.served, accepted.err);
+    if (last?.metadata?.after_headers && lastServed) failedAfterAnswer(state, lastServed);
     if (last) throw withRetryHeaders(withoutRoutingFlags(last), failures);
     throw refused ? withoutRoutingFlags(refused) : new GatewayError('provider_unavailable', 'No provider could serve the request');
   };
@@ -270,6 +272,18 @@ function errorAfterHeaders(state: GatewayState, served: Served, err: GatewayErro
     // A failed request all the same: it had been logged and counted as a success (status 200, error_type none).
     failure: err.errorType,
   };
+}
+
+/**
+ * The last endpoint failed after it had answered 2xx and the caller gets the real error status (a messages
+ * caller; a stream whose provider answered with a JSON error): the request reached that endpoint, so its row
+ * names it, `failed`, nothing billed, as errorAfterHeaders does for a chat caller. It had none, though the
+ * caller's error carries its id; nor had a web-fetch tool loop whose first turn failed so (its row is written
+ * on the last turn that has a route), even when the keep-alive had sent its stream's 200.
+ */
+function failedAfterAnswer(state: GatewayState, served: Served): void {
+  state.route = routeOf(served);
+  state.outcome = 'failed';
 }
 
 /**

@@ -188,6 +188,24 @@ describe('gateway:web_fetch streams get the keep-alive while the loop works (ser
   });
 });
 
+describe('a first turn whose provider answered 2xx and then failed, after the comments', () => {
+  it('messages: the in-band error, and a failed row naming that endpoint under the header\'s id (it had none)', async () => {
+    fresh();
+    const g = await t.start({ yaml: yaml(), registry: testRegistry() });
+    const body = gate();
+    const broken = { kind: 'status' as const, status: 200, bodyAfter: body.until, body: { type: 'error', error: { type: 'api_error', message: 'boom' } } };
+    t.upstream.scripts.set('claude-upstream', [broken]);
+    const ask = { model: 'fake/claude', max_tokens: 50, tools: [SERVER_TOOL], messages: [{ role: 'user', content: 'Read it.' }] };
+    const s = await openUntilComment(g, 'messages', ask, body.open);
+    expect(s.res.status).toBe(200);
+    body.open();
+    const events = sseEvents((await s.done).replaceAll(KEEPALIVE, ''));
+    expect(events.some((e) => e.event === 'error')).toBe(true);
+    const id = s.res.headers.get('request-id')!;
+    expect(await ledgerRowSoon(g, id)).toMatchObject({ status: 'failed', provider: 'fake-anthropic', costUsd: 0 });
+  });
+});
+
 describe('a client that leaves mid-loop stops it', () => {
   it('during a fetch: the fetch is dropped, no later turn is asked, the row bills the turn done as cancelled, no hold left', async () => {
     fresh();

@@ -264,6 +264,17 @@ describe('gateway:web_fetch server tool (URLs the model asks for)', () => {
     expect(row).toMatchObject({ promptTokens: 8, completionTokens: 4, status: 'failed', provider: 'fake-anthropic' });
   });
 
+  it('a first turn whose provider answered 2xx and then failed gets a failed row naming that endpoint, nothing billed, as a plain messages request does', async () => {
+    const g = await t.start({ yaml: yaml(), registry: testRegistry() });
+    t.upstream.always.set('claude-upstream', { kind: 'status', status: 200, body: { type: 'error', error: { type: 'api_error', message: 'boom' } } });
+    for (const tools of [[SERVER_TOOL], undefined]) {
+      const r = await post(`${g.url}/messages`, g.key, { model: 'fake/claude', max_tokens: 10, ...(tools ? { tools } : {}), messages: [{ role: 'user', content: 'Read it' }] });
+      expect(r.status).toBe(502);
+      expect(await g.ledgerRow(r.json.request_id)).toMatchObject({ status: 'failed', provider: 'fake-anthropic', model: 'fake/claude', costUsd: 0, promptTokens: 0 });
+    }
+    expect(await g.store.listPendingLedger()).toEqual([]);
+  });
+
   it('fusion asked for together with gateway:web_fetch is a 400; fusion on by default steps aside for the loop', async () => {
     const fusion = 'fusion: { models: [fake/gpt, sim/chat], judge: fake/gpt }';
     const both = `${testConfigYaml(t.upstream.url, '[auth, validate, web-fetch, fusion, upstream]')}plugins:\n  web-fetch: {}\n  ${fusion}\n`;
