@@ -187,7 +187,19 @@ async function fuse({ state, dialect, models, judge, forward, config, template, 
   state.usage = candidateUsage;
   state.costUsd = candidateCost;
   state.byokCostUsd = candidateOwn;
-  return { ...response, events: withTotals({ events: response.events, dialect, state, judgeState, candidates: { usage: candidateUsage, cost: candidateCost, own: candidateOwn } }) };
+  const asked = { usage: candidateUsage, cost: candidateCost, own: candidateOwn };
+  return {
+    ...response,
+    events: withTotals({ events: response.events, dialect, state, judgeState, candidates: asked }),
+    // Never read (the client left, or a later stage refused the answer): the judge's stream is billed for what
+    // its provider had sent, and the request for that plus the candidates (it had been the candidates alone).
+    unread: () => {
+      response.unread?.();
+      state.usage = addUsage([asked.usage, judgeState.usage]);
+      state.costUsd = addCost([asked.cost, judgeState.costUsd]);
+      state.byokCostUsd = ownCost(asked.own, judgeState);
+    },
+  };
 }
 
 /**

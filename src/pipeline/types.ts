@@ -29,7 +29,18 @@ export type GatewayResponse =
        */
       failure?: string;
     }
-  | { kind: 'sse'; status: number; events: AsyncIterable<SseEvent>; headers?: Record<string, string> };
+  | {
+      kind: 'sse';
+      status: number;
+      events: AsyncIterable<SseEvent>;
+      headers?: Record<string, string>;
+      /**
+       * Called by the endpoint when `events` will never be read (the client left, or a stage refused the answer,
+       * before it was written): bills what the provider had sent and closes its stream (routing's relay sets it).
+       * A stage that wraps `events` keeps it (assign `events`, or spread the response).
+       */
+      unread?: () => void;
+    };
 
 /** Token usage in one shape for both dialects. `inputTokens` includes cached and cache-write tokens. */
 export interface NormalizedUsage {

@@ -55,6 +55,8 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
     let error: GatewayError | undefined;
     let firstWriteAt = 0;
     let gone = false;
+    /** The stream answer went to writeSse (its events are read there); else, ending in an error, it is unread. */
+    let streamRead = false;
     let keepalive: StreamKeepalive | null = null;
     try {
       if (refusal) throw refusal;
@@ -118,6 +120,7 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
         return;
       }
       ctx.respond = false; // the stream is written here, event by event, not by Koa
+      streamRead = true;
       firstWriteAt = await writeSse(ctx, response.status, response.events, runtime.services.logger, runtime.config.server.write_timeout_ms);
       if (state.abort.aborted && state.outcome === 'completed') state.outcome = 'cancelled';
       span.setAttribute('gateway.outcome', state.outcome);
@@ -129,6 +132,9 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       }
       finish(runtime, state, span, response.status, ended === 'none' ? undefined : ended);
     } catch (err) {
+      // A stream never written (the client left, or a stage refused it, after its provider began the answer):
+      // billed for what the provider had sent, its upstream closed (it had been billed nothing).
+      if (state?.response?.kind === 'sse' && !streamRead) state.response.unread?.();
       // Cut at the drain timeout: the caller sees why (not the "client closed" the abort makes of it).
       const cut = shutdownCut(abort);
       const e = cut ?? toGatewayError(err);

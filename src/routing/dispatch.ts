@@ -27,7 +27,7 @@ import { routingMetadata } from './metadata';
 import { fittedBody } from './parameters';
 import { endpointKey, planFor, primaryModel, sessionKey } from './plan';
 import type { StickyRoutes } from './sticky';
-import { endAttempt, failureBeforeAnswer, firstOutput, relay, sideChunks, type StreamEnd } from './stream-relay';
+import { endAttempt, failureBeforeAnswer, firstOutput, relay, sideChunks, unreadStream, type StreamEnd } from './stream-relay';
 import type { GatewayMetrics } from '../telemetry/metrics';
 import { spanText } from '../telemetry/span-text';
 
@@ -587,5 +587,18 @@ async function streamResponse(
   if (state.metadataOptIn && dialect === 'messages') info.metadata = routingMetadata(state);
   const rewriter = billedByDelivery(DIALECTS[dialect].streamRewriter(info), { dialect, info, body: state.body, reported: () => seen.reported(), bounds: usageBounds(state, c) });
   const before = dialect === 'chat_completions' ? sideChunks(state, { model: c.model.id, provider: c.provider.id }) : [];
-  return { kind: 'sse', status: 200, events: batched(() => relay(state, iterator, first, rewriter, attempt, before, onStreamEnd)) };
+  let read = false;
+  return {
+    kind: 'sse',
+    status: 200,
+    events: batched(() => {
+      read = true;
+      return relay(state, iterator, first, rewriter, attempt, before, onStreamEnd);
+    }),
+    unread: () => {
+      if (read) return;
+      read = true;
+      unreadStream(state, iterator, first, rewriter, attempt, onStreamEnd);
+    },
+  };
 }

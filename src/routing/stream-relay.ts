@@ -130,6 +130,38 @@ export function failureBeforeAnswer(state: GatewayState, e: GatewayError): SseEv
   return [...sideChunks(state, { model: state.route?.model ?? '', provider: state.route?.provider ?? '' }, shown), ...events];
 }
 
+/**
+ * Ends a stream whose events will never be read: the endpoint did not write its answer (the client left, or a
+ * later stage refused it). The provider had begun its answer (its first events are in `first`), so the request
+ * is billed as a stream cut then is: what those events carried (reported usage; their text as output) and the
+ * input counted from the request when the provider reported none. It had been billed nothing (the relay, which
+ * bills a stream when it ends, never ran). Closes the provider's stream and ends the attempt as cancelled;
+ * the outcome is the endpoint's to say (`cancelled`, or `failed` for a refusal).
+ */
+export function unreadStream(
+  state: GatewayState,
+  iterator: AsyncIterator<SseEvent[]>,
+  first: IteratorResult<SseEvent[]>,
+  rewriter: StreamRewriter,
+  attempt: Span,
+  onStreamEnd: StreamEnd,
+): void {
+  for (const ev of first.done ? [] : first.value) {
+    try {
+      rewriter.rewrite(ev);
+    } catch {
+      break;
+    }
+    if (rewriter.complete()) break;
+  }
+  state.usage = rewriter.usage();
+  state.costUsd = rewriter.cost();
+  void iterator.return?.().catch(() => undefined);
+  endAttempt(attempt, undefined, true);
+  onStreamEnd.counted('cancelled');
+  onStreamEnd.cancelled();
+}
+
 export async function* relay(
   state: GatewayState,
   iterator: AsyncIterator<SseEvent[]>,

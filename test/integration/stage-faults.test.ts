@@ -153,6 +153,18 @@ describe('a stage that misbehaves', () => {
     expect(row!.promptTokens).toBeGreaterThan(0);
   });
 
+  it('refuses a stream after the provider began it, before any event went out: the row says failed with what the provider had sent (the input counted), not 0', async () => {
+    for (const ask of [chat, messages]) {
+      const res = await ask('throw-after', { stream: true });
+      expect(res.status).toBe(400);
+      const id = res.headers.get(ask === chat ? 'x-request-id' : 'request-id')!;
+      const row = await ledgerRowSoon(gw, id);
+      expect(row).toMatchObject({ status: 'failed', provider: 'local' });
+      expect(row!.promptTokens).toBeGreaterThan(0);
+      expect(row!.costUsd).toBeGreaterThan(0);
+    }
+  });
+
   it('breaks the stream it wraps: the stream ends with its dialect in-band error and [DONE], billed as failed', async () => {
     for (const after of [0, 2]) {
       const c = await chat(`stream-throw-${after}`, { stream: true });
@@ -199,6 +211,49 @@ describe('a stage that misbehaves', () => {
     }
     expect(JSON.parse(access!)).toMatchObject({ status: 499, outcome: 'cancelled', error_type: 'cancelled' });
     expect(gw.logs.slice(before).join('')).not.toContain('unexpected error');
+  });
+
+  it('is slow after a stream began while the client leaves: the stream is never written, and its row is cancelled with what the provider had sent (it was 0)', async () => {
+    const before = gw.logs.length;
+    const url = new URL(`${gw.url}/chat/completions`);
+    const req = request({ host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${gw.key}`, 'x-mb': 'slow-after' } });
+    req.on('error', () => undefined);
+    req.end(JSON.stringify({ model: 'sim/chat', stream: true, messages: [{ role: 'user', content: 'hi' }] }));
+    setTimeout(() => req.destroy(), 250); // the stream has begun and the stage is sleeping
+    let access: string | undefined;
+    for (let i = 0; i < 100 && !access; i++) {
+      await new Promise((r) => setTimeout(r, 20));
+      access = gw.logs.slice(before).find((l) => l.includes('"msg":"request"'));
+    }
+    const line = JSON.parse(access!);
+    expect(line).toMatchObject({ status: 499, outcome: 'cancelled' });
+    const row = await ledgerRowSoon(gw, line.generation_id);
+    expect(row).toMatchObject({ status: 'cancelled', provider: 'local' });
+    expect(row!.promptTokens).toBeGreaterThan(0);
+    expect(row!.costUsd).toBeGreaterThan(0);
+  });
+});
+
+describe('a fusion stream a later stage refuses before it is written', () => {
+  it('is billed for the candidates and for what the judge had sent (it was the candidates alone)', async () => {
+    const models = `  - id: sim/two
+    endpoints: [{ provider: local, upstream_model: sim-2, pricing: { prompt: 1, completion: 2 } }]
+pipelines:`;
+    const yaml = `${testConfigYaml(undefined, '[auth, validate, misbehave, fusion, upstream]').replace('pipelines:', models)}plugins:\n  fusion: { models: [sim/chat, sim/two], judge: sim/chat, min_answers: 2 }\n`;
+    const one = await startTestGateway({ registry, yaml });
+    try {
+      const ask = { model: 'sim/chat', messages: [{ role: 'user', content: 'hi' }] };
+      const plain = await post(`${one.url}/chat/completions`, one.key, ask);
+      const candidatePrompt = (await one.ledgerRow(plain.json.id))!.promptTokens;
+      const res = await post(`${one.url}/chat/completions`, one.key, { ...ask, stream: true, plugins: [{ id: 'fusion' }] }, { 'x-mb': 'throw-after' });
+      expect(res.status).toBe(400);
+      const row = await ledgerRowSoon(one, res.headers.get('x-request-id')!);
+      expect(row).toMatchObject({ status: 'failed' });
+      // Two candidates with the client's prompt, and the judge's prompt (which holds their answers) on top.
+      expect(row!.promptTokens).toBeGreaterThan(2 * candidatePrompt);
+    } finally {
+      await one.close();
+    }
   });
 });
 
