@@ -12,7 +12,7 @@ interface Logger {
 /** What one event of a stream (already in the client's dialect) adds to the answer. */
 export interface EventText {
   /** Assistant text it carries, by choice: chat every `choices[i].delta.content` (a chunk may carry several
-   * choices, with `n` > 1), messages `text_delta` (choice 0); empty when none. */
+   * choices, with `n` > 1), messages `text_delta` and a text block's opening text (choice 0); empty when none. */
   deltas: { choice: number; text: string }[];
   /** True for the events that close the answer: chat a `finish_reason` chunk, an error chunk or `[DONE]`;
    * messages `message_delta`, `message_stop`, `error` or `[DONE]`. The last check runs before the first. */
@@ -28,9 +28,13 @@ export function eventText(endpoint: Endpoint, ev: SseEvent): EventText {
   if (ev.data === '[DONE]') return { deltas: [], ending: true };
   if (endpoint === 'messages') {
     if (ev.event === 'message_delta' || ev.event === 'message_stop' || ev.event === 'error') return { deltas: [], ending: true };
-    if (ev.event !== 'content_block_delta') return { deltas: [], ending: false };
-    const delta = parse(ev.data)?.delta as Record<string, unknown> | undefined;
-    const text = delta?.type === 'text_delta' && typeof delta.text === 'string' ? delta.text : '';
+    // A text block may open with text of its own (`content_block_start` with `content_block.text`): the
+    // Messages format allows it and some providers send it; it had reached the client unjudged.
+    const opening = ev.event === 'content_block_start';
+    if (!opening && ev.event !== 'content_block_delta') return { deltas: [], ending: false };
+    const data = parse(ev.data);
+    const part = (opening ? data?.content_block : data?.delta) as Record<string, unknown> | undefined;
+    const text = part?.type === (opening ? 'text' : 'text_delta') && typeof part.text === 'string' ? part.text : '';
     return { deltas: text ? [{ choice: 0, text }] : [], ending: false };
   }
   const chunk = parse(ev.data);

@@ -135,6 +135,25 @@ describe('streamed output: messages', () => {
     expect((await g.ledgerRow(id))?.status).toBe('failed');
   });
 
+  it('text a provider puts in content_block_start is judged like a text_delta: a flagged one never reaches the client', async () => {
+    const g = await start(', moderate_output: true');
+    const ev = (event: string, data: object) => `event: ${event}\ndata: ${JSON.stringify({ type: event, ...data })}\n\n`;
+    const text = [
+      ev('message_start', { message: { id: 'msg_1', type: 'message', role: 'assistant', model: 'c', content: [], stop_reason: null, usage: { input_tokens: 3, output_tokens: 1 } } }),
+      ev('content_block_start', { index: 0, content_block: { type: 'text', text: 'plan the attack at dawn' } }),
+      ev('content_block_stop', { index: 0 }),
+      ev('message_delta', { delta: { stop_reason: 'end_turn' }, usage: { output_tokens: 6 } }),
+      ev('message_stop', {}),
+    ].join('');
+    t.upstream.faults.push({ kind: 'raw-stream', text });
+    const r = await post(`${g.url}/messages`, g.key, messages('fake/claude'));
+    const events = sseEvents(r.text);
+    expect(events.at(-2)!.event).toBe('error');
+    expect(JSON.parse(events.at(-2)!.data).error.error_type).toBe('content_policy_violation');
+    expect(r.text).not.toContain('attack');
+    expect(outputChecks()).toEqual([['plan the attack at dawn']]);
+  });
+
   it('a clean stream keeps every event through message_stop', async () => {
     const g = await start();
     const r = await post(`${g.url}/messages`, g.key, messages('out/clean'));

@@ -22,10 +22,12 @@ describe('eventText', () => {
     expect(eventText('chat_completions', { data: '{"choices":[{"index":3,"delta":{"content":"x"}}]}' }).deltas).toEqual([{ choice: 3, text: 'x' }]);
   });
 
-  it('messages: only text_delta carries text; message_delta, message_stop and error end the answer', () => {
+  it('messages: only text_delta and a text block\'s opening text carry text; message_delta, message_stop and error end the answer', () => {
     expect(eventText('messages', { event: 'content_block_delta', data: '{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}' })).toEqual({ deltas: [{ choice: 0, text: 'Hi' }], ending: false });
     expect(eventText('messages', { event: 'content_block_delta', data: '{"delta":{"type":"input_json_delta","partial_json":"{}"}}' })).toEqual({ deltas: [], ending: false });
     expect(eventText('messages', { event: 'message_start', data: '{}' })).toEqual({ deltas: [], ending: false });
+    expect(eventText('messages', { event: 'content_block_start', data: '{"index":0,"content_block":{"type":"text","text":"Hi"}}' }).deltas).toEqual([{ choice: 0, text: 'Hi' }]);
+    expect(eventText('messages', { event: 'content_block_start', data: '{"index":1,"content_block":{"type":"tool_use","id":"t","name":"f","input":{}}}' }).deltas).toEqual([]);
     for (const event of ['message_delta', 'message_stop', 'error']) expect(eventText('messages', { event, data: '{}' }).ending).toBe(true);
   });
 });
