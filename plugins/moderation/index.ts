@@ -51,6 +51,8 @@ async function moderate(engine: ModerationEngine, state: GatewayState, services:
   try {
     verdict = await engine.check(texts, state.signal);
   } catch (err) {
+    // Aborted with the request (the client left, a shutdown cut it): the endpoint ends it as such; no engine failed.
+    if (state.signal.aborted) throw err;
     error = `moderation engine "${engine.id}" failed: ${(err as Error).message}`;
   }
   const flagged = verdict.flaggedIndex >= 0;

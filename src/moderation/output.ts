@@ -63,6 +63,8 @@ interface OutputCheck {
   error: string | null;
   /** The answer must stop: flagged, or the engine failed and it denies on error. */
   block: boolean;
+  /** The client left (or a shutdown cut the request) during the check: no verdict, and no failure of the engine's. */
+  cancelled?: boolean;
 }
 
 /** Judges the answer's texts (one per choice) in one call. */
@@ -71,6 +73,9 @@ async function judge(engine: ModerationEngine, texts: readonly string[], signal:
     const verdict = await engine.check(texts, signal);
     return { verdict, error: null, block: verdict.flaggedIndex >= 0 };
   } catch (err) {
+    // The call was aborted with the request: the answer ends as any whose client left, not as a blocked one
+    // (with `on_error: deny` it had been billed `failed` and logged as an engine failure).
+    if (signal.aborted) return { verdict: { reasons: [], flaggedIndex: -1 }, error: null, block: false, cancelled: true };
     const error = `moderation engine "${engine.id}" failed: ${(err as Error).message}`;
     logger.warn({ moderation_engine: engine.id, on_error: engine.onError, reason: error, target: 'output' }, 'moderation engine failed');
     return { verdict: { reasons: [], flaggedIndex: -1 }, error, block: engine.onError === 'deny' };
@@ -142,9 +147,10 @@ export async function* moderatedStream(input: { engine: ModerationEngine; state:
   let error: string | null = null;
   let finished = false;
   const run = async (): Promise<OutputCheck> => {
-    checks += 1;
     const texts = [...answers.entries()].sort((a, b) => a[0] - b[0]).map(([, t]) => t);
     const check = await judge(engine, texts, state.signal, logger);
+    if (check.cancelled) return check;
+    checks += 1;
     last = check;
     if (check.error) error = check.error;
     unchecked = 0;
@@ -173,6 +179,7 @@ export async function* moderatedStream(input: { engine: ModerationEngine; state:
         continue;
       }
       const check = await run();
+      if (check.cancelled) return; // closing the relay (below) ends the request `cancelled`
       if (check.block) {
         finished = true;
         // Closing the relay first: its own bookkeeping sets the outcome, which this block then overrides.
@@ -186,6 +193,7 @@ export async function* moderatedStream(input: { engine: ModerationEngine; state:
       yield ev;
     }
     const check = unchecked > 0 ? await run() : null;
+    if (check?.cancelled) return;
     if (check?.block) {
       finished = true;
       state.outcome = 'failed';
@@ -213,6 +221,7 @@ export async function moderateAnswer(input: { engine: ModerationEngine; state: G
     .filter((t) => t !== '');
   if (texts.length === 0) return;
   const check = await judge(engine, texts, state.signal, logger);
+  if (check.cancelled) return; // the endpoint ends a request whose client left
   record(engine, state, { last: check, checks: 1, chars: texts.reduce((n, t) => n + t.length, 0), error: check.error });
   if (!check.block) return;
   state.outcome = 'failed';

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startFakeModeration, type FakeModeration } from '../fixtures/fake-moderation';
-import { post, sseEvents, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+import { ledgerRowSoon, post, sseEvents, testConfigYaml, type TestGateway } from '../fixtures/gateway';
 import { perTestGateways } from '../fixtures/per-test';
 
 /**
@@ -27,13 +27,13 @@ const EARLY = 'one two three four five six seven eight nine ten eleven twelve th
 const LATE = 'a perfectly calm answer until the very last word: attack';
 const MESSAGE = 'Answer blocked by moderation (engine "m"): flagged for violence';
 
-function start(fields = ', moderate_output: true, output_check_chars: 20'): Promise<TestGateway> {
+function start(fields = ', moderate_output: true, output_check_chars: 20', timeoutMs = 500): Promise<TestGateway> {
   const replies: Record<string, string> = { clean: CLEAN, early: EARLY, late: LATE };
   let y = testConfigYaml(t.upstream.url, '[auth, validate, moderation, upstream]');
   const providers = Object.entries(replies).map(([id, reply]) => `  - { id: sim-${id}, kind: simulated, reply: ${JSON.stringify(reply)} }\n`).join('');
   const models = Object.keys(replies).map((id) => `  - id: out/${id}\n    endpoints: [{ provider: sim-${id}, upstream_model: s, pricing: { prompt: 1, completion: 1 } }]\n`).join('');
   y = y.replace('providers:\n', `providers:\n${providers}`).replace('models:\n', `models:\n${models}`);
-  y += `moderation:\n  engines:\n    - { id: m, kind: openai, base_url: ${mod.url}, timeout_ms: 500${fields} }\nworkspaces:\n  - { name: default, moderation: m }\n`;
+  y += `moderation:\n  engines:\n    - { id: m, kind: openai, base_url: ${mod.url}, timeout_ms: ${timeoutMs}${fields} }\nworkspaces:\n  - { name: default, moderation: m }\n`;
   return t.start({ yaml: y });
 }
 
@@ -220,6 +220,27 @@ describe('engine failure during output checks', () => {
     expect(err.message).toBe('Answer blocked: moderation engine "m" failed: answered 500 and it is set to deny on error');
     expect(messagesText(events)).toBe('');
     expect(outputChecks()).toHaveLength(1);
+  });
+});
+
+describe('a client that leaves during an output check', () => {
+  it('ends the request cancelled (on_error deny): no in-band block, no engine failure logged or recorded', async () => {
+    const g = await start(', moderate_output: true, output_check_chars: 20, on_error: deny', 5000);
+    mod.behaviour = { hang: true, after: 1 };
+    const client = new AbortController();
+    const res = await fetch(`${g.url}/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${g.key}` },
+      body: JSON.stringify(chat('out/clean')),
+      signal: client.signal,
+    });
+    const id = res.headers.get('x-request-id')!;
+    while (mod.received.length < 2) await new Promise((r) => setTimeout(r, 5));
+    client.abort();
+    expect(await ledgerRowSoon(g, id)).toMatchObject({ status: 'cancelled' });
+    expect(g.logs.some((l) => l.includes('moderation engine failed'))).toBe(false);
+    const line = JSON.parse(g.logs.find((l) => l.includes('"msg":"request"'))!);
+    expect(line).toMatchObject({ outcome: 'cancelled', error_type: 'cancelled' });
   });
 });
 

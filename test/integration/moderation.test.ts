@@ -20,8 +20,8 @@ beforeEach(() => {
 });
 
 /** A gateway with engine `m` (extra engine fields in `fields`) assigned to the `default` workspace. */
-function start(fields = '', assign = 'moderation: m'): Promise<TestGateway> {
-  const engines = `    - { id: m, kind: openai, base_url: ${mod.url}, api_key: sk-mod-secret, model: omni-moderation-latest, timeout_ms: 500${fields} }
+function start(fields = '', assign = 'moderation: m', timeoutMs = 500): Promise<TestGateway> {
+  const engines = `    - { id: m, kind: openai, base_url: ${mod.url}, api_key: sk-mod-secret, model: omni-moderation-latest, timeout_ms: ${timeoutMs}${fields} }
     - { id: local, kind: rules, rules: [{ name: weapons, keywords: [nerve agent] }, { name: fraud, regex: 'card\\s+dump', flags: i }] }`;
   const yaml = `${testConfigYaml(t.upstream.url, PIPELINE)}moderation:\n  engines:\n${engines}\nworkspaces:\n  - { name: default, ${assign} }\n`;
   return t.start({ yaml });
@@ -180,6 +180,25 @@ describe('engine failure (on_error)', () => {
     const r = await post(`${g.url}/messages`, g.key, messages('hello'));
     expect(r.status).toBe(403);
     expect(r.json.error.message).toBe('Request blocked: moderation engine "m" failed: no answer within 500 ms and it is set to deny on error');
+    expect(t.upstream.received).toHaveLength(0);
+  });
+
+  it('a client that leaves during the check is no engine failure: nothing logged as one, nothing sent upstream, a 499', async () => {
+    mod.behaviour = { hang: true };
+    const g = await start(', on_error: allow', 'moderation: m', 5000);
+    const client = new AbortController();
+    const sent = fetch(`${g.url}/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${g.key}` },
+      body: JSON.stringify(chat('hello')),
+      signal: client.signal,
+    }).catch(() => undefined);
+    while (mod.received.length < 1) await new Promise((r) => setTimeout(r, 5));
+    client.abort();
+    await sent;
+    for (let i = 0; i < 200 && !g.logs.some((l) => l.includes('"msg":"request"')); i++) await new Promise((r) => setTimeout(r, 10));
+    expect(JSON.parse(g.logs.find((l) => l.includes('"msg":"request"'))!)).toMatchObject({ status: 499 });
+    expect(g.logs.some((l) => l.includes('moderation engine failed'))).toBe(false);
     expect(t.upstream.received).toHaveLength(0);
   });
 
