@@ -57,6 +57,10 @@ function parse(data: string): Record<string, unknown> | null {
   }
 }
 
+/** A text that begins, or ends, with a letter, digit or combining mark: a word may go on across it (tested on two code units, a surrogate pair at most). */
+const WORD_START = /^[\p{L}\p{N}\p{M}_]/u;
+const WORD_END = /[\p{L}\p{N}\p{M}_]$/u;
+
 /** One run of the engine over the answer so far: flagged, failed (and what on_error made of it), or clean. */
 interface OutputCheck {
   verdict: ModerationVerdict;
@@ -140,6 +144,9 @@ export async function* moderatedStream(input: { engine: ModerationEngine; state:
   const answers = new Map<number, string>();
   let chars = 0;
   let unchecked = 0;
+  // Choices with text since the last check, and whether a check by size waits for a word's end (below).
+  const grown = new Set<number>();
+  let waiting = false;
   let held: SseEvent[] = [];
   let endChecked = false;
   let checks = 0;
@@ -154,7 +161,16 @@ export async function* moderatedStream(input: { engine: ModerationEngine; state:
     last = check;
     if (check.error) error = check.error;
     unchecked = 0;
+    grown.clear();
+    waiting = false;
     return check;
+  };
+  /** Ends the answer with the dialect's in-band error; the relay is closed first (its own bookkeeping sets the outcome, which this overrides). */
+  const stop = async function* (check: OutputCheck): AsyncGenerator<SseEvent> {
+    finished = true;
+    await iterator.return?.().catch(() => undefined);
+    state.outcome = 'failed';
+    if (!state.signal.aborted) yield* inBandError(state, blockError(engine, check));
   };
   try {
     for (;;) {
@@ -162,12 +178,25 @@ export async function* moderatedStream(input: { engine: ModerationEngine; state:
       if (r.done) break;
       const ev = r.value;
       const seen = eventText(endpoint, ev);
+      // A check by size waits while the answer ends inside a word: its end would read as the word's end, and
+      // `attack` + `ers` had been blocked by a whole-word `attack`. An event whose text begins outside a word
+      // shows the word was whole: the answer so far is judged without it.
+      if (waiting && seen.deltas.length > 0 && seen.deltas.every((d) => !WORD_START.test(d.text.slice(0, 2)))) {
+        const check = await run();
+        if (check.cancelled) return;
+        if (check.block) return yield* stop(check);
+        yield* held;
+        held = [];
+      }
       for (const d of seen.deltas) {
         answers.set(d.choice, (answers.get(d.choice) ?? '') + d.text);
         chars += d.text.length;
         unchecked += d.text.length;
+        grown.add(d.choice);
       }
-      const due = unchecked > 0 && ((seen.ending && !endChecked) || unchecked >= checkChars);
+      // (Up to twice the size: a text without word breaks is judged all the same.)
+      waiting = unchecked >= checkChars && unchecked < 2 * checkChars && [...grown].some((c) => WORD_END.test(answers.get(c)!.slice(-2)));
+      const due = unchecked > 0 && ((seen.ending && !endChecked) || (unchecked >= checkChars && !waiting));
       if (seen.ending) endChecked = true;
       if (!due) {
         if (unchecked > 0) held.push(ev);
@@ -180,26 +209,14 @@ export async function* moderatedStream(input: { engine: ModerationEngine; state:
       }
       const check = await run();
       if (check.cancelled) return; // closing the relay (below) ends the request `cancelled`
-      if (check.block) {
-        finished = true;
-        // Closing the relay first: its own bookkeeping sets the outcome, which this block then overrides.
-        await iterator.return?.().catch(() => undefined);
-        state.outcome = 'failed';
-        if (!state.signal.aborted) yield* inBandError(state, blockError(engine, check));
-        return;
-      }
+      if (check.block) return yield* stop(check);
       yield* held;
       held = [];
       yield ev;
     }
     const check = unchecked > 0 ? await run() : null;
     if (check?.cancelled) return;
-    if (check?.block) {
-      finished = true;
-      state.outcome = 'failed';
-      if (!state.signal.aborted) yield* inBandError(state, blockError(engine, check));
-      return;
-    }
+    if (check?.block) return yield* stop(check);
     yield* held;
     finished = true;
   } finally {

@@ -197,6 +197,44 @@ describe('several choices (n > 1)', () => {
   });
 });
 
+describe('checks by size and word ends', () => {
+  const chunk = (content: string, finish: string | null = null) =>
+    `data: ${JSON.stringify({ id: 'c3', object: 'chat.completion.chunk', created: 1, model: 'gpt', choices: [{ index: 0, delta: { content }, finish_reason: finish }] })}\n\n`;
+  const stream = (parts: string[]) => [...parts.map((p) => chunk(p)), chunk('', 'stop'), 'data: [DONE]\n\n'].join('');
+  function startRules(): Promise<TestGateway> {
+    const y = `${testConfigYaml(t.upstream.url, '[auth, validate, moderation, upstream]')}moderation:\n  engines:\n    - { id: r, kind: rules, moderate_output: true, output_check_chars: 20, rules: [{ name: violence, keywords: [attack] }] }\nworkspaces:\n  - { name: default, moderation: r }\n`;
+    return t.start({ yaml: y });
+  }
+
+  it('a check due inside a word waits for its end: "attack" + "ers" is not taken for the whole word "attack"', async () => {
+    const g = await startRules();
+    // The second part brings the unjudged text to 20 characters, in the middle of "attackers".
+    const parts = ['Reports describe how', ' the many clever attack', 'ers get in', ' through old', ' servers.'];
+    t.upstream.faults.push({ kind: 'raw-stream', text: stream(parts) });
+    const r = await post(`${g.url}/chat/completions`, g.key, chat('fake/gpt'), META);
+    expect(r.text).not.toContain('"error"');
+    expect(chatText(sseEvents(r.text).slice(0, -1))).toBe(parts.join(''));
+  });
+
+  it('a text without word breaks is judged all the same, at twice the size', async () => {
+    const g = await start();
+    t.upstream.faults.push({ kind: 'raw-stream', text: stream(Array(6).fill('abcdefghij')) });
+    const r = await post(`${g.url}/chat/completions`, g.key, chat('fake/gpt'));
+    expect(chatText(sseEvents(r.text).slice(0, -1))).toBe('abcdefghij'.repeat(6));
+    expect(outputChecks().map((c) => c[0].length)).toEqual([40, 60]);
+  });
+
+  it('the word it waited for is still judged before any of it goes out', async () => {
+    const g = await startRules();
+    t.upstream.faults.push({ kind: 'raw-stream', text: stream(['Reports describe how', ' we attack', ' at dawn', ' and more']) });
+    const r = await post(`${g.url}/chat/completions`, g.key, chat('fake/gpt'));
+    const events = sseEvents(r.text);
+    expect(JSON.parse(events.at(-2)!.data).error.metadata.error_type).toBe('content_policy_violation');
+    expect(chatText(events.slice(0, -2))).toBe('Reports describe how');
+    expect(r.text).not.toContain('attack');
+  });
+});
+
 describe('engine failure during output checks', () => {
   it('on_error allow: the stream goes on to its end and the failure is recorded', async () => {
     const g = await start(', moderate_output: true, output_check_chars: 20, on_error: allow');
