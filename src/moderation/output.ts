@@ -1,4 +1,5 @@
 import { inBandError } from '../dialects/in-band-error';
+import { contentText } from '../dialects/translate/response';
 import { GatewayError } from '../errors/gateway-error';
 import { answerParts } from '../healing/answer';
 import type { GatewayState, SseEvent } from '../pipeline/types';
@@ -41,8 +42,9 @@ export function eventText(endpoint: Endpoint, ev: SseEvent): EventText {
   const choices = Array.isArray(chunk?.choices) ? (chunk!.choices as Record<string, unknown>[]) : [];
   const deltas: EventText['deltas'] = [];
   choices.forEach((c, i) => {
-    const content = (c?.delta as Record<string, unknown> | undefined)?.content;
-    if (typeof content === 'string' && content !== '') deltas.push({ choice: Number.isInteger(c.index) ? (c.index as number) : i, text: content });
+    // A string, or (from some providers) an array of text parts, as the translation to messages reads it.
+    const content = contentText((c?.delta as Record<string, unknown> | undefined)?.content);
+    if (content !== '') deltas.push({ choice: Number.isInteger(c.index) ? (c.index as number) : i, text: content });
   });
   const ending = chunk?.error !== undefined || choices.some((c) => typeof c?.finish_reason === 'string');
   return { deltas, ending };
@@ -232,10 +234,9 @@ export async function* moderatedStream(input: { engine: ModerationEngine; state:
  */
 export async function moderateAnswer(input: { engine: ModerationEngine; state: GatewayState; logger: Logger; body: unknown }): Promise<void> {
   const { engine, state, logger } = input;
-  // Chat: every choice's `message.content` (`n` > 1 has several); messages: its text blocks joined. An empty one has nothing to judge.
-  const texts = answerParts(state.endpoint as Endpoint, input.body)
-    .map((p) => p.text)
-    .filter((t) => t !== '');
+  // Chat: every choice's `message.content` (`n` > 1 has several; a string or, from some providers, an array of
+  // text parts, which had passed unjudged); messages: its text blocks joined. An empty one has nothing to judge.
+  const texts = (state.endpoint === 'chat_completions' ? chatAnswerTexts(input.body) : answerParts('messages', input.body).map((p) => p.text)).filter((t) => t !== '');
   if (texts.length === 0) return;
   const check = await judge(engine, texts, state.signal, logger);
   if (check.cancelled) return; // the endpoint ends a request whose client left
@@ -243,4 +244,11 @@ export async function moderateAnswer(input: { engine: ModerationEngine; state: G
   if (!check.block) return;
   state.outcome = 'failed';
   throw blockError(engine, check);
+}
+
+/** Every choice's `message.content` text of a chat answer, in choice order. */
+function chatAnswerTexts(body: unknown): string[] {
+  const choices = body && typeof body === 'object' ? (body as { choices?: unknown }).choices : undefined;
+  if (!Array.isArray(choices)) return [];
+  return choices.map((c) => contentText((c as { message?: { content?: unknown } } | null)?.message?.content));
 }

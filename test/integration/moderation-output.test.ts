@@ -235,6 +235,30 @@ describe('checks by size and word ends', () => {
   });
 });
 
+describe('chat content as an array of text parts (some providers answer so)', () => {
+  const parts = [{ type: 'text', text: 'plan the ' }, { type: 'text', text: 'attack at dawn' }];
+
+  it('non-streaming: judged as its joined text, a flagged one is the 403', async () => {
+    const g = await start();
+    const body = { id: 'c4', object: 'chat.completion', created: 1, model: 'gpt', choices: [{ index: 0, message: { role: 'assistant', content: parts }, finish_reason: 'stop' }], usage: { prompt_tokens: 3, completion_tokens: 6, total_tokens: 9 } };
+    t.upstream.faults.push({ kind: 'status', status: 200, body });
+    const r = await post(`${g.url}/chat/completions`, g.key, chat('fake/gpt', { stream: false }));
+    expect(r.status).toBe(403);
+    expect(r.json.error.metadata.error_type).toBe('content_policy_violation');
+    expect(outputChecks()).toEqual([['plan the attack at dawn']]);
+  });
+
+  it('streamed: a delta whose content is an array of parts is judged before it goes out', async () => {
+    const g = await start();
+    const chunk = (delta: unknown, finish: string | null = null) => `data: ${JSON.stringify({ id: 'c5', object: 'chat.completion.chunk', created: 1, model: 'gpt', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+    t.upstream.faults.push({ kind: 'raw-stream', text: [chunk({ role: 'assistant', content: parts }), chunk({}, 'stop'), 'data: [DONE]\n\n'].join('') });
+    const r = await post(`${g.url}/chat/completions`, g.key, chat('fake/gpt'));
+    const events = sseEvents(r.text);
+    expect(JSON.parse(events.at(-2)!.data).error.metadata.error_type).toBe('content_policy_violation');
+    expect(r.text).not.toContain('attack');
+  });
+});
+
 describe('engine failure during output checks', () => {
   it('on_error allow: the stream goes on to its end and the failure is recorded', async () => {
     const g = await start(', moderate_output: true, output_check_chars: 20, on_error: allow');

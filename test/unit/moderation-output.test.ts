@@ -8,6 +8,7 @@ describe('eventText', () => {
     expect(eventText('chat_completions', { data: '{"choices":[],"usage":{"prompt_tokens":1}}' })).toEqual({ deltas: [], ending: false });
     expect(eventText('chat_completions', { data: '{"error":{"code":502},"choices":[{"index":0,"delta":{"content":""},"finish_reason":"error"}]}' }).ending).toBe(true);
     expect(eventText('chat_completions', { data: '[DONE]' })).toEqual({ deltas: [], ending: true });
+    expect(eventText('chat_completions', { data: '{"choices":[{"index":0,"delta":{"content":[{"type":"text","text":"Hi "},{"type":"text","text":"there"}]}}]}' }).deltas).toEqual([{ choice: 0, text: 'Hi there' }]);
   });
 
   it('chat with n > 1: every choice of a chunk carries its own text, by its index', () => {
