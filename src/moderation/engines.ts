@@ -80,7 +80,14 @@ function openaiCheck(e: ModerationEngineConfig): ModerationEngine['check'] {
     } catch (err) {
       throw new Error(timeout.aborted ? `no answer within ${e.timeout_ms} ms` : `request failed: ${(err as Error).message}`);
     }
-    const text = await res.text().catch(() => '');
+    let text: string;
+    try {
+      text = await res.text();
+    } catch (err) {
+      if (!res.ok) throw new Error(`answered ${res.status}`);
+      // The headers came in time, the body did not: a timeout all the same (it had read as "answer is not JSON").
+      throw new Error(timeout.aborted ? `no answer within ${e.timeout_ms} ms` : `request failed: ${(err as Error).message}`);
+    }
     if (!res.ok) throw new Error(`answered ${res.status}`);
     let results: unknown;
     try {

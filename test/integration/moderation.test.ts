@@ -183,6 +183,15 @@ describe('engine failure (on_error)', () => {
     expect(t.upstream.received).toHaveLength(0);
   });
 
+  it('deny on a timeout while the body of the answer is read (the headers came in time)', async () => {
+    mod.behaviour = { stallBody: true };
+    const g = await start();
+    const r = await post(`${g.url}/chat/completions`, g.key, chat('hello'));
+    expect(r.status).toBe(403);
+    expect(r.json.error.message).toBe('Request blocked: moderation engine "m" failed: no answer within 500 ms and it is set to deny on error');
+    expect(t.upstream.received).toHaveLength(0);
+  });
+
   it('a client that leaves during the check is no engine failure: nothing logged as one, nothing sent upstream, a 499', async () => {
     mod.behaviour = { hang: true };
     const g = await start(', on_error: allow', 'moderation: m', 5000);
