@@ -90,7 +90,9 @@ export function addCitations(dialect: Dialect, body: unknown, results: SearchRes
   if (dialect === 'chat_completions') {
     const choice = Array.isArray(body.choices) ? body.choices[0] : undefined;
     const message = isObj(choice) ? choice.message : undefined;
-    if (!isObj(message) || typeof message.content !== 'string') return 0;
+    // No text, no citations: a tool-call-only answer may carry `content: ""` (several OpenAI-compatible
+    // providers send it so) as well as null, and its stream gets none either.
+    if (!isObj(message) || typeof message.content !== 'string' || message.content === '') return 0;
     const existing = Array.isArray(message.annotations) ? message.annotations : [];
     message.annotations = [...existing, ...chatAnnotations(message.content, results)];
     return results.length;

@@ -59,4 +59,14 @@ describe('web search citations', () => {
     const text = await collect([chunk({ role: 'assistant', content: 'Hi' }), chunk({}, 'stop'), { data: '[DONE]' }]);
     expect(text.filter((d) => d.includes('annotations'))).toHaveLength(1);
   });
+
+  it('a JSON chat answer with tool calls and `content: ""` gets no annotations, as its stream would not', () => {
+    const calls = [{ id: 'call_1', type: 'function', function: { name: 'f', arguments: '{}' } }];
+    const empty = { choices: [{ index: 0, message: { role: 'assistant', content: '', tool_calls: calls }, finish_reason: 'tool_calls' }] };
+    expect(addCitations('chat_completions', empty, R)).toBe(0);
+    expect(empty.choices[0].message).not.toHaveProperty('annotations');
+    const withText = { choices: [{ index: 0, message: { role: 'assistant', content: 'Checking.', tool_calls: calls }, finish_reason: 'tool_calls' }] };
+    expect(addCitations('chat_completions', withText, R)).toBe(2);
+    expect((withText.choices[0].message as any).annotations).toHaveLength(2);
+  });
 });
