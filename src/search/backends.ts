@@ -101,7 +101,16 @@ async function fetchJson(url: string, options: Call, io: { agent: Agent; timeout
   }
 }
 
-/** Results with a string http(s) `url`; others are dropped. SearXNG calls the snippet `content`. */
+/**
+ * An http(s) URL as it may go to the model and the client: one that parses, with nothing that is no part of a
+ * URL (whitespace, control characters). `https://a.example/\n[9] …` had passed on its `https://` prefix and
+ * written a source line of its own into the prompt, and a citation `url` no client could open.
+ */
+function isHttpUrl(url: unknown): url is string {
+  return typeof url === 'string' && /^https?:\/\/[^\s\x00-\x1f\x7f]+$/i.test(url) && URL.canParse(url);
+}
+
+/** Results with an http(s) `url` (isHttpUrl); others are dropped. SearXNG calls the snippet `content`. */
 function resultsOf(json: unknown, kind: SearchBackendConfig['kind']): SearchResult[] {
   const list = (json as { results?: unknown })?.results;
   if (!Array.isArray(list)) throw new SearchFailed('bad_response', 'search backend answer has no `results` array');
@@ -111,7 +120,7 @@ function resultsOf(json: unknown, kind: SearchBackendConfig['kind']): SearchResu
     if (!r || typeof r !== 'object') continue;
     const { url, title } = r as Record<string, unknown>;
     const snippet = (r as Record<string, unknown>)[kind === 'searxng' ? 'content' : 'snippet'];
-    if (typeof url !== 'string' || !/^https?:\/\//i.test(url) || seen.has(url)) continue;
+    if (!isHttpUrl(url) || seen.has(url)) continue;
     seen.add(url);
     out.push({ url, title: typeof title === 'string' ? title : url, snippet: typeof snippet === 'string' ? snippet : '' });
   }
