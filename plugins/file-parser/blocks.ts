@@ -2,8 +2,9 @@
  * Where PDFs sit in a request body, in both dialects:
  * - messages: `{type: 'document', source: {type: 'base64', media_type: 'application/pdf', data}}` or
  *   `source: {type: 'url', url}`, in a message's content or inside a `tool_result`'s content;
- * - chat: `{type: 'file', file: {filename, file_data: 'data:application/pdf;base64,…'}}` (file_data without
- *   a `data:` prefix is taken as base64 PDF, as src/dialects/translate/content.ts does).
+ * - chat: `{type: 'file', file: {filename, file_data: 'data:application/pdf;base64,…'}}` or `file_data:
+ *   'https://…'` (a URL PDF, as OpenRouter takes it); other file_data without a `data:` prefix is taken as
+ *   base64 PDF, as src/dialects/translate/content.ts does.
  * Each found block comes with a `replace` that puts a text block in its place.
  */
 export type PdfSource = { kind: 'base64'; data: string } | { kind: 'url'; url: string };
@@ -63,7 +64,11 @@ function messagesPdf(block: Obj): Omit<PdfBlock, 'replace'> | undefined {
 function chatPdf(block: Obj): Omit<PdfBlock, 'replace'> | undefined {
   if (block.type !== 'file' || !isObj(block.file) || typeof block.file.file_data !== 'string') return undefined;
   const fileData = block.file.file_data;
-  const name = typeof block.file.filename === 'string' && block.file.filename ? block.file.filename : 'document.pdf';
+  const filename = typeof block.file.filename === 'string' && block.file.filename ? block.file.filename : undefined;
+  // OpenRouter's chat form of a PDF on the web: `file_data` is its URL. Read as base64 it had been a 400
+  // "Not a PDF" for a document the client had sent the documented way.
+  if (/^https?:\/\//i.test(fileData)) return { name: filename ?? fileData, source: { kind: 'url', url: fileData } };
+  const name = filename ?? 'document.pdf';
   const m = /^data:([^;,]+)(?:;[^,]*)?,/i.exec(fileData);
   if (!m) return { name, source: { kind: 'base64', data: fileData } };
   if (m[1].toLowerCase() !== 'application/pdf' || !/;base64,/i.test(fileData.slice(0, m[0].length))) return undefined;

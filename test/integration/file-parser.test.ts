@@ -111,6 +111,20 @@ describe('file-parser stage through the server', () => {
     expect(r.json.gateway_metadata.pipeline[0].data).toMatchObject({ file: url, source: 'url', outcome: 'parsed', pages: 2 });
   });
 
+  it('chat: a file_data that is an http(s) URL is fetched through the safe fetcher, as OpenRouter takes it', async () => {
+    const g = await t.start({ yaml: yaml(), registry: testRegistry() });
+    const url = `${pdfServer.url}/otters.pdf`;
+    const r = await post(`${g.url}/chat/completions`, g.key, chatBody('fake/gpt', url), META);
+    expect(r.status, r.text).toBe(200);
+    expect(t.upstream.received[0].body.messages[0].content[1]).toEqual({ type: 'text', text: `otters.pdf (PDF, 2 pages):\n${TEXT}` });
+    expect(r.json.gateway_metadata.pipeline[0].data).toMatchObject({ file: 'otters.pdf', source: 'url', outcome: 'parsed', pages: 2 });
+    // Without a filename it is named by its URL; a URL to something else is refused as messages' is.
+    const noName = { model: 'fake/gpt', messages: [{ role: 'user', content: [{ type: 'file', file: { file_data: `${pdfServer.url}/page.html` } }] }] };
+    const html = await post(`${g.url}/chat/completions`, g.key, noName);
+    expect(html.status).toBe(400);
+    expect(html.json.error.metadata).toMatchObject({ plugin: 'file-parser', file: `${pdfServer.url}/page.html`, reason: 'content_type' });
+  });
+
   it('URL documents: a non-PDF content type and a redirect to the metadata address are refused', async () => {
     const g = await t.start({ yaml: yaml(), registry: testRegistry() });
     const ask = (url: string) =>
