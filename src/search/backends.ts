@@ -122,7 +122,8 @@ function resultsOf(json: unknown, kind: SearchBackendConfig['kind']): SearchResu
     const snippet = (r as Record<string, unknown>)[kind === 'searxng' ? 'content' : 'snippet'];
     if (!isHttpUrl(url) || seen.has(url)) continue;
     seen.add(url);
-    out.push({ url, title: typeof title === 'string' ? title : url, snippet: typeof snippet === 'string' ? snippet : '' });
+    // A blank title is as missing as an absent one (SearXNG sends "" for some engines' results).
+    out.push({ url, title: typeof title === 'string' && title.trim() ? title : url, snippet: typeof snippet === 'string' ? snippet : '' });
   }
   return out;
 }

@@ -190,6 +190,22 @@ describe('web search stage through the server', () => {
     expect(system).not.toContain('evil.example');
   });
 
+  it('a result with an empty or blank title is named by its URL, as one without a title', async () => {
+    const g = await t.start({ yaml: yaml('searxng') });
+    search.mode = {
+      kind: 'results',
+      results: [
+        { url: 'https://a.example/', title: '', content: 'a' },
+        { url: 'https://b.example/', title: ' \n ', content: 'b' },
+        { url: 'https://c.example/', content: 'c' },
+      ],
+    };
+    const r = await post(`${g.url}/messages`, g.key, { model: 'fake/claude', max_tokens: 10, plugins: [{ id: 'web' }], messages: [{ role: 'user', content: 'q' }] });
+    expect(r.status).toBe(200);
+    expect(r.json.content[0].citations.map((c: any) => c.title)).toEqual(['https://a.example/', 'https://b.example/', 'https://c.example/']);
+    expect(t.upstream.received[0].body.system).toContain('[1] https://a.example/\nURL: https://a.example/\na\n\n[2] https://b.example/\nURL: https://b.example/\nb');
+  });
+
   it('runs only when named unless enabled_by_default; enabled: false stands aside', async () => {
     const g = await t.start({ yaml: yaml('searxng') });
     const plain = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', messages: [{ role: 'user', content: 'q' }] });
