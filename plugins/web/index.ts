@@ -17,6 +17,7 @@ export interface WebConfig {
   search_prompt: string;
   allow_request_prompt: boolean;
   max_query_chars: number;
+  max_snippet_chars: number;
   on_error: 'allow' | 'deny';
 }
 
@@ -78,7 +79,7 @@ async function searchOrRecord(input: {
   const { state, query, maxResults, config } = input;
   const engine = config.backend!.kind;
   try {
-    const results = await input.search(query, maxResults, state.signal);
+    const results = (await input.search(query, maxResults, state.signal)).map((r) => boundedResult(r, config.max_snippet_chars));
     state.pipeline.push({
       type: 'web',
       name: 'web',
@@ -98,6 +99,19 @@ async function searchOrRecord(input: {
     }
     return [];
   }
+}
+
+/** Longest title put in the prompt and the citations; a page title is rarely a tenth of it. */
+const MAX_TITLE_CHARS = 300;
+
+/**
+ * A result cut to what belongs in every prompt: a backend that sends page text as its snippet (or a title of
+ * megabytes) had it all put into the system prompt, up to the 2 MB answer cap, and the request then billed
+ * for it or refused by the provider for its length. Cut on whole characters, and marked with `…`.
+ */
+function boundedResult(r: SearchResult, maxSnippetChars: number): SearchResult {
+  const cut = (text: string, max: number) => (text.length > max ? `${textHead(text, max)}…` : text);
+  return { url: r.url, title: cut(r.title, MAX_TITLE_CHARS), snippet: cut(r.snippet, maxSnippetChars) };
 }
 
 /** `model: "x:online"` asks for search (OpenRouter's shortcut); the suffix goes so routing sees `x`. */

@@ -206,6 +206,30 @@ describe('web search stage through the server', () => {
     expect(t.upstream.received[0].body.system).toContain('[1] https://a.example/\nURL: https://a.example/\na\n\n[2] https://b.example/\nURL: https://b.example/\nb');
   });
 
+  it('a huge snippet or title is cut (max_snippet_chars, 300 for titles) before it reaches the prompt and the citations', async () => {
+    // The default: 1000.
+    const d = await t.start({ yaml: yaml('http') });
+    search.mode = { kind: 'results', results: [{ url: 'https://big.example/', title: 'Big', snippet: 'p'.repeat(1_500_000) }] };
+    const first = await post(`${d.url}/chat/completions`, d.key, { model: 'fake/gpt', plugins: [{ id: 'web' }], messages: [{ role: 'user', content: 'q' }] });
+    expect(first.status).toBe(200);
+    expect(t.upstream.received[0].body.messages[0].content).toContain(`[1] Big\nURL: https://big.example/\n${'p'.repeat(1000)}…`);
+    expect(t.upstream.received[0].raw.length).toBeLessThan(2000);
+    await d.close();
+    t.release();
+    t.upstream.received.length = 0;
+
+    const g = await t.start({ yaml: yaml('http', 'max_snippet_chars: 20') });
+    const snippet = `${'s'.repeat(19)}😀${'x'.repeat(1_000_000)}`;
+    search.mode = { kind: 'results', results: [{ url: 'https://big.example/', title: 'T'.repeat(100_000), snippet }] };
+    const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', plugins: [{ id: 'web' }], messages: [{ role: 'user', content: 'q' }] });
+    expect(r.status).toBe(200);
+    const system: string = t.upstream.received[0].body.messages[0].content;
+    // 20 UTF-16 units end on the first half of the emoji: it is left out whole.
+    expect(system).toContain(`[1] ${'T'.repeat(300)}…\nURL: https://big.example/\n${'s'.repeat(19)}…`);
+    expect(system.length).toBeLessThan(1000);
+    expect(r.json.choices[0].message.annotations[0].url_citation).toMatchObject({ title: `${'T'.repeat(300)}…`, content: `${'s'.repeat(19)}…` });
+  });
+
   it('runs only when named unless enabled_by_default; enabled: false stands aside', async () => {
     const g = await t.start({ yaml: yaml('searxng') });
     const plain = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', messages: [{ role: 'user', content: 'q' }] });
