@@ -167,6 +167,11 @@ describe('chat → messages: content parts', () => {
       { type: 'file', file: { file_data: `data:text/plain;base64,${Buffer.from('hello').toString('base64')}` } },
       { type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'hello' } },
     ],
+    [
+      'PDF file by URL (OpenRouter\'s form) as a URL document, not as base64 data',
+      { type: 'file', file: { filename: 'a.pdf', file_data: 'https://docs.example/a.pdf' } },
+      { type: 'document', source: { type: 'url', url: 'https://docs.example/a.pdf' }, title: 'a.pdf' },
+    ],
     ['image file', { type: 'file', file: { file_data: `data:image/jpeg;base64,${PNG}` } }, { type: 'image', source: { type: 'base64', media_type: 'image/jpeg', data: PNG } }],
     ['image/jpg (a common misspelling) as image/jpeg', { type: 'image_url', image_url: { url: `data:image/jpg;base64,${PNG}` } }, { type: 'image', source: { type: 'base64', media_type: 'image/jpeg', data: PNG } }],
     ['WebP image', { type: 'image_url', image_url: { url: `data:image/webp;base64,${PNG}` } }, { type: 'image', source: { type: 'base64', media_type: 'image/webp', data: PNG } }],

@@ -9,6 +9,7 @@
  *   file file_data application/pdf         → document {source: {type: base64}}    (`filename` → `title`)
  *   file file_data text/plain              → document {source: {type: text}}      (decoded)
  *   file file_data image/*                 → image {source: {type: base64}}
+ *   file file_data http(s) URL             → document {source: {type: url}}       (a PDF by URL, OpenRouter's form)
  *   file file_data without a data: prefix  → taken as base64 PDF (the only raw-base64 document messages takes)
  *   file file_id, input_audio, other types → 400: nothing in messages can carry them
  *
@@ -100,8 +101,11 @@ function fileToBlock(file: Obj, where: string): Obj {
   if (typeof file.file_data !== 'string') {
     throw invalid(`${where}: only inline file_data can be sent to this model's provider (file_id is not portable)`, where);
   }
-  const d = parseDataUrl(file.file_data) ?? { mediaType: 'application/pdf', data: file.file_data };
   const title = typeof file.filename === 'string' && file.filename ? { title: file.filename } : {};
+  // OpenRouter's chat form of a PDF on the web; the Messages API fetches URL documents itself. Read as
+  // base64, the URL had gone upstream as the document's data and come back as the provider's 400.
+  if (/^https?:\/\//i.test(file.file_data)) return { type: 'document', source: { type: 'url', url: file.file_data }, ...title };
+  const d = parseDataUrl(file.file_data) ?? { mediaType: 'application/pdf', data: file.file_data };
   if (d.mediaType === 'application/pdf') {
     return { type: 'document', source: { type: 'base64', media_type: 'application/pdf', data: d.data }, ...title };
   }
