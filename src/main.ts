@@ -40,6 +40,9 @@ Commands:
   byok list [--workspace W]             list stored workspace provider keys (masked)
   byok delete --workspace W --provider P
                                         delete a workspace's provider key
+
+Every command reads the config (--config PATH, else $GATEWAY_CONFIG, else ./gateway.yaml) and takes only
+the options shown for it.
 `;
 
 const OPTIONS = {
@@ -79,6 +82,12 @@ async function main(argv: string[]): Promise<number> {
   if (extra.length > 0 && (command === 'serve' || COMMANDS[`${command} ${sub ?? ''}`] || (command === 'config' && sub === 'check'))) {
     throw new UsageError(`unexpected argument ${JSON.stringify(extra[0])} after "${positionals.slice(0, positionals.length - extra.length).join(' ')}" (options start with --, e.g. --config PATH)`);
   }
+  const name = command === 'serve' ? 'serve' : `${command} ${sub ?? ''}`;
+  // An option the command does not take had been ignored: `keys create --account acme` made the key in
+  // `default`, `keys list --workspace w` listed every key. A mistyped command is told first (below).
+  const takes = COMMAND_OPTIONS[name];
+  const stray = takes && (Object.keys(values) as Option[]).find((o) => o !== 'config' && !takes.includes(o));
+  if (stray) throw new UsageError(`--${stray} is not an option of "${name}" (${takes.length > 0 ? `it takes ${takes.map((o) => `--${o}`).join(', ')} and --config` : 'it takes only --config'})`);
   const file = configPath(values.config);
   if (command === 'serve') return serve(file);
   if (command === 'config' && sub === 'check') {
@@ -145,6 +154,21 @@ const PRECHECKS: Record<string, (v: Values, arg: string | undefined) => void> = 
   'keys revoke': (_v, arg) => {
     if (!arg) throw new UsageError('keys revoke needs the key id (see `gateway keys list`)');
   },
+};
+
+type Option = keyof typeof OPTIONS;
+
+/** The options each command takes, besides --config and --help (every command reads the config). */
+const COMMAND_OPTIONS: Record<string, readonly Option[]> = {
+  serve: [],
+  'config check': [],
+  'keys create': ['name', 'management', 'workspace', 'user', 'limit', 'limit-reset', 'include-byok-in-limit', 'expires-at'],
+  'keys list': [],
+  'keys revoke': [],
+  'credits add': ['account', 'usd'],
+  'byok set': ['workspace', 'provider'],
+  'byok list': ['workspace'],
+  'byok delete': ['workspace', 'provider'],
 };
 
 type Values = { [K in keyof typeof OPTIONS]?: (typeof OPTIONS)[K]['type'] extends 'boolean' ? boolean : string };

@@ -299,6 +299,22 @@ describe('a mistyped command', () => {
   });
 });
 
+describe('an option the command does not take', () => {
+  it.each([
+    [['keys', 'create', '--name', 'ci', '--account', 'acme'], '--account is not an option of "keys create" (it takes --name, --management, --workspace, --user, --limit, --limit-reset, --include-byok-in-limit, --expires-at and --config)'],
+    [['keys', 'list', '--workspace', 'team-a'], '--workspace is not an option of "keys list" (it takes only --config)'],
+    [['credits', 'add', '--account', 'default', '--usd', '5', '--workspace', 'team-a'], '--workspace is not an option of "credits add" (it takes --account, --usd and --config)'],
+    [['serve', '--name', 'x'], '--name is not an option of "serve" (it takes only --config)'],
+  ])('%j exits 2 naming it and what the command takes (it was ignored: the key went to default, the list was not filtered), before any store is opened', async (args, message) => {
+    const { dir, file } = configDir();
+    const r = await runCli([...args, '--config', file], { cwd: dir });
+    expect(r.code).toBe(2);
+    expect(r.stderr.split('\n')[0]).toBe(message);
+    expect(r.stdout).toBe('');
+    expect(existsSync(path.join(dir, 'gw.db'))).toBe(false);
+  });
+});
+
 describe('keys and credits', () => {
   const suite = new Set<Proc>();
   let [dir, file, url, bootstrap] = ['', '', '', ''];
