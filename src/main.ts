@@ -67,7 +67,12 @@ const ISO_8601 = /^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?
 class UsageError extends Error {}
 
 function configPath(value: string | undefined): string {
-  return value ?? process.env.GATEWAY_CONFIG ?? './gateway.yaml';
+  // Empty (an unset shell variable, `Environment=GATEWAY_CONFIG=`) had been read as the current folder:
+  // `config error: /srv/gw: cannot read (ENOENT)`, naming neither the option nor the variable.
+  if (value === '') throw new UsageError('--config is empty: name the config file (--config PATH)');
+  const env = process.env.GATEWAY_CONFIG;
+  if (value === undefined && env === '') throw new UsageError('GATEWAY_CONFIG is set but empty: set it to the config file, or unset it to read ./gateway.yaml');
+  return value ?? env ?? './gateway.yaml';
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -84,9 +89,11 @@ async function main(argv: string[]): Promise<number> {
   }
   const name = command === 'serve' ? 'serve' : `${command} ${sub ?? ''}`;
   // An option the command does not take had been ignored: `keys create --account acme` made the key in
-  // `default`, `keys list --workspace w` listed every key. A mistyped command is told first (below).
+  // `default`, `keys list --workspace w` listed every key.
   const takes = COMMAND_OPTIONS[name];
-  const stray = takes && (Object.keys(values) as Option[]).find((o) => o !== 'config' && !takes.includes(o));
+  // A mistyped command is told so before any config is read or store opened (or created).
+  if (!takes) throw new UsageError(`unknown command: ${positionals.join(' ')}`);
+  const stray = (Object.keys(values) as Option[]).find((o) => o !== 'config' && !takes.includes(o));
   if (stray) throw new UsageError(`--${stray} is not an option of "${name}" (${takes.length > 0 ? `it takes ${takes.map((o) => `--${o}`).join(', ')} and --config` : 'it takes only --config'})`);
   const file = configPath(values.config);
   if (command === 'serve') return serve(file);
@@ -100,9 +107,7 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write(`${file}: ok\n`);
     return 0;
   }
-  // A mistyped command is told so before any config is read or store opened (or created).
-  const run = COMMANDS[`${command} ${sub ?? ''}`];
-  if (!run) throw new UsageError(`unknown command: ${positionals.join(' ')}`);
+  const run = COMMANDS[name];
   // So are arguments that need no store to be found wrong (`keys create` without --name had created the
   // store, an empty database, before it said so).
   PRECHECKS[`${command} ${sub ?? ''}`]?.(values, arg);

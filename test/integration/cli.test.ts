@@ -107,6 +107,18 @@ describe('config check', () => {
   });
 
   it.each([
+    ['--config ""', ['--config', ''], {}, '--config is empty: name the config file (--config PATH)'],
+    ['an empty GATEWAY_CONFIG', [], { GATEWAY_CONFIG: '' }, 'GATEWAY_CONFIG is set but empty: set it to the config file, or unset it to read ./gateway.yaml'],
+  ])('%s exits 2 saying so (it was read as the current folder: "cannot read (ENOENT)" naming the folder)', async (_what, args, env, message) => {
+    const dir = tempDir();
+    writeConfig(path.join(dir, 'gateway.yaml'));
+    const r = await runCli(['config', 'check', ...args], { cwd: dir, env });
+    expect(r.code).toBe(2);
+    expect(r.stderr.split('\n')[0]).toBe(message);
+    expect(r.stdout).toBe('');
+  });
+
+  it.each([
     // The kind message lists every kind the oneOf would accept, not just its first branch ("one of openai").
     ['an unknown provider kind', { kind: 'nope' }, /providers\[0\]\.kind: must be one of (?=.*anthropic)(?=.*simulated)/],
     ['an unknown stage id', { stages: 'auth, bogus, upstream' }, /pipelines\.default\[1\]: must be one of .*validate/],
