@@ -22,6 +22,7 @@ import { openStore } from './store';
 import { ensureDeclared, misplacedMessage, warnMisplaced } from './store/declared';
 import type { LimitReset, Store, Workspace } from './store/types';
 import { createLogger } from './telemetry/log';
+import { withoutGatewayKeys } from './telemetry/span-text';
 import { FINAL_FLUSH_MS, startTelemetry } from './telemetry/otel';
 
 const USAGE = `Usage: gateway <command> [options]
@@ -143,7 +144,12 @@ const COMMANDS: Record<string, (store: Store, config: GatewayConfig, v: Values, 
   'keys list': (store) => keysList(store),
   'keys revoke': async (store, _c, _v, arg) => {
     // The id is there (PRECHECKS). Not a usage mistake (the command was right): no usage text after it, exit 1.
-    if (!(await store.revokeKey(arg!))) throw new Error(`no active key with id ${arg} (see keys list)`);
+    if (!(await store.revokeKey(arg!))) {
+      // The key itself in place of its id: the error is shown masked (below), and says what the id is.
+      const what = arg!.includes('...') ? "a key's label" : 'a key';
+      const key = arg!.startsWith('sk-gw-') ? `: that is ${what}, not a key id (the id is the first column of keys list, the key's last 4 characters in its label)` : ' (see keys list)';
+      throw new Error(`no active key with id ${arg}${key}`);
+    }
     process.stdout.write(`revoked ${arg} (running gateways stop accepting it within 5 seconds)\n`);
     return 0;
   },
@@ -432,11 +438,14 @@ async function serve(file: string): Promise<number> {
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (err) => {
-    if (err instanceof ConfigError) process.stderr.write(`config error: ${err.message}\n`);
-    else if (err instanceof UsageError || (err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) {
-      process.stderr.write(`${(err as Error).message}\n\n${USAGE}`);
+    // A gateway key in an argument (`keys revoke sk-gw-v1-…`, the key for its id) had been echoed whole on
+    // stderr, which CI logs and terminals keep: shown as its label, as in the logs and spans.
+    const message = withoutGatewayKeys(String((err as Error)?.message));
+    if (err instanceof ConfigError) process.stderr.write(`config error: ${message}\n`);
+    else if (err instanceof UsageError || (err as { code?: string })?.code?.startsWith('ERR_PARSE_ARGS')) {
+      process.stderr.write(`${message}\n\n${USAGE}`);
       process.exit(2);
-    } else process.stderr.write(`error: ${(err as Error).message}\n`);
+    } else process.stderr.write(`error: ${message}\n`);
     process.exit(1);
   },
 );

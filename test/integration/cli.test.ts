@@ -460,6 +460,18 @@ describe('keys and credits', () => {
     expect(unknown.stderr).toBe('error: no active key with id 00000000-0000-0000-0000-000000000000 (see keys list)\n'); // no usage text: the command was right
   });
 
+  it('keys revoke given the key itself, not its id, shows it masked (the whole key was echoed on stderr); so does any error quoting an argument', async () => {
+    const { key } = await create('--name', 'pasted');
+    const r = await cli('keys', 'revoke', key);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toBe(`error: no active key with id sk-gw-v1-...${key.slice(-4)}: that is a key, not a key id (the id is the first column of keys list, the key's last 4 characters in its label)\n`);
+    expect((await cli('keys', 'revoke', `sk-gw-v1-...${key.slice(-4)}`)).stderr).toMatch(/: that is a key's label, not a key id /);
+    const extra = await cli('keys', 'list', key);
+    expect(extra.code).toBe(2);
+    expect(extra.stderr.split('\n')[0]).toBe(`unexpected argument "sk-gw-v1-...${key.slice(-4)}" after "keys list" (options start with --, e.g. --config PATH)`);
+    expect((await get(`${url}/key`, key)).status).toBe(200);
+  });
+
   it('credits add prints the balance; a bad --usd exits 2', async () => {
     // Earlier tests spent credits, so the balance is read, not assumed.
     const balance = (stdout: string) => Number(/^account default: balance (-?[\d.e-]+) USD\n$/.exec(stdout)?.[1]);
