@@ -199,10 +199,18 @@ function usdAmount(text: string): number {
   return /^\s*(\d+(\.\d*)?|\.\d+)\s*$/.test(text) ? Number(text) : Number.NaN;
 }
 
+/** C0 and C1 control characters and DEL: tabs, line breaks, terminal escapes. */
+const CONTROL_CHARS = /[\x00-\x1f\x7f-\x9f]/;
+
 /** The checked arguments of `keys create` (no store needed: checked before one is opened, and again when used). */
 function keyRequest(v: Values): { name: string; limit: number | null; reset: LimitReset | undefined; expiresAt: string | null } {
   if (!v.name) throw new UsageError('keys create needs --name');
   if (v.workspace !== undefined && v.workspace.trim() === '') throw new UsageError('--workspace must name a workspace');
+  // `keys list` and `byok list` print one tab-separated line per row: a tab or line break in a name shifted or
+  // split its row (a script reading the id column read the name), and an escape sequence reached the terminal.
+  for (const option of ['name', 'workspace'] as const) {
+    if (CONTROL_CHARS.test(v[option] ?? '')) throw new UsageError(`--${option} must be one line without tabs or control characters`);
+  }
   // Number('') is 0: an unset shell variable must not make a key whose every paid request is refused.
   const limit = v.limit === undefined ? null : usdAmount(v.limit);
   if (limit !== null && !(Number.isFinite(limit) && limit >= 0)) throw new UsageError('--limit must be a non-negative number (USD)');

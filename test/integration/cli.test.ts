@@ -420,6 +420,10 @@ describe('keys and credits', () => {
     ['--include-byok-in-limit without --limit', ['--include-byok-in-limit'], '--include-byok-in-limit needs --limit'],
     ['a bad --user', ['--user', 'a b'], '--user must be'],
     ['no --name', [], 'needs --name'],
+    // keys list is one tab-separated line per key: a tab or a line break in a name shifted or split its row.
+    ['a --name with a tab in it', ['--name', 'ci\tbot'], '--name must be one line without tabs or control characters'],
+    ['a --name with a line break in it', ['--name', 'ci\nbot'], '--name must be one line without tabs or control characters'],
+    ['a --workspace with a terminal escape in it', ['--workspace', 'team\x1b[2J'], '--workspace must be one line without tabs or control characters'],
   ])('keys create with %s exits 2 and creates no key', async (_what, args, message) => {
     const before = (await cli('keys', 'list')).stdout;
     const r = await cli('keys', 'create', ...(args.length ? ['--name', 'x', ...args] : args));
