@@ -6,7 +6,7 @@ import { parseDocument } from 'yaml';
 import { parseEncryptionKey } from '../auth/byok-seal';
 import { guardrailConfigProblem, guardrailStageProblem } from '../guardrails/check';
 import { moderationConfigProblem } from '../moderation/config';
-import { configValueProblem, durationProblem, pathText, scalarChange, scalarsOf, shownKey, urlProblem } from './values';
+import { configValueProblem, durationProblem, headerProblem, pathText, scalarChange, scalarsOf, shownKey, urlProblem } from './values';
 import type { StageRegistry } from '../pipeline/types';
 import type { GatewayConfig } from './types';
 import { videoConfigProblem } from '../videos/config-check';
@@ -123,7 +123,7 @@ export function validateConfig(raw: unknown, options: LoadOptions): GatewayConfi
       config.plugins[id] = value;
     }
   }
-  const changed = scalarChange(scalars, config) ?? durationProblem(config) ?? urlProblem(config);
+  const changed = scalarChange(scalars, config) ?? durationProblem(config) ?? urlProblem(config) ?? headerProblem(config);
   if (changed) throw new ConfigError(changed);
   checkReferences(config, options.registry);
   return config;

@@ -138,6 +138,36 @@ export function urlProblem(root: unknown): string | undefined {
   });
 }
 
+/**
+ * What undici refuses in a header value: control characters other than tab (a line break, a key file's
+ * trailing newline carried by an environment variable), and any character above U+00FF (curly quotes or a
+ * zero-width space pasted with a key).
+ */
+const NOT_IN_HEADER_VALUE = /[^\t\x20-\x7e\x80-\xff]/;
+/** An HTTP header name (RFC 9110 token). */
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+
+/**
+ * An `api_key` or a `headers:` entry (the gateway's and every stage's) that cannot go into an HTTP header:
+ * undici refused every call that carried it, which the caller saw as `Provider … could not be reached`
+ * (network: reset), with nothing in the log naming the setting, where `config check` said ok. The value is
+ * not shown: it is a credential.
+ *
+ * @example headerProblem({ providers: [{ api_key: 'sk-abc\n' }] }) // 'providers[0].api_key: holds a character …'
+ */
+export function headerProblem(root: unknown): string | undefined {
+  const why = 'holds a character an HTTP header cannot carry (a line break or another control character, or one such as a curly quote or a zero-width space pasted with it; the value is not shown)';
+  return fieldProblem(root, (k, v, path) => {
+    if (k === 'api_key' && typeof v === 'string' && NOT_IN_HEADER_VALUE.test(v)) return `${pathText([...path, k])}: ${why}`;
+    if (k !== 'headers' || !v || typeof v !== 'object' || Array.isArray(v)) return undefined;
+    for (const [name, value] of Object.entries(v)) {
+      if (!HEADER_NAME.test(name)) return `${pathText([...path, k, name])}: is no HTTP header name (letters, digits and !#$%&'*+-.^_\`|~ only: no spaces or colons)`;
+      if (typeof value === 'string' && NOT_IN_HEADER_VALUE.test(value)) return `${pathText([...path, k, name])}: ${why}`;
+    }
+    return SKIP;
+  });
+}
+
 const SKIP = Symbol('skip');
 
 /**

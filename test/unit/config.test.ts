@@ -253,6 +253,20 @@ describe('parseConfigText: errors name the field path', () => {
     expect(parse(config({ providers: "  - { id: o, kind: openai, base_url: 'http://127.0.0.1:9/v1', headers: { endpoint: 'not a url' } }", models: '  - { id: m1, endpoints: [{ provider: o, upstream_model: x }] }' })).providers[0]).toMatchObject({ headers: { endpoint: 'not a url' } });
   });
 
+  it('an api_key or header that cannot go into an HTTP header is refused naming it, value not shown (every call had failed as "could not be reached")', () => {
+    const openai = (fields: string) => config({ providers: `  - { id: o, kind: openai, base_url: 'http://127.0.0.1:9/v1', ${fields} }`, models: '  - { id: m1, endpoints: [{ provider: o, upstream_model: x }] }' });
+    // A key file's trailing newline, carried by the environment variable (a Kubernetes secret made from a file).
+    const newline = configError(() => parse(openai("api_key: '${OPENAI_API_KEY}'"), { OPENAI_API_KEY: 'sk-proj-abc123SECRET\n' })).message;
+    expect(newline).toBe('providers[0].api_key: holds a character an HTTP header cannot carry (a line break or another control character, or one such as a curly quote or a zero-width space pasted with it; the value is not shown)');
+    expectPathError(openai('api_key: "\u201csk-proj-abc123\u201d"'), 'providers[0].api_key');
+    expectPathError(openai('api_key: "sk-proj-abc\u200b123"'), 'providers[0].api_key');
+    expectPathError(openai("headers: { X-Org: \"org-1\\r\\nX-Evil: 1\" }"), 'providers[0].headers.X-Org');
+    expect(configError(() => parse(openai("headers: { 'X Org': org-1 }"))).message).toMatch(/^providers\[0\]\.headers\.X Org: is no HTTP header name/);
+    expectPathError(config({ pipelines: '  default: [auth, web, upstream]', extra: "plugins:\n  web: { backend: { kind: searxng, base_url: 'http://127.0.0.1:9', api_key: \"k\\tok\\u0000\" } }" }), 'plugins.web.backend.api_key');
+    // What a header can carry is taken: a tab, a space, Latin-1.
+    expect(parse(openai("api_key: \"sk-proj abc\\t\u00e9\", headers: { X-Org: 'org 1' }")).providers[0]).toMatchObject({ api_key: 'sk-proj abc\t\u00e9', headers: { 'X-Org': 'org 1' } });
+  });
+
   it('an unknown field is told with the fields accepted there (a misspelt one showed no right spelling)', () => {
     expect(configError(() => parse(config({ extra: 'spend: { in_flight: { enable: true } }' }))).message).toBe(
       'spend.in_flight.enable: unknown field (known: enabled, fraction, ceiling_usd, applies_below_balance_usd, settlement_ms, retry_after_s)',
