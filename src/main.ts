@@ -315,8 +315,9 @@ async function readProviderKey(): Promise<string> {
   }
   const key = (stdin.isTTY ? text.split('\n')[0] : text).trim();
   if (!key) throw new UsageError('byok set reads the provider key from stdin, and stdin was empty (e.g. `gateway byok set … < key.txt`)');
-  // Also refuses what could not go into an HTTP header.
-  if (/[\s\x00-\x1f\x7f]/.test(key)) throw new UsageError('the provider key on stdin must be one line without spaces or control characters');
+  // Also refuses what could not go into an HTTP header: a character above U+00FF (a curly quote or a zero-width
+  // space pasted with the key) had been stored, and every call with it failed as "could not be reached".
+  if (/[\s\x00-\x1f\x7f]|[^\x00-\xff]/.test(key)) throw new UsageError('the provider key on stdin must be one line without spaces or control characters, of characters an HTTP header can carry (no curly quotes or zero-width spaces)');
   return key;
 }
 

@@ -148,6 +148,17 @@ describe('gateway byok', () => {
     expect(two.stderr).not.toContain(OPENAI_KEY);
   });
 
+  it.each([
+    ['a zero-width space', `${OPENAI_KEY.slice(0, 8)}\u200b${OPENAI_KEY.slice(8)}`],
+    ['curly quotes', `\u201c${OPENAI_KEY}\u201d`],
+  ])('exits 2 on a key with %s pasted in it, which no HTTP header can carry (it was stored, and every call with it failed as "could not be reached")', async (_what, pasted) => {
+    const s = setup();
+    const r = await byok(s, ['set', '--workspace', 'default', '--provider', 'up-openai'], pasted);
+    expect(r.code).toBe(2);
+    expect(r.stderr.split('\n')[0]).toBe('the provider key on stdin must be one line without spaces or control characters, of characters an HTTP header can carry (no curly quotes or zero-width spaces)');
+    expect((await byok(s, ['list'])).stdout.trim().split('\n')).toHaveLength(1);
+  });
+
   it('the usage text lists the byok commands', async () => {
     const s = setup();
     const r = await runCli(['--help'], { cwd: s.dir });
