@@ -3,6 +3,7 @@
 import './start-heap';
 import { takeEarlyHup } from './early-hup';
 import { existsSync } from 'node:fs';
+import { isIPv6 } from 'node:net';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { trace } from '@opentelemetry/api';
@@ -429,7 +430,9 @@ async function serve(file: string): Promise<number> {
     throw new Error(listenProblem(err, config.server.host, config.server.port));
   });
   logger.info({ port, host: config.server.host, base_path: config.server.base_path }, 'gateway listening');
-  process.stdout.write(`Gateway listening on http://${config.server.host}:${port}${config.server.base_path}\n`);
+  // An IPv6 address goes in brackets (`http://[::1]:8080`): `http://::1:8080` is no URL to copy or to parse.
+  const host = isIPv6(config.server.host) ? `[${config.server.host}]` : config.server.host;
+  process.stdout.write(`Gateway listening on http://${host}:${port}${config.server.base_path}\n`);
   await stopped;
   // The drain timeout of the config now serving (a reload may have changed it), as close() uses it.
   logger.info({ in_flight: gateway.drain.inFlight, drain_timeout_ms: gateway.runtime().config.server.drain_timeout_ms }, 'shutting down: draining');

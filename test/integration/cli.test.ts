@@ -222,6 +222,14 @@ describe('serve', () => {
     }
   });
 
+  it('prints a URL that works when server.host is an IPv6 address (it printed http://::1:PORT/…, no URL)', async () => {
+    const { dir, file } = configDir();
+    writeFileSync(file, readFileSync(file, 'utf8').replace('port: 0', "port: 0, host: '::1'"));
+    const { proc, url } = await startServe(['--config', file], { cwd: dir });
+    expect(url).toMatch(/^http:\/\/\[::1\]:\d+\/api\/v1$/);
+    expect(await modelIds(url, KEY.exec(proc.stdout)![0])).toEqual(['simulated/chat']);
+  });
+
   it('uses GATEWAY_CONFIG when --config is absent', async () => {
     const dir = tempDir();
     const file = writeConfig(path.join(tempDir(), 'gw.yaml'), { models: ['env/only'] });
