@@ -252,6 +252,9 @@ export function inConfigFile<T>(file: string, check: () => T): T {
 }
 
 export function parseConfigText(text: string, options: LoadOptions): GatewayConfig {
+  // YAML allows no NUL character. A file saved as UTF-16 (an editor's "Unicode") has one after every ASCII
+  // letter, and read as UTF-8 it had been one long string: `(root): must be a mapping`, which told nothing.
+  if (text.includes('\0')) throw new ConfigError('(file): is not UTF-8 text (it holds NUL bytes: saved as UTF-16? save it as UTF-8)');
   let parsed: unknown;
   try {
     // merge: YAML 1.1's `<<: *anchor` merge keys, which operators use to share endpoint settings. logLevel
@@ -272,6 +275,8 @@ export function parseConfigText(text: string, options: LoadOptions): GatewayConf
     const hint = /\{[^}\n]*:\s*\$\{/.test(text) ? " (a ${VAR} inside { … } must be quoted: '${VAR}')" : '';
     throw new ConfigError(`(yaml): ${(err as Error).message.split('\n')[0].replace(/:\s*$/, '')}${hint}`);
   }
+  // An empty file (a truncated copy, a ConfigMap key with nothing in it) had been told as `must be a mapping` too.
+  if (parsed === null || parsed === undefined) throw new ConfigError('(root): the file holds no settings (it is empty, or only comments)');
   if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new ConfigError('(root): must be a mapping');
   return validateConfig(interpolateEnv(parsed, options.env ?? process.env), options);
 }

@@ -390,6 +390,18 @@ describe('parseConfigText: errors name the field path', () => {
 });
 
 describe('loadConfig', () => {
+  it('a file that is UTF-16, or empty, says so (both were "(root): must be a mapping")', () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'gw-config-'));
+    const utf16 = path.join(dir, 'utf16.yaml');
+    writeFileSync(utf16, Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from(MINIMAL, 'utf16le')]));
+    expect(configError(() => loadConfig(utf16, { registry, env: {} })).message).toBe(`${utf16}: (file): is not UTF-8 text (it holds NUL bytes: saved as UTF-16? save it as UTF-8)`);
+    const empty = path.join(dir, 'empty.yaml');
+    writeFileSync(empty, '# nothing yet\n');
+    expect(configError(() => loadConfig(empty, { registry, env: {} })).message).toBe(`${empty}: (root): the file holds no settings (it is empty, or only comments)`);
+    writeFileSync(empty, '');
+    expect(configError(() => loadConfig(empty, { registry, env: {} })).message).toBe(`${empty}: (root): the file holds no settings (it is empty, or only comments)`);
+  });
+
   it('loads the shipped gateway.yaml', () => {
     const c = loadConfig(path.join(ROOT, 'gateway.yaml'), { registry, env: {} });
     expect(c.server.port).toBe(8080);
