@@ -94,7 +94,12 @@ async function main(argv: string[]): Promise<number> {
   // `default`, `keys list --workspace w` listed every key.
   const takes = COMMAND_OPTIONS[name];
   // A mistyped command is told so before any config is read or store opened (or created).
-  if (!takes) throw new UsageError(`unknown command: ${positionals.join(' ')}`);
+  if (!takes) {
+    // `gateway keys` had been told `unknown command: keys`, naming none of the commands it starts.
+    const subs = Object.keys(COMMAND_OPTIONS).filter((n) => n.startsWith(`${command} `)).map((n) => n.slice(command.length + 1));
+    if (subs.length > 0 && !sub) throw new UsageError(`${command} needs a command after it: ${subs.join(', ')}`);
+    throw new UsageError(`unknown command: ${positionals.join(' ')}${subs.length > 0 ? ` (${command} takes ${subs.join(', ')})` : ''}`);
+  }
   const stray = (Object.keys(values) as Option[]).find((o) => o !== 'config' && !takes.includes(o));
   if (stray) throw new UsageError(`--${stray} is not an option of "${name}" (${takes.length > 0 ? `it takes ${takes.map((o) => `--${o}`).join(', ')} and --config` : 'it takes only --config'})`);
   const file = configPath(values.config);

@@ -306,6 +306,18 @@ describe('a mistyped command', () => {
   });
 
   it.each([
+    [['keys'], 'keys needs a command after it: create, list, revoke'],
+    [['config'], 'config needs a command after it: check'],
+    [['keys', 'creat'], 'unknown command: keys creat (keys takes create, list, revoke)'],
+  ])('%j names the commands it could be (`gateway keys` was "unknown command: keys")', async (...args) => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'gw-cli-typo-'));
+    const r = await runCli(args[0], { cwd: dir });
+    expect(r.code).toBe(2);
+    expect(r.stderr.split('\n')[0]).toBe(args[1]);
+    expect(readdirSync(dir)).toEqual([]);
+  });
+
+  it.each([
     [['serve', 'other.yaml'], 'unexpected argument "other.yaml" after "serve"'],
     [['keys', 'revoke', 'k1', 'k2'], 'unexpected argument "k2" after "keys revoke k1"'],
     [['keys', 'create', 'ci-key'], 'unexpected argument "ci-key" after "keys create"'],
