@@ -39,6 +39,12 @@ export function interpolateEnv(value: unknown, env: NodeJS.ProcessEnv, at = ''):
       if (name === undefined) {
         throw new ConfigError(`${at || '(root)'}: \`\${\` starts no variable reference (write \`\${NAME}\` or \`\${NAME:-default}\`, or \`$\${\` for a literal \`\${\`)`);
       }
+      // `${A:-${B}}` (nested, as newer Docker Compose reads it) is not read here: its default had been cut at the
+      // first `}` and `${B}` sent on as written, to a provider as its key. Refused whether A is set or not, so
+      // `config check` finds it in any environment.
+      if (def?.replaceAll('$${', '').includes('${')) {
+        throw new ConfigError(`${at || '(root)'}: the default of \`\${${name}:-…}\` holds a reference, which is not read (write the default out, or set ${name})`);
+      }
       const v = env[name];
       if (v !== undefined && v !== '') return v;
       if (hasDefault !== undefined) return def ?? '';

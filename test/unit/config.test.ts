@@ -227,6 +227,13 @@ describe('environment interpolation', () => {
     expectPathError(config({ providers: "  - { id: local, kind: simulated }\n  - { id: oa, kind: openai, base_url: 'http://127.0.0.1:9', api_key: '${OA_KEY' }" }), 'providers[1].api_key', { OA_KEY: 'k' });
   });
 
+  it('a reference inside a default (${A:-${B}}) is refused naming the field, set or not (the literal ${B} had been sent on as written)', () => {
+    const message = 'providers[0].api_key: the default of `${OA_KEY:-…}` holds a reference, which is not read (write the default out, or set OA_KEY)';
+    expect(configError(() => interpolateEnv({ providers: [{ api_key: '${OA_KEY:-${FALLBACK_KEY}}' }] }, { FALLBACK_KEY: 'sk-fallback' })).message).toBe(message);
+    expect(configError(() => interpolateEnv({ providers: [{ api_key: '${OA_KEY:-x${FALLBACK_KEY}y}' }] }, { OA_KEY: 'sk-set' })).message).toBe(message);
+    expect(interpolateEnv('${A:-plain default}', {})).toBe('plain default');
+  });
+
   it('interpolateEnv names array and nested paths in its error', () => {
     const err = configError(() => interpolateEnv({ list: [{ deep: { v: '${MISSING}' } }] }, {}));
     expect(err.message.startsWith('list[0].deep.v:')).toBe(true);
