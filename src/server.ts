@@ -10,7 +10,7 @@ import { ByokKeys } from './auth/byok-keys';
 import { createKeyLookup } from './auth/key-cache';
 import type { GatewayConfig } from './config/types';
 import { messagesEnvelope, standardEnvelope } from './errors/envelope';
-import { GatewayError, toGatewayError } from './errors/gateway-error';
+import { GatewayError, quoted, toGatewayError } from './errors/gateway-error';
 import type { StageRegistry } from './pipeline/types';
 import { closeUpstreamPool } from './providers/http';
 import { Presets } from './presets/lookup';
@@ -154,14 +154,15 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     try {
       await next();
       if (ctx.status === 404 && ctx.body === undefined) {
-        throw new GatewayError('not_found', `No route for ${ctx.method} ${ctx.path}`);
+        // The path is quoted cut at 200 characters, as a model name is: a 16 KB path had been echoed whole.
+        throw new GatewayError('not_found', `No route for ${ctx.method} ${quoted(ctx.path)}`);
       }
       // A path served with other methods (`GET /chat/completions`): 405 with `Allow` (the router's allowedMethods set both).
       // Also for a method the router has no routes for at all (TRACE, PROPFIND), which it answers 501: the path is
       // there, the method is not allowed on it, and 501 is no status of the spec's.
       if ((ctx.status === 405 || ctx.status === 501) && ctx.body === undefined) {
         const allow = String(ctx.response.get('Allow') ?? '');
-        throw new GatewayError('invalid_request', `${ctx.method} is not allowed on ${ctx.path}${allow ? ` (allowed: ${allow.split(/,\s*/).join(', ')})` : ''}`, {
+        throw new GatewayError('invalid_request', `${ctx.method} is not allowed on ${quoted(ctx.path)}${allow ? ` (allowed: ${allow.split(/,\s*/).join(', ')})` : ''}`, {
           status: 405,
           headers: allow ? { Allow: allow } : undefined,
         });

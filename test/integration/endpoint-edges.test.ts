@@ -135,3 +135,16 @@ describe('methods a path is not served with', () => {
     }
   });
 });
+
+describe('paths no route serves', () => {
+  it('a long path is named cut at 200 characters in the 404 and the 405 (a 10 KB path was echoed whole)', async () => {
+    const g = await start();
+    const tail = 'z'.repeat(10_000);
+    const missing = await call('GET', `${g.url}/nowhere/${tail}`, g.managementKey);
+    expect(missing.status).toBe(404);
+    expect(missing.json.error.message).toBe(`No route for GET ${`/api/v1/nowhere/${tail}`.slice(0, 200)}…`);
+    const wrong = await call('DELETE', `${g.url}/videos/${tail}`, g.managementKey);
+    expect(wrong.status).toBe(405);
+    expect(wrong.json.error.message).toBe(`DELETE is not allowed on ${`/api/v1/videos/${tail}`.slice(0, 200)}… (allowed: HEAD, GET)`);
+  });
+});
