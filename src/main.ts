@@ -228,7 +228,10 @@ function keyRequest(v: Values): { name: string; limit: number | null; reset: Lim
   let expiresAt: string | null = null;
   if (v['expires-at'] !== undefined) {
     // Date.parse alone accepts "5" (as a year-month); require an ISO 8601 date or date-time.
-    const t = ISO_8601.test(v['expires-at']) && realDate(v['expires-at']) ? Date.parse(v['expires-at']) : Number.NaN;
+    // A date-time without an offset is UTC, as a date alone is and as `keys list` shows it: Date.parse had read
+    // `2027-01-31T00:00` in the machine's local time zone.
+    const text = /T[^Z+-]*$/.test(v['expires-at']) ? `${v['expires-at']}Z` : v['expires-at'];
+    const t = ISO_8601.test(v['expires-at']) && realDate(v['expires-at']) ? Date.parse(text) : Number.NaN;
     if (Number.isNaN(t)) throw new UsageError('--expires-at must be an ISO 8601 timestamp, e.g. 2027-01-31T00:00:00Z');
     expiresAt = new Date(t).toISOString();
   }

@@ -427,6 +427,16 @@ describe('keys and credits', () => {
     expect(row?.split('\t')[4]).toBe('expired');
   });
 
+  it('--expires-at without an offset is UTC, as keys list shows it (it had been read in the local time zone)', async () => {
+    for (const [given, stored] of [['2031-01-31T06:30', '2031-01-31T06:30:00.000Z'], ['2031-01-31T06:30:15.5', '2031-01-31T06:30:15.500Z'], ['2031-01-31T06:30+02:00', '2031-01-31T04:30:00.000Z'], ['2031-01-31', '2031-01-31T00:00:00.000Z']]) {
+      const r = await runCli(['keys', 'create', '--name', `tz-${given}`, '--expires-at', given, '--config', file], { cwd: dir, env: { TZ: 'America/New_York' } });
+      expect(r.code, r.stderr).toBe(0);
+      const key = r.stdout.trim();
+      const row = (await cli('keys', 'list')).stdout.split('\n').find((l) => l.includes(`sk-gw-v1-...${key.slice(-4)}`));
+      expect(row?.split('\t').at(-1), given).toBe(stored);
+    }
+  });
+
   it.each([
     ['a bad --limit-reset', ['--limit', '5', '--limit-reset', 'yearly'], '--limit-reset must be'],
     ['--limit-reset without --limit', ['--limit-reset', 'daily'], '--limit-reset needs --limit'],
