@@ -202,8 +202,13 @@ function realDate(text: string): boolean {
  * `0x10` as 16, `1e3` as 1000 and `''` as 0 (an unset shell variable); those are NaN here, a usage error.
  */
 function usdAmount(text: string): number {
-  return /^\s*(\d+(\.\d*)?|\.\d+)\s*$/.test(text) ? Number(text) : Number.NaN;
+  const n = /^\s*(\d+(\.\d*)?|\.\d+)\s*$/.test(text) ? Number(text) : Number.NaN;
+  // Past MAX_USD a float has no micro-dollars left (1e23 printed as 1e+23, and an amount added later was lost).
+  return n <= MAX_USD ? n : Number.NaN;
 }
+
+/** The largest `--usd` or `--limit`: below it a float still holds every micro-dollar (1e9 × 1e6 < 2^53). */
+const MAX_USD = 1_000_000_000;
 
 /** C0 and C1 control characters and DEL: tabs, line breaks, terminal escapes. */
 const CONTROL_CHARS = /[\x00-\x1f\x7f-\x9f]/;
@@ -219,7 +224,7 @@ function keyRequest(v: Values): { name: string; limit: number | null; reset: Lim
   }
   // Number('') is 0: an unset shell variable must not make a key whose every paid request is refused.
   const limit = v.limit === undefined ? null : usdAmount(v.limit);
-  if (limit !== null && !(Number.isFinite(limit) && limit >= 0)) throw new UsageError('--limit must be a non-negative number (USD)');
+  if (limit !== null && !(Number.isFinite(limit) && limit >= 0)) throw new UsageError(`--limit must be a non-negative number (USD, at most ${MAX_USD})`);
   const reset = v['limit-reset'] as LimitReset | undefined;
   if (reset !== undefined && !['daily', 'weekly', 'monthly'].includes(reset)) throw new UsageError('--limit-reset must be daily, weekly or monthly');
   if (reset !== undefined && limit === null) throw new UsageError('--limit-reset needs --limit');
@@ -272,7 +277,7 @@ async function keysList(store: Store): Promise<number> {
 
 async function creditsAdd(store: Store, config: GatewayConfig, v: Values): Promise<number> {
   const usd = v.usd === undefined ? Number.NaN : usdAmount(v.usd);
-  if (!v.account || v.usd === undefined || !Number.isFinite(usd) || usd <= 0) throw new UsageError('credits add needs --account A and --usd N (N > 0)');
+  if (!v.account || v.usd === undefined || !Number.isFinite(usd) || usd <= 0) throw new UsageError(`credits add needs --account A and --usd N (0 < N ≤ ${MAX_USD})`);
   const account = await store.findAccount(v.account);
   // The accounts there are: `default` and the declared ones (made in the store above); the bare name told no more.
   if (!account) throw new UsageError(`no account ${v.account} (accounts: ${['default', ...config.accounts.map((a) => a.name).filter((n) => n !== 'default')].join(', ')}; declare one under accounts: in ${configPath(v.config)})`);

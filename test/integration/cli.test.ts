@@ -445,6 +445,7 @@ describe('keys and credits', () => {
     ['a negative --limit', ['--limit=-1'], '--limit must be'],
     ['an empty --limit (an unset shell variable)', ['--limit', ''], '--limit must be'],
     ['a hexadecimal --limit (Number() read 0x10 as 16)', ['--limit', '0x10'], '--limit must be'],
+    ['a --limit past 1e9 USD (a float has no micro-dollars left there)', ['--limit', '99999999999999999999999'], '--limit must be a non-negative number (USD, at most 1000000000)'],
     ['an --expires-at on a day that does not exist (2027-02-30)', ['--expires-at', '2027-02-30'], '--expires-at must be'],
     ['an empty --workspace', ['--workspace', ''], '--workspace must name'],
     ['--include-byok-in-limit without --limit', ['--include-byok-in-limit'], '--include-byok-in-limit needs --limit'],
@@ -516,7 +517,8 @@ describe('keys and credits', () => {
     expect(Number.isNaN(after10)).toBe(false);
     const second = await cli('credits', 'add', '--account', 'default', '--usd', '2.5');
     expect(balance(second.stdout)).toBeCloseTo(after10 + 2.5, 9);
-    for (const usd of ['abc', '0', '-3', 'Infinity', '0x10', '1e3', '']) {
+    // Past 1e9 USD (99999999999999999999999 had been taken, printed as 1e+23, its micro-dollars lost).
+    for (const usd of ['abc', '0', '-3', 'Infinity', '0x10', '1e3', '', '1000000000.5', '99999999999999999999999']) {
       const r = await cli('credits', 'add', '--account', 'default', `--usd=${usd}`);
       expect(r.code, `--usd ${usd}`).toBe(2);
       expect(r.stdout).toBe('');
