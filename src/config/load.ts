@@ -85,13 +85,33 @@ function describe(errors: ErrorObject[], prefix = ''): string {
     return `${fieldPath(pick.instancePath, String(pick.params.additionalProperty), prefix)}: unknown field${known.length > 0 ? ` (known: ${known.join(', ')})` : ''}`;
   }
   if (pick.keyword === 'required') {
-    return `${fieldPath(pick.instancePath, String(pick.params.missingProperty), prefix)}: is required`;
+    // A misspelt key beside it (`pipelines: {defualt: …}`, where any pipeline name is allowed) is named: the
+    // message had said only that `default` is required, and the operator saw a `default` in the file.
+    const missing = String(pick.params.missingProperty);
+    const known = new Set(Object.keys((pick.parentSchema as { properties?: object } | undefined)?.properties ?? {}));
+    const data = pick.data && typeof pick.data === 'object' && !Array.isArray(pick.data) ? Object.keys(pick.data) : [];
+    // A key the schema does not name, one or two edits away (one for a short name: `id` is not a misspelt `kind`).
+    const reach = missing.length <= 4 ? 1 : 2;
+    const near = data.find((k) => !known.has(k) && editDistance(k.toLowerCase(), missing.toLowerCase()) <= reach);
+    return `${fieldPath(pick.instancePath, missing, prefix)}: is required${near === undefined ? '' : ` (there is \`${near}\`: misspelt?)`}`;
   }
   if (pick.keyword === 'enum' || pick.keyword === 'const') {
     const allowed = (pick.params.allowedValues ?? [pick.params.allowedValue]) as unknown[];
     return `${fieldPath(pick.instancePath, undefined, prefix)}: must be one of ${allowed.join(', ')}`;
   }
   return `${fieldPath(pick.instancePath, undefined, prefix)}: ${pick.message ?? 'is invalid'}`;
+}
+
+/** Levenshtein distance, for names of a few characters (a misspelt config key). */
+function editDistance(a: string, b: string): number {
+  if (Math.abs(a.length - b.length) > 2 || a.length > 64 || b.length > 64) return 3;
+  let row = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const next = [i];
+    for (let j = 1; j <= b.length; j++) next[j] = Math.min(row[j] + 1, next[j - 1] + 1, row[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
+    row = next;
+  }
+  return row[b.length];
 }
 
 export interface LoadOptions {

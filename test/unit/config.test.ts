@@ -274,6 +274,13 @@ describe('parseConfigText: errors name the field path', () => {
     expect(parse(openai("api_key: \"sk-proj abc\\t\u00e9\", headers: { X-Org: 'org 1' }")).providers[0]).toMatchObject({ api_key: 'sk-proj abc\t\u00e9', headers: { 'X-Org': 'org 1' } });
   });
 
+  it('a required key missing beside a misspelling of it names the misspelt one (pipelines: {defualt: …} said only that default is required)', () => {
+    expect(configError(() => parse(config({ pipelines: '  defualt: [auth, upstream]' }))).message).toBe('pipelines.default: is required (there is `defualt`: misspelt?)');
+    expect(configError(() => parse(config({ providers: '  - { id: local, knd: simulated }' }))).message).toBe('providers[0].kind: is required (there is `knd`: misspelt?)');
+    // Nothing near it: said as before.
+    expect(configError(() => parse(config({ pipelines: '  batch: [auth, upstream]' }))).message).toBe('pipelines.default: is required');
+  });
+
   it('an unknown field is told with the fields accepted there (a misspelt one showed no right spelling)', () => {
     expect(configError(() => parse(config({ extra: 'spend: { in_flight: { enable: true } }' }))).message).toBe(
       'spend.in_flight.enable: unknown field (known: enabled, fraction, ceiling_usd, applies_below_balance_usd, settlement_ms, retry_after_s)',
