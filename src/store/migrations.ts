@@ -391,6 +391,18 @@ export const MIGRATIONS: readonly Migration[] = [
     sqlite: `ALTER TABLE preset_versions ADD COLUMN system_blocks TEXT;`,
     postgres: `ALTER TABLE preset_versions ADD COLUMN system_blocks TEXT;`,
   },
+  {
+    id: 9,
+    name: 'ledger token counts: BIGINT on PostgreSQL',
+    // PostgreSQL's INTEGER is 32-bit; SQLite's is 64-bit already. A row over 2 147 483 647 tokens (usage
+    // bounded per call, up to 64 server-tool calls of 100 M each) was refused by PostgreSQL alone, and the
+    // ledger writer retries a refused batch whole: every row after it waited for good.
+    sqlite: `SELECT 1;`,
+    postgres: `ALTER TABLE ledger
+      ALTER COLUMN prompt_tokens TYPE BIGINT, ALTER COLUMN completion_tokens TYPE BIGINT,
+      ALTER COLUMN cached_tokens TYPE BIGINT, ALTER COLUMN cache_write_tokens TYPE BIGINT,
+      ALTER COLUMN reasoning_tokens TYPE BIGINT;`,
+  },
 ];
 
 /**

@@ -12,6 +12,7 @@ import {
   toMillis,
   usageParams,
   usageSelect,
+  wholeTokens,
 } from './rows';
 import { PG_RELEASE, postgresPendingLedger } from './ledger-pending';
 import { findPresetPg, listPresetsPg, listPresetVersionsPg, savePresetVersionPg, type Query } from './presets-postgres';
@@ -61,7 +62,8 @@ function ledgerValues(row: LedgerRow): unknown[] {
   if (!Number.isFinite(row.costUsd)) throw new Error(`ledger cost must be a finite number, got ${row.costUsd}`);
   return [
     row.generationId, row.keyId, row.workspaceId, row.accountId, row.endpoint, row.model, row.provider, row.upstreamModel,
-    row.promptTokens, row.completionTokens, row.cachedTokens, row.cacheWriteTokens, row.reasoningTokens, row.costUsd,
+    wholeTokens(row.promptTokens), wholeTokens(row.completionTokens), wholeTokens(row.cachedTokens),
+    wholeTokens(row.cacheWriteTokens), wholeTokens(row.reasoningTokens), row.costUsd,
     row.isByok, row.status, toMillis(row.createdAt), row.userId,
   ];
 }
@@ -92,7 +94,7 @@ const INSERT_LEDGER = `
 const INSERT_LEDGER_BATCH = `
   WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
-      $9::int[], $10::int[], $11::int[], $12::int[], $13::int[], $14::double precision[], $15::boolean[], $16::text[], $17::bigint[], $18::text[])
+      $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[], $14::double precision[], $15::boolean[], $16::text[], $17::bigint[], $18::text[])
   ),
   inserted AS (
     INSERT INTO ledger (${LEDGER_COLUMNS}) SELECT * FROM input

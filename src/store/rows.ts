@@ -191,3 +191,12 @@ export function usageParams(keyId: string, now: Date): [string, ...number[]] {
   ]);
   return [keyId, ...bounds];
 }
+
+/**
+ * A token count as the ledger stores it: a whole number, at most 2^53 − 1. A provider may report a fraction
+ * (JSON allows `10.5`) or, under a client's huge `max_tokens`, more than a BIGINT holds: SQLite kept either as a
+ * REAL, PostgreSQL's integer columns refused the row, holding the writer's batch.
+ *
+ * @example wholeTokens(10.5) // 11
+ */
+export const wholeTokens = (n: number): number => Math.min(Math.round(n), Number.MAX_SAFE_INTEGER);

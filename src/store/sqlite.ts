@@ -14,6 +14,7 @@ import {
   toMillis,
   usageParams,
   usageSelect,
+  wholeTokens,
 } from './rows';
 import { sqlitePendingLedger } from './ledger-pending';
 import { PendingFiles } from './pending-files';
@@ -471,11 +472,11 @@ function ledgerParams(row: LedgerRow): (string | number)[] {
     row.model,
     row.provider,
     row.upstreamModel,
-    row.promptTokens,
-    row.completionTokens,
-    row.cachedTokens,
-    row.cacheWriteTokens,
-    row.reasoningTokens,
+    wholeTokens(row.promptTokens),
+    wholeTokens(row.completionTokens),
+    wholeTokens(row.cachedTokens),
+    wholeTokens(row.cacheWriteTokens),
+    wholeTokens(row.reasoningTokens),
     row.costUsd,
     row.isByok ? 1 : 0,
     row.status,

@@ -297,6 +297,25 @@ describe.each([sqliteEngine(), postgresEngine()])('Store on $name', (engine) => 
     expect(await store.getLedger(fresh[1].generationId)).toMatchObject({ costUsd: 0.25, isByok: true, status: 'cancelled' });
   });
 
+  it('token counts past 2^31 and fractional ones are written like any other row (PostgreSQL refused the batch, which the writer retries whole: every row behind it held)', async () => {
+    const { ids } = await fixture('tokens');
+    // 64 server-tool calls of a model with no context_length are bounded at 64 × 100 M input tokens.
+    const huge = ledgerRow(ids, { promptTokens: 6_400_000_000, completionTokens: 3_000_000_000, cachedTokens: 2_500_000_000, cacheWriteTokens: 2_200_000_000, reasoningTokens: 2_147_483_648 });
+    const fractional = ledgerRow(ids, { promptTokens: 10.5, completionTokens: 2.4 });
+    const plain = ledgerRow(ids);
+    expect(await store.insertLedgerBatch([huge, fractional, plain])).toBe(3);
+    expect(await store.getLedger(huge.generationId)).toEqual(huge);
+    expect(await store.getLedger(fractional.generationId)).toMatchObject({ promptTokens: 11, completionTokens: 2 });
+    expect(await store.getLedger(plain.generationId)).toEqual(plain);
+    const single = ledgerRow(ids, { promptTokens: 5_000_000_000, completionTokens: 0.5 });
+    expect(await store.insertLedger(single)).toBe(true);
+    expect(await store.getLedger(single.generationId)).toMatchObject({ promptTokens: 5_000_000_000, completionTokens: 1 });
+    // Past what a BIGINT holds (a client's max_tokens of 1e20 lets a provider report that much): stored as 2^53 − 1.
+    const past = ledgerRow(ids, { completionTokens: 1e19, reasoningTokens: 1e300 });
+    expect(await store.insertLedgerBatch([past])).toBe(1);
+    expect(await store.getLedger(past.generationId)).toMatchObject({ completionTokens: 2 ** 53 - 1, reasoningTokens: 2 ** 53 - 1 });
+  });
+
   it('getLedger round-trips every field', async () => {
     const { ids } = await fixture('roundtrip');
     const row: LedgerRow = {
