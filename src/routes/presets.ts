@@ -46,6 +46,9 @@ export function presetWriteStage(services: Services): Stage {
       }
     }
     const { config, systemPrompt, systemBlocks } = presetConfigOf(body);
+    // The system prompt is stored as text, which PostgreSQL cannot hold a NUL in (it refused the write: a 500);
+    // refused on SQLite too, so a preset saves or not the same on both engines. The config is JSON text: kept.
+    if (systemPrompt?.includes('\u0000')) throw new GatewayError('invalid_request', 'A preset\'s `system` cannot hold a NUL character (U+0000)', { metadata: { field: 'system' } });
     try {
       const saved = await services.store.savePresetVersion({ workspaceId: state.key!.workspaceId, slug, creatorUserId: state.key!.creatorUserId, config, systemPrompt, systemBlocks });
       services.presets.remember(saved);

@@ -3,7 +3,7 @@ import { Client } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openStore } from '../../src/store';
 import type { Store } from '../../src/store/types';
-import { post, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+import { post, startTestGateway, testConfigYaml, type TestGateway } from '../fixtures/gateway';
 import { perTestGateways } from '../fixtures/per-test';
 
 /** POST /presets/{slug}/messages, the preset reads, and presets used by both inference endpoints. */
@@ -136,7 +136,7 @@ describe('POST /presets/{slug}/messages', () => {
   });
 });
 
-describe('concurrent preset writes on PostgreSQL', () => {
+describe('preset writes on PostgreSQL', () => {
   const schema = `gw_test_${randomBytes(6).toString('hex')}`;
   let store: Store;
   beforeAll(async () => {
@@ -166,6 +166,25 @@ describe('concurrent preset writes on PostgreSQL', () => {
     // A retry after a conflict succeeds with the next number.
     const retry = await save(g, 'race');
     expect(retry.json.data.designated_version.version).toBe(Math.max(...versions) + 1);
+  });
+
+  it('a `system` holding a NUL character is a 400 naming `system` on both engines, as text or blocks (PostgreSQL refused it: a 500)', async () => {
+    const sqlite = await startTestGateway({ yaml: testConfigYaml(t.upstream.url) });
+    try {
+      for (const g of [await start(store), sqlite]) {
+        for (const system of ['terse\u0000', [{ type: 'text', text: 'a' }, { type: 'text', text: '\u0000b', cache_control: { type: 'ephemeral' } }]]) {
+          const r = await save(g, 'nul', { ...PRESET_BODY, system });
+          expect(r.status).toBe(400);
+          expect(r.json.error.metadata).toEqual({ error_type: 'invalid_request', field: 'system' });
+        }
+        // A NUL elsewhere in the preset is kept (its config is stored as JSON text, where it is escaped).
+        const kept = await save(g, 'nul', { ...PRESET_BODY, stop_sequences: ['\u0000'], system: 'ok 😀' });
+        expect(kept.status).toBe(200);
+        expect(kept.json.data.designated_version).toMatchObject({ version: 1, system_prompt: 'ok 😀', config: { stop_sequences: ['\u0000'] } });
+      }
+    } finally {
+      await sqlite.close();
+    }
   });
 });
 
