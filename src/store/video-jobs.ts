@@ -75,13 +75,17 @@ export function insertParams(job: NewVideoJob, isByok: unknown): unknown[] {
   ];
 }
 
+/**
+ * `error` is an upstream's text: a NUL in it, which PostgreSQL's text cannot hold, is stored as U+FFFD on both
+ * engines (PostgreSQL refused the update, so the job was polled again every round and never left `pending`).
+ */
 export function updateParams(id: string, expected: VideoJobStatus, patch: VideoJobPatch): unknown[] {
   if (patch.costUsd !== undefined && patch.costUsd !== null && !Number.isFinite(patch.costUsd)) {
     throw new Error(`video job cost must be a finite number, got ${patch.costUsd}`);
   }
   return [
     id, expected, patch.status, patch.updatedAt, patch.generationId ?? null,
-    patch.urls === undefined ? null : JSON.stringify(patch.urls), patch.costUsd ?? null, patch.error ?? null,
+    patch.urls === undefined ? null : JSON.stringify(patch.urls), patch.costUsd ?? null, patch.error?.replaceAll('\u0000', '\ufffd') ?? null,
     patch.expiresAt ?? null, patch.completedAt ?? null,
   ];
 }

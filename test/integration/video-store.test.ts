@@ -101,6 +101,14 @@ describe.each(engines)('video_jobs on $name', (engine) => {
     expect((await second.getVideoJob(own.id, ids.workspaceId))!.isByok).toBe(true);
   });
 
+  it("a failed job's error with a NUL character from its upstream is stored, the NUL as U+FFFD (PostgreSQL refused the update: the job stayed pending, polled every round)", async () => {
+    const job = await store.createVideoJob(newJob({ request: { prompt: 'a\u0000cat 😀', params: {}, pricing: null } as never }));
+    expect((await store.getVideoJob(job.id, ids.workspaceId))!.request.prompt).toBe('a\u0000cat 😀');
+    const failed = await store.updateVideoJob(job.id, 'pending', { status: 'failed', updatedAt: job.createdAt + 1, error: 'bad\u0000thing é'.repeat(1000), urls: ['https://cdn.test/\u0000.mp4'] });
+    expect(failed).toMatchObject({ status: 'failed', error: 'bad\ufffdthing é'.repeat(1000), urls: ['https://cdn.test/\u0000.mp4'] });
+    expect((await second.getVideoJob(job.id, ids.workspaceId))!.error).toBe('bad\ufffdthing é'.repeat(1000));
+  });
+
   it('updates compare-and-set on the status: of many concurrent writers from two connections exactly one wins', async () => {
     const job = await store.createVideoJob(newJob());
     const results = await Promise.all(
