@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
 import type { GatewayConfig, ModelConfig, WorkspaceConfig } from '../config/types';
 import type { GatewayState } from '../pipeline/types';
-import { fromNano, toNano, type BudgetLine, type ReserveInput, type ReserveResult, type SettleInput } from '../state/types';
+import { fromNano, holdNano, toNano, type BudgetLine, type ReserveInput, type ReserveResult, type SettleInput } from '../state/types';
 import type { Account, KeyRecord, VideoJobHold } from '../store/types';
 import { budgetLines, checksUnavailable, COUNT_RETRY_MS, COUNTER_GRACE_MS, isPrepaid, refusal, releaseOf, retryAfter, VIDEO_HOLD_MARGIN_MS, videoInFlightGroup } from './admission';
 import type { Admission, Basis, SpendDeps } from './admission';
@@ -146,7 +146,7 @@ export class SpendControl {
     const est = budgets.length > 0 || inFlightApplies ? estimate() : unpriced(p);
     // The in-flight budget holds token prices only (spec 8.2.3); a budget's hold adds the per-request fees,
     // or requests of a fee-priced model would hold nothing and any number could run past a key limit at once.
-    const estimateNano = toNano(est.usd);
+    const estimateNano = holdNano(est.usd);
     const holdUsd = budgets.length > 0 ? est.usd + fees() : est.usd;
     const inFlight =
       inFlightApplies && estimateNano > 0
@@ -155,7 +155,7 @@ export class SpendControl {
     const lines = budgetLines(budgets, date);
     if (lines.length === 0 && !inFlight && !balanceBlocked) return null;
     const holdId = randomUUID();
-    const input = { holdId, now, lines, balanceBlocked, estimateNano: toNano(holdUsd), holdUntil: now + config.spend.hold_ttl_ms, inFlight };
+    const input = { holdId, now, lines, balanceBlocked, estimateNano: holdNano(holdUsd), holdUntil: now + config.spend.hold_ttl_ms, inFlight };
     let result = await this.reserve(input, state);
     if (!result.ok && result.reason === 'missing') result = await this.reserveBuilt(input, result.counters, budgets, date, state);
     if (result.ok) {
@@ -218,7 +218,7 @@ export class SpendControl {
     const balanceBlocked = prepaid && (byokOnly ? balance < 0 : balance <= 0);
     const inFlight = prepaid && !byokOnly ? { group: videoInFlightGroup(key.accountId), capNano: toNano(Math.max(0, balance)) } : null;
     if (lines.length === 0 && !inFlight && !balanceBlocked) return null;
-    const estimateNano = toNano(estimateUsd);
+    const estimateNano = holdNano(estimateUsd);
     const input: ReserveInput = {
       holdId: randomUUID(),
       now,

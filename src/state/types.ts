@@ -139,6 +139,18 @@ export function toNano(usd: number): number {
   return Math.round(usd * 1e9);
 }
 
+/**
+ * A hold's amount: `toNano`, at most Number.MAX_SAFE_INTEGER (about $9 M). An estimate past it (a client's
+ * `max_tokens: 9007199254740991`) is no integer Redis's INCRBY takes (2^63 at most, and JS writes 1e21 and up
+ * with an exponent): the Redis state refused the request with a 503 that the memory state admitted. A hold of
+ * $9 M blocks any budget the same; the sums stay exact.
+ *
+ * @example holdNano(1.8e13) // 9007199254740991
+ */
+export function holdNano(usd: number): number {
+  return Math.min(toNano(usd), Number.MAX_SAFE_INTEGER);
+}
+
 /** Integer nano-USD → USD. */
 export function fromNano(nano: number): number {
   return nano / 1e9;
