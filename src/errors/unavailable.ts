@@ -7,8 +7,8 @@ const NETWORK_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE
  */
 const PG_UNAVAILABLE = /^(08...|57P0[123]|53300)$/;
 
-/** pg's own messages for a connection that dropped or never came up (they carry no code). */
-const PG_MESSAGES = /^(Connection terminated|connection timeout|timeout exceeded when trying to connect|Client has encountered a connection error|Connection is closed)/i;
+/** pg's own messages for a connection that dropped, never came up or stopped answering (they carry no code). */
+const PG_MESSAGES = /^(Connection terminated|connection timeout|timeout exceeded when trying to connect|Client has encountered a connection error|Connection is closed|Query read timeout)/i;
 
 /**
  * ioredis's (and the Redis state's own) messages for a Redis that is down or too slow: no offline queue while

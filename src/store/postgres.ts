@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { Pool, type PoolClient } from 'pg';
+import { Pool, type PoolClient, type QueryConfig } from 'pg';
 import { MIGRATIONS_TABLE, newerThanBuild, pendingMigrations } from './migrations';
 import {
   rowToAccount,
@@ -49,7 +49,16 @@ export interface PostgresStoreOptions {
   max?: number;
   /** Errors of idle pooled connections (server restart, network). The pool discards the client either way. */
   onIdleError?: (err: Error) => void;
+  /** A query with no answer after this long fails (`Query read timeout`) and its connection is dropped. Default 30 s. */
+  queryTimeoutMs?: number;
 }
+
+const QUERY_TIMEOUT_MS = 30_000;
+/** The migrations' statements: a rewrite of a large table, or the wait for another process's, may take long. */
+const NO_TIMEOUT_MS = 2_147_483_647;
+
+/** A query exempt from the pool's `query_timeout` (pg reads a per-query one; its types do not declare it). */
+const untimed = (text: string, values?: unknown[]): QueryConfig => ({ text, values, query_timeout: NO_TIMEOUT_MS }) as QueryConfig;
 
 const SCHEMA_NAME = /^[a-z_][a-z0-9_]*$/;
 
@@ -162,6 +171,9 @@ export class PostgresStore implements Store {
       max: options.max ?? 10,
       // An unreachable server fails a request within seconds (a typed 503) instead of leaving it waiting.
       connectionTimeoutMillis: 5_000,
+      // A server that black-holes packets once connected (a failover, a dropped route) would leave a query waiting
+      // for TCP to give up, ~15 minutes: every request needing the store with it. It fails instead (a typed 503).
+      query_timeout: options.queryTimeoutMs ?? QUERY_TIMEOUT_MS,
       // Set per connection at startup, so every pooled client sees only this schema.
       ...(options.schema ? { options: `-c search_path=${options.schema}` } : {}),
     });
@@ -174,14 +186,14 @@ export class PostgresStore implements Store {
   async init(): Promise<void> {
     await this.transaction(async (c) => {
       // Transaction-scoped: released at COMMIT/ROLLBACK, even if this process dies mid-migration.
-      await c.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`model-gateway:migrate:${this.schema ?? ''}`]);
+      await c.query(untimed('SELECT pg_advisory_xact_lock(hashtext($1))', [`model-gateway:migrate:${this.schema ?? ''}`]));
       if (this.schema) await c.query(`CREATE SCHEMA IF NOT EXISTS ${this.schema}`);
       await c.query(MIGRATIONS_TABLE.postgres);
       const applied = await c.query('SELECT id FROM schema_migrations');
       const newer = newerThanBuild(applied.rows.map((r: Row) => Number(r.id)));
       if (newer) throw newer;
       for (const m of pendingMigrations(applied.rows.map((r: Row) => Number(r.id)))) {
-        await c.query(m.postgres);
+        await c.query(untimed(m.postgres));
         await c.query('INSERT INTO schema_migrations (id, name, applied_at) VALUES ($1, $2, $3)', [
           m.id,
           m.name,
@@ -206,8 +218,10 @@ export class PostgresStore implements Store {
       await client.query('COMMIT');
       return result;
     } catch (err) {
-      // A failed ROLLBACK means the connection is unusable: hand it back as broken so the pool drops it.
-      await client.query('ROLLBACK').catch((e: Error) => (broken = e));
+      // A failed ROLLBACK means the connection is unusable: hand it back as broken so the pool drops it. After a
+      // read timeout it is unusable already (a ROLLBACK would wait out the timeout again behind the lost query).
+      if ((err as Error).message === 'Query read timeout') broken = err as Error;
+      else await client.query('ROLLBACK').catch((e: Error) => (broken = e));
       throw err;
     } finally {
       client.release(broken);

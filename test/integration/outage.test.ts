@@ -1,6 +1,8 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import Redis from 'ioredis';
 import { openStore } from '../../src/store';
+import { PostgresStore } from '../../src/store/postgres';
+import { isUnavailable } from '../../src/errors/unavailable';
 import { toNano } from '../../src/state/types';
 import type { Store } from '../../src/store/types';
 import { deleteRedisKeys, dropSchemas, PG_URL, REDIS_URL, uniquePrefix, uniqueSchema } from '../fixtures/backing';
@@ -202,6 +204,31 @@ describe('a backing service goes away mid-run', () => {
         await g.gateway.ledger.flush();
         return (await direct.getLedger(during.json.id)) !== null;
       });
+    }
+  });
+
+  it('PostgreSQL that black-holes packets once connected: a query or a transaction fails within the query timeout as unavailable (it waited for TCP to give up, ~15 minutes); the store works again once it answers', async () => {
+    const proxy = await startTcpProxy(Number(new URL(PG_URL).port || 5432));
+    const url = new URL(PG_URL);
+    url.port = String(proxy.port);
+    const store = new PostgresStore({ url: String(url), schema, max: 2, queryTimeoutMs: 500 });
+    try {
+      await store.init();
+      const workspace = (await store.findWorkspace('default'))!;
+      // Both pooled connections open and idle: the query and the transaction each meet the black hole on one.
+      expect(await Promise.all([store.countKeys(), store.countKeys()])).toEqual([expect.any(Number), expect.any(Number)]);
+      proxy.blackhole();
+      for (const call of [() => store.countKeys(), () => store.savePresetVersion({ workspaceId: workspace.id, slug: 'held', creatorUserId: 'u', config: {}, systemPrompt: null, systemBlocks: null })]) {
+        const started = Date.now();
+        const err = await call().then(() => null, (e: unknown) => e);
+        expect(isUnavailable(err), String(err)).toBe(true);
+        expect(Date.now() - started).toBeLessThan(3000);
+      }
+      proxy.restore();
+      await eventually(async () => (await store.countKeys().catch(() => 0)) > 0);
+    } finally {
+      await store.close();
+      await proxy.close();
     }
   });
 });
