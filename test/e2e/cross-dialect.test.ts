@@ -192,6 +192,16 @@ describe('Anthropic client → OpenAI-compatible provider', () => {
     expect(delta.usage.is_byok).toBe(false);
   });
 
+  it("a chat provider's service tier reaches finalMessage().usage as a JSON answer's usage has it", async () => {
+    const chunk = (delta: object, finish: string | null = null) =>
+      `data: ${JSON.stringify({ id: 'chatcmpl-x', object: 'chat.completion.chunk', created: 1, model: 'gpt-upstream', service_tier: 'priority', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+    upstream.faults.push({ kind: 'raw-stream', text: chunk({ role: 'assistant', content: '' }) + chunk({ content: 'Hi.' }) + chunk({}, 'stop') + 'data: [DONE]\n\n' });
+    const final = await anthropic.messages.stream({ model: 'fake/gpt', max_tokens: 64, messages: [{ role: 'user', content: 'hi' }] }).finalMessage();
+    // The SDK takes the tier from message_start only: given in message_delta alone, it was missing.
+    expect(final.usage.service_tier).toBe('priority');
+    expect(final.content).toEqual([{ type: 'text', text: 'Hi.' }]);
+  });
+
   it('bills the translated usage', async () => {
     const msg = await anthropic.messages.create({ model: 'fake/gpt', max_tokens: 64, messages: [{ role: 'user', content: 'hi' }] });
     const row = await gw.ledgerRow(msg.id);

@@ -123,8 +123,11 @@ export function chatToMessagesStream(): StreamTranslator {
       stop_sequence: null,
       stop_details: null,
       container: null,
-      usage: { input_tokens: 0, output_tokens: 0, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 },
+      usage: { input_tokens: 0, output_tokens: 0, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 } as Obj,
     };
+    // The tier goes where the Messages API gives it, message_start's usage: the Anthropic SDK's accumulator
+    // takes the counts from message_delta but not the tier, so `finalMessage().usage` had none.
+    if (tier !== undefined) message.usage.service_tier = tier;
     out.push(ev('message_start', { message }));
   };
   /** message_delta (stop reason, usage: zeros when the provider reported none) and message_stop. */
@@ -244,9 +247,9 @@ export function chatToMessagesStream(): StreamTranslator {
         fail(out, chunk.error);
         return out;
       }
+      if (typeof chunk.service_tier === 'string') tier = tierToMessages(chunk.service_tier);
       start(out, chunk);
       if (isObj(chunk.usage)) usage = chunk.usage;
-      if (typeof chunk.service_tier === 'string') tier = tierToMessages(chunk.service_tier);
       const choices: unknown[] = Array.isArray(chunk.choices) ? chunk.choices : [];
       const choice = choices.find((c) => isObj(c) && (c.index ?? 0) === 0);
       if (!isObj(choice) || finish !== null) return out;
