@@ -135,6 +135,8 @@ export const messages: DialectAdapter = {
     body.id = info.generationId;
     body.model = info.model;
     body.provider = info.provider;
+    // Spec 4.1 lists it: null when the provider gave none (as a stream's message_delta, below).
+    if (body.type === 'message' && body.stop_details === undefined) body.stop_details = null;
     const usage = messagesUsage(body.usage);
     if (!usage) return { usage: null, cost: null };
     const cost = info.costOf(usage);
@@ -201,6 +203,10 @@ export const messages: DialectAdapter = {
             // then billed from what it relayed, as a chat client's is.
             if (counts(data.usage)) take(data.usage);
             if (data.delta?.stop_reason != null) answered = true;
+            // The Anthropic SDK sets `stop_details` from message_delta as it stands: a provider that left it out
+            // (the built-in simulated one, Anthropic-compatible servers) made `finalMessage().stop_details`
+            // undefined where the Messages API says null.
+            if (data.delta && typeof data.delta === 'object' && data.delta.stop_details === undefined) data.delta.stop_details = null;
             if (typeof data.usage?.output_tokens !== 'number') data.usage = { ...data.usage, output_tokens: seen.output_tokens ?? 0 };
             const usage = current();
             if (usage) data.usage = { ...data.usage, cost: info.costOf(usage), is_byok: info.isByok };

@@ -272,6 +272,18 @@ describe('official anthropic SDK', () => {
     expect(final.usage.output_tokens).toBe(3);
   });
 
+  it('stop_details is null, not missing, when the provider gave none: simulated stream, a compatible provider JSON and stream', async () => {
+    const sim = await anthropic.messages.stream({ model: 'sim/chat', max_tokens: 64, messages: [{ role: 'user', content: 'hi' }] }).finalMessage();
+    // The SDK sets it from message_delta as it stands: without one there, it was undefined.
+    expect(sim.stop_details).toBeNull();
+    // The fake Anthropic-style provider sends none (as Anthropic-compatible servers do), JSON and streamed.
+    const json = await anthropic.messages.create({ model: 'fake/claude', max_tokens: 64, messages: [{ role: 'user', content: 'hi' }] });
+    expect(json.stop_details).toBeNull();
+    const streamed = await anthropic.messages.stream({ model: 'fake/claude', max_tokens: 64, messages: [{ role: 'user', content: 'hi' }] }).finalMessage();
+    expect(streamed.stop_details).toBeNull();
+    expect(streamed.stop_reason).toBe('end_turn');
+  });
+
   it('reports a mid-stream provider failure as an error event', async () => {
     upstream.faults.push({ kind: 'midstream' });
     const stream = anthropic.messages.stream({ model: 'fake/claude', max_tokens: 64, messages: [{ role: 'user', content: 'hi' }] });
