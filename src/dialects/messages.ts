@@ -135,8 +135,11 @@ export const messages: DialectAdapter = {
     body.id = info.generationId;
     body.model = info.model;
     body.provider = info.provider;
-    // Spec 4.1 lists it: null when the provider gave none (as a stream's message_delta, below).
-    if (body.type === 'message' && body.stop_details === undefined) body.stop_details = null;
+    // Spec 4.1 lists both: null when the provider gave none (as a stream's message_start and message_delta, below).
+    if (body.type === 'message') {
+      if (body.stop_details === undefined) body.stop_details = null;
+      if (body.container === undefined) body.container = null;
+    }
     const usage = messagesUsage(body.usage);
     if (!usage) return { usage: null, cost: null };
     const cost = info.costOf(usage);
@@ -188,6 +191,9 @@ export const messages: DialectAdapter = {
             data.message.model = info.model;
             data.message.provider = info.provider;
             if (info.metadata) data.message.gateway_metadata = info.metadata;
+            // Spec 4.1 lists it; the Anthropic SDK's `finalMessage()` keeps message_start's (message_delta sets it
+            // only when not null): null when the provider gave none, as in the JSON answer.
+            if (data.message.container === undefined) data.message.container = null;
             // A usage of zeros (a translated stream's message_start, before its provider reported any) is not
             // usage: the bill of a stream cut short then counts the input from the request (spend/delivered.ts).
             const opening = openingUsage(data.message.usage);

@@ -284,6 +284,14 @@ describe('official anthropic SDK', () => {
     expect(streamed.stop_reason).toBe('end_turn');
   });
 
+  it('container is null, not missing, when the provider gave none: a compatible provider JSON and stream', async () => {
+    const json = await anthropic.messages.create({ model: 'fake/claude', max_tokens: 64, messages: [{ role: 'user', content: 'hi' }] });
+    expect(json.container).toBeNull();
+    // The SDK keeps message_start's (message_delta sets it only when not null).
+    const streamed = await anthropic.messages.stream({ model: 'fake/claude', max_tokens: 64, messages: [{ role: 'user', content: 'hi' }] }).finalMessage();
+    expect(streamed.container).toBeNull();
+  });
+
   it('reports a mid-stream provider failure as an error event', async () => {
     upstream.faults.push({ kind: 'midstream' });
     const stream = anthropic.messages.stream({ model: 'fake/claude', max_tokens: 64, messages: [{ role: 'user', content: 'hi' }] });
