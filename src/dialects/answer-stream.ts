@@ -99,7 +99,8 @@ function blockParts(block: Obj): [Obj, Obj[]] {
       const { thinking, signature, ...start } = block;
       const deltas: Obj[] = [{ type: 'thinking_delta', thinking: thinking ?? '' }];
       if (typeof signature === 'string') deltas.push({ type: 'signature_delta', signature });
-      return [{ ...start, thinking: '' }, deltas];
+      // Opened as the Messages API opens it (`signature: ""`), the signature following in its delta.
+      return [{ ...start, thinking: '', signature: '' }, deltas];
     }
     default:
       // redacted_thinking and server tool blocks arrive whole in their start event.

@@ -94,6 +94,18 @@ describe('a provider that answers a streaming request with JSON', () => {
     expect(message.stop_details).toEqual(stopDetails);
   });
 
+  it("a thinking block opens as the Messages API opens it (signature: ''), its signature then in a signature_delta", async () => {
+    g = await t.start({ yaml: yaml() });
+    const thinking = { type: 'thinking', thinking: 'Let me see.', signature: 'SIG' };
+    t.upstream.faults.push({ kind: 'status', status: 200, body: { ...MESSAGES_JSON, content: [thinking, ...MESSAGES_JSON.content] } });
+    const r = await ask('messages', 'fake/claude');
+    const starts = sseEvents(r.text).filter((e) => e.event === 'content_block_start').map((e) => JSON.parse(e.data).content_block);
+    // The start had no signature at all (the ThinkingBlock the SDKs type requires one).
+    expect(starts[0]).toEqual({ type: 'thinking', thinking: '', signature: '' });
+    const deltas = sseEvents(r.text).filter((e) => e.event === 'content_block_delta').map((e) => JSON.parse(e.data).delta);
+    expect(deltas).toContainEqual({ type: 'signature_delta', signature: 'SIG' });
+  });
+
   it('every choice of an answer with n > 1 is streamed, each under its index', async () => {
     g = await t.start({ yaml: yaml() });
     const two = { ...CHAT_JSON, choices: [0, 1].map((index) => ({ index, message: { role: 'assistant', content: `Choice ${index}.` }, finish_reason: 'stop' })) };
