@@ -201,6 +201,9 @@ export const messages: DialectAdapter = {
             // The Anthropic SDK reads message_start's usage and message_delta's output_tokens unguarded: a provider
             // that left them out crashed `finalMessage()` with a TypeError. Zeros then, as a translated stream has.
             if (!data.message.usage || typeof data.message.usage !== 'object') data.message.usage = { input_tokens: 0, output_tokens: 0 };
+            // Its `content` too, the list each content_block_start appends to: a message_start without one (OpenCode
+            // Go's Anthropic-style endpoint sends none) failed `finalMessage()` at the first block ("reading 'push'").
+            if (!Array.isArray(data.message.content)) data.message.content = [];
             return { event: ev.event, data: JSON.stringify(data) };
           }
           case 'message_delta': {

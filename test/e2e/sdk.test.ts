@@ -292,6 +292,25 @@ describe('official anthropic SDK', () => {
     expect(streamed.container).toBeNull();
   });
 
+  it("reads a provider's stream whose message_start has no content list (the SDK appends each block to it)", async () => {
+    const ev = (type: string, o: Record<string, unknown>) => `event: ${type}\ndata: ${JSON.stringify({ type, ...o })}\n\n`;
+    upstream.faults.push({
+      kind: 'raw-stream',
+      text: [
+        ev('message_start', { message: { id: 'msg_1', type: 'message', role: 'assistant', model: 'm', usage: { input_tokens: 4, output_tokens: 0 } } }),
+        ev('content_block_start', { index: 0, content_block: { type: 'text', text: '' } }),
+        ev('content_block_delta', { index: 0, delta: { type: 'text_delta', text: 'Hi there.' } }),
+        ev('content_block_stop', { index: 0 }),
+        ev('message_delta', { delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: 3 } }),
+        ev('message_stop', {}),
+      ].join(''),
+    });
+    // It had failed with "Cannot read properties of undefined (reading 'push')".
+    const final = await anthropic.messages.stream({ model: 'fake/claude', max_tokens: 64, messages: [{ role: 'user', content: 'hi' }] }).finalMessage();
+    expect(final.content).toEqual([{ type: 'text', text: 'Hi there.' }]);
+    expect(final.stop_reason).toBe('end_turn');
+  });
+
   it('reports a mid-stream provider failure as an error event', async () => {
     upstream.faults.push({ kind: 'midstream' });
     const stream = anthropic.messages.stream({ model: 'fake/claude', max_tokens: 64, messages: [{ role: 'user', content: 'hi' }] });
