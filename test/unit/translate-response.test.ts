@@ -69,6 +69,15 @@ describe('messagesToChatResponse', () => {
     expect(out.choices[0].message.content).toBeNull();
   });
 
+  it("gives empty content (not null) when the model wrote no text: thinking took all of max_tokens (spec 7.5.5), an empty turn", () => {
+    const spent = messagesToChatResponse(
+      message({ content: [{ type: 'thinking', thinking: 'Hmm…', signature: 's' }], stop_reason: 'max_tokens', usage: { input_tokens: 3, output_tokens: 64, output_tokens_details: { thinking_tokens: 64 } } }),
+    );
+    expect(spent.choices[0]).toMatchObject({ finish_reason: 'length', message: { content: '', refusal: null } });
+    expect(spent.usage.completion_tokens_details.reasoning_tokens).toBe(64);
+    expect(messagesToChatResponse(message({ content: [] })).choices[0].message.content).toBe('');
+  });
+
   it('maps thinking blocks to reasoning and drops signatures and redacted thinking', () => {
     const out = messagesToChatResponse(
       message({

@@ -163,7 +163,9 @@ export function messagesToChatResponse(body: Record<string, any>): Record<string
   const refused = body.stop_reason === 'refusal';
   const message: Obj = {
     role: 'assistant',
-    content: texts.length > 0 ? texts.join('') : null,
+    // As OpenAI answers: null beside tool calls or a refusal, else a string, empty when the model wrote no text
+    // (its thinking took all of max_tokens, spec 7.5.5; an empty turn). It had been null then too.
+    content: texts.length > 0 ? texts.join('') : toolCalls.length > 0 || refused ? null : '',
     refusal: refused ? refusalText(body.stop_details) : null,
   };
   if (thinking.length > 0) message.reasoning = thinking.join('');
