@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { byokContext, maskProviderKey, sealProviderKey } from '../../src/auth/byok-seal';
 import { perTestGateways } from '../fixtures/per-test';
 import { post, sseEvents, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+import { journalSpy } from '../fixtures/journal-spy';
 
 /**
  * BYOK: a workspace's own provider keys, stored sealed, are what the upstream receives; such requests are
@@ -310,16 +311,8 @@ describe('a request whose upstream calls are served both ways (fusion)', () => {
   it('its one journal entry has the generation id of its rows: a sweep that finalised it (a kill leaves the same) is replaced by the paid row, and the -byok row is written with it', async () => {
     const g = await fused();
     await storeOwnKey(g, 'fake-anthropic', OWN_ANTHROPIC);
-    const journaled: string[] = [];
-    const record = g.store.insertPendingLedger.bind(g.store);
-    g.store.insertPendingLedger = async (rows) => {
-      journaled.push(...rows.map((row) => row.generationId));
-      return record(rows);
-    };
-    // The ledger rows stay in the writer (as in a process killed before its batch was written).
-    const write = g.store.insertLedgerBatch.bind(g.store);
-    let down = true;
-    g.store.insertLedgerBatch = (rows, release) => (down ? Promise.reject(new Error('not now')) : write(rows, release));
+    // The ledger rows stay in the writer, as in a process killed before its batch was written.
+    const { journaled, writerBack } = journalSpy(g.store);
     const r = await ask(g);
     expect(r.status).toBe(200);
     const id = r.json.id as string;
@@ -329,7 +322,7 @@ describe('a request whose upstream calls are served both ways (fusion)', () => {
     // candidate's, never replaced by the request's rows).
     expect(await g.store.finalizePendingLedger({ beforeMs: Date.now() + 1000, exceptOwner: 'another-process' })).toBe(1);
     expect(await g.store.getLedger(id)).toMatchObject({ status: 'interrupted', costUsd: 0 });
-    down = false;
+    writerBack();
     await g.gateway.ledger.flush();
     const total = r.json.usage.cost as number;
     const paid = await g.store.getLedger(id);

@@ -6,6 +6,7 @@ import { estimate } from '../../src/spend/estimate';
 import { post, sseEvents, testConfigYaml } from '../fixtures/gateway';
 import { pageServer } from '../fixtures/pages';
 import { perTestGateways } from '../fixtures/per-test';
+import { journalSpy } from '../fixtures/journal-spy';
 
 const t = perTestGateways();
 const pages = pageServer((req, res) => {
@@ -79,15 +80,8 @@ describe('gateway:web_fetch server tool (URLs the model asks for)', () => {
 
   it('every turn is made under the request\'s generation id: its one journal entry has the id of the answer and of the row, so a sweep\'s interrupted row is replaced by it', async () => {
     const g = await t.start({ yaml: yaml(), registry: testRegistry() });
-    const journaled: string[] = [];
-    const record = g.store.insertPendingLedger.bind(g.store);
-    g.store.insertPendingLedger = async (rows) => {
-      journaled.push(...rows.map((row) => row.generationId));
-      return record(rows);
-    };
-    const write = g.store.insertLedgerBatch.bind(g.store);
-    let down = true; // the row stays in the writer, as in a process killed before its batch was written
-    g.store.insertLedgerBatch = (rows, release) => (down ? Promise.reject(new Error('not now')) : write(rows, release));
+    // The ledger rows stay in the writer, as in a process killed before its batch was written.
+    const { journaled, writerBack } = journalSpy(g.store);
     t.upstream.scripts.set('gpt-upstream', [chatCalls([{ name: 'web_fetch', args: { url: `${pages.url}/second` } }])]);
     const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', tools: [SERVER_TOOL], messages: [{ role: 'user', content: 'Read it' }] });
     expect(r.status).toBe(200);
@@ -96,7 +90,7 @@ describe('gateway:web_fetch server tool (URLs the model asks for)', () => {
     expect(journaled).toEqual([id]); // it had been the first turn's id, the answer the second's
     expect(await g.store.finalizePendingLedger({ beforeMs: Date.now() + 1000, exceptOwner: 'another-process' })).toBe(1);
     expect(await g.store.getLedger(id)).toMatchObject({ status: 'interrupted', costUsd: 0 });
-    down = false;
+    writerBack();
     expect(await g.ledgerRow(id)).toMatchObject({ promptTokens: 17, completionTokens: 8, status: 'completed' });
   });
 
