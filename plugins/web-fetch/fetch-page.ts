@@ -19,7 +19,13 @@ export function record(url: string, outcome: string, summary: string, data: Reco
  *
  * @example const r = await fetchOne('https://example.com/', config, {}, state.signal); if ('text' in r) use(r.text);
  */
-export async function fetchOne(url: string, config: WebFetchConfig, overrides: WebFetchFetcherOverrides, signal: AbortSignal): Promise<Fetched | Failed> {
+export async function fetchOne(
+  url: string,
+  config: WebFetchConfig,
+  overrides: WebFetchFetcherOverrides,
+  signal: AbortSignal,
+  urlAllowed?: (url: URL) => boolean,
+): Promise<Fetched | Failed> {
   try {
     const doc = await safeFetch(url, {
       maxBytes: config.max_bytes,
@@ -29,6 +35,7 @@ export async function fetchOne(url: string, config: WebFetchConfig, overrides: W
       signal,
       resolve: overrides.resolve,
       testOnlyLoopbackPorts: overrides.testOnlyLoopbackPorts,
+      urlAllowed,
     });
     const full = documentText(doc);
     const truncated = full.length > config.max_chars;
@@ -37,7 +44,7 @@ export async function fetchOne(url: string, config: WebFetchConfig, overrides: W
     return { url, text, truncated, record: record(url, 'fetched', `Fetched ${url}`, data) };
   } catch (err) {
     const error = err instanceof FetchRefused ? err : new FetchRefused('network', (err as Error).message, url);
-    const outcome = error.code === 'blocked_address' || error.code === 'bad_scheme' || error.code === 'bad_url' ? 'refused' : 'failed';
+    const outcome = error.code === 'blocked_address' || error.code === 'blocked_domain' || error.code === 'bad_scheme' || error.code === 'bad_url' ? 'refused' : 'failed';
     return { url, error, record: record(url, outcome, `${outcome === 'refused' ? 'Refused' : 'Failed'} ${url}: ${error.message}`, { reason: error.code }) };
   }
 }

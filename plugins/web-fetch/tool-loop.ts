@@ -199,9 +199,11 @@ async function runCall(call: Call, allowed: boolean, input: ToolLoopInput): Prom
   if (call.url === null) return refuse('web_fetch needs a `url` string argument', 'bad_arguments');
   if (!allowed) return refuse(`Not fetched ${call.url}: the web_fetch limit for this request is reached`, 'skipped');
   if (!domainAllowed(call.url, tool.options)) return refuse(`Not fetched ${call.url}: the domain is not allowed for this request`, 'refused');
-  const r = await fetchOne(call.url, config, overrides, state.signal);
+  // Every hop is checked before it is requested: a check of the final URL alone had let an allowed site's open
+  // redirect send the request (and whatever the model wrote into its URL) to a domain the request refuses.
+  const r = await fetchOne(call.url, config, overrides, state.signal, (hop) => domainAllowed(hop.href, tool.options));
   (r.record.data as Obj).via = 'tool_call';
-  if ('text' in r && !domainAllowed(String((r.record.data as Obj).final_url ?? r.url), tool.options)) {
+  if (!('text' in r) && r.error.code === 'blocked_domain') {
     return refuse(`Not fetched ${call.url}: it redirected to a domain that is not allowed for this request`, 'refused');
   }
   state.pipeline.push(r.record);

