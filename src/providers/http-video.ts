@@ -71,7 +71,7 @@ export function createHttpVideoProvider(config: HttpVideoProviderConfig): VideoP
     try {
       // Every answer, 2xx ones too (an error message, an output URL with a token), loses the key the call
       // was sent with, whichever key that was: what is read from it may reach a client or a log.
-      text = withoutCredentials(await res.body.text(), credentialsIn(sent));
+      text = withoutCredentials(await cappedText(res, config.id), credentialsIn(sent));
     } catch (err) {
       throw networkError(err, config.id);
     }
@@ -130,6 +130,30 @@ function pollResult(status: VideoUpstreamStatus, body: Record<string, unknown>):
   else if (err && typeof err === 'object' && typeof (err as { message?: unknown }).message === 'string') out.error = (err as { message: string }).message;
   if (typeof body.expires_at === 'number' && Number.isFinite(body.expires_at)) out.expiresAt = body.expires_at * 1000;
   return out;
+}
+
+/**
+ * The largest video answer read. A job's answer is an id, a status and a few URLs: a few kilobytes. The poller
+ * reads 8 at a time in every process, and an unbounded read held whatever an upstream sent (100 MB and more)
+ * until it ended.
+ */
+const MAX_ANSWER_BYTES = 2 * 1024 * 1024;
+
+/** The answer's text, refused (and the connection dropped) past `MAX_ANSWER_BYTES`, declared or streamed. */
+async function cappedText(res: { headers: Record<string, string | string[] | undefined>; body: AsyncIterable<Buffer> & { destroy(): void } }, providerId: string): Promise<string> {
+  const tooLarge = () => {
+    res.body.destroy();
+    return new GatewayError('provider_unavailable', `Provider ${providerId} sent an answer over ${MAX_ANSWER_BYTES / 1024 / 1024} MB`, { metadata: { provider_name: providerId } });
+  };
+  if (Number(res.headers['content-length']) > MAX_ANSWER_BYTES) throw tooLarge();
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of res.body) {
+    size += chunk.length;
+    if (size > MAX_ANSWER_BYTES) throw tooLarge();
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks).toString('utf8');
 }
 
 function networkError(err: unknown, providerId: string): GatewayError {

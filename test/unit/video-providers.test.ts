@@ -151,3 +151,44 @@ describe('the job object on the wire (spec 2.3)', () => {
     expect(wire({ status: 'cancelled' })).toEqual({ ...head, status: 'cancelled' });
   });
 });
+
+describe('the http-video provider against a hostile upstream', () => {
+  it('reads an answer up to 2 MB: a larger one, declared or streamed, fails the call without being held whole', async () => {
+    const { createServer } = await import('node:http');
+    const { createHttpVideoProvider } = await import('../../src/providers/http-video');
+    let streamedBytes = 0;
+    const server = createServer((req, res) => {
+      if (req.url?.includes('declared')) {
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': String(1e9) });
+        res.write(' '.repeat(1000)); // a body that would be 1 GB: refused by its length, never read
+        return;
+      }
+      // An endless body: the gateway must stop reading it, not hold it until it ends.
+      res.writeHead(200, { 'content-type': 'application/json' });
+      const chunk = ' '.repeat(64 * 1024);
+      const more = () => {
+        while (!res.destroyed && streamedBytes < 100e6) {
+          streamedBytes += chunk.length;
+          if (!res.write(chunk)) return void res.once('drain', more);
+        }
+        res.end('{"id":"job-1","status":"queued"}');
+      };
+      more();
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    try {
+      const port = (server.address() as import('node:net').AddressInfo).port;
+      const p = createHttpVideoProvider({ id: 'vid', kind: 'http-video', base_url: `http://127.0.0.1:${port}/v1`, timeout_ms: 5000, connect_timeout_ms: 1000, region: 'global', data_collection: 'deny' } as never);
+      const err = await p.submit({ model: 'v', prompt: 'x', params: {} }, signal).then(() => null, (e: unknown) => e);
+      expect(err).toBeInstanceOf(GatewayError);
+      expect((err as GatewayError).errorType).toBe('provider_unavailable');
+      expect((err as GatewayError).message).toBe('Provider vid sent an answer over 2 MB');
+      expect(streamedBytes).toBeLessThan(20e6);
+      const declared = await p.poll('declared').then(() => null, (e: unknown) => e);
+      expect((declared as GatewayError).message).toBe('Provider vid sent an answer over 2 MB');
+    } finally {
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    }
+  });
+});
