@@ -1,4 +1,5 @@
 import type { GatewayConfig, GuardrailConfig, PiiKind } from '../config/types';
+import { cappedResponseText, ResponseTooLarge } from '../net/capped-response';
 import { operatorPatternProblem, operatorRegExp } from '../operator-regexp';
 import { pipelineOf } from '../pipeline/request-plugins';
 import { detectPii, injectionHeuristics, keywordRegExp, keywordsProblem, matchAll, type Engine, type Finding } from './detectors';
@@ -76,6 +77,9 @@ export interface GuardrailOutcome {
 /** Calls a classifier endpoint: POST `{input, guardrail_id}` → 2xx `{score: number in 0..1}`. */
 export type Classify = (url: string, body: { input: string; guardrail_id: string }, timeoutMs: number) => Promise<number>;
 
+/** The largest classifier answer read (decoded; `fetch` inflates compressed ones): the answer is `{score}`. */
+const MAX_CLASSIFIER_ANSWER_BYTES = 1024 * 1024;
+
 /** The documented classifier contract over HTTP; any other answer, or no answer in time, is a failure. */
 export const httpClassify: Classify = async (url, body, timeoutMs) => {
   const res = await fetch(url, {
@@ -84,7 +88,14 @@ export const httpClassify: Classify = async (url, body, timeoutMs) => {
     body: JSON.stringify(body),
     signal: AbortSignal.timeout(timeoutMs),
   });
-  const text = await res.text();
+  let text: string;
+  try {
+    text = await cappedResponseText(res, MAX_CLASSIFIER_ANSWER_BYTES);
+  } catch (err) {
+    if (!res.ok) throw new Error(`classifier answered ${res.status}`);
+    if (err instanceof ResponseTooLarge) throw new Error(`classifier ${err.message}`);
+    throw err;
+  }
   if (!res.ok) throw new Error(`classifier answered ${res.status}`);
   let score: unknown;
   try {

@@ -1,6 +1,10 @@
 import type { ModerationEngineConfig } from '../config/types';
 import { keywordRegExp } from '../guardrails/detectors';
+import { cappedResponseText, ResponseTooLarge } from '../net/capped-response';
 import { operatorRegExp } from '../operator-regexp';
+
+/** The largest moderation answer read (decoded): about a kilobyte per text judged, more is not a moderation answer. */
+const MAX_ANSWER_BYTES = 16 * 1024 * 1024;
 
 /** What an engine found in a request's texts. */
 export interface ModerationVerdict {
@@ -82,9 +86,10 @@ function openaiCheck(e: ModerationEngineConfig): ModerationEngine['check'] {
     }
     let text: string;
     try {
-      text = await res.text();
+      text = await cappedResponseText(res, MAX_ANSWER_BYTES);
     } catch (err) {
       if (!res.ok) throw new Error(`answered ${res.status}`);
+      if (err instanceof ResponseTooLarge) throw err;
       // The headers came in time, the body did not: a timeout all the same (it had read as "answer is not JSON").
       throw new Error(timeout.aborted ? `no answer within ${e.timeout_ms} ms` : `request failed: ${(err as Error).message}`);
     }

@@ -85,3 +85,33 @@ describe('config checks at load', () => {
     );
   });
 });
+
+describe('answers of a moderation endpoint or a guardrail classifier (hostile upstreams)', () => {
+  /** A server whose every answer is `{"results":[…]}`/`{"score":…}` after `padMb` MB of spaces, gzip-compressed (a few KB on the wire). */
+  async function bombServer(padMb: number, json: string) {
+    const { createServer } = await import('node:http');
+    const { gzipSync } = await import('node:zlib');
+    const body = gzipSync(Buffer.concat([Buffer.alloc(padMb * 1024 * 1024, 0x20), Buffer.from(json)]), { level: 1 });
+    const server = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'gzip', 'content-length': body.length }).end(body));
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const url = `http://127.0.0.1:${(server.address() as import('node:net').AddressInfo).port}`;
+    return { url, wire: body.length, close: () => new Promise((r) => (server.closeAllConnections(), server.close(r))) };
+  }
+
+  it('a compressed answer that inflates past the cap fails the check instead of being inflated whole', async () => {
+    const { httpClassify } = await import('../../src/guardrails/check');
+    const mod = await bombServer(40, '{"results":[{"flagged":false,"categories":{}}]}');
+    const cls = await bombServer(40, '{"score":0.1}');
+    try {
+      expect(mod.wire).toBeLessThan(200_000);
+      const engine = compileEngine({ id: 'm', kind: 'openai', base_url: `${mod.url}/v1`, model: 'omni', timeout_ms: 10_000, on_error: 'deny', rules: [] } as never);
+      await expect(engine.check(['hello'])).rejects.toThrow('answer is larger than 16 MB');
+      await expect(httpClassify(`${cls.url}/classify`, { input: 'hello', guardrail_id: 'g' }, 10_000)).rejects.toThrow('classifier answer is larger than 1 MB');
+    } finally {
+      await Promise.all([mod.close(), cls.close()]);
+    }
+  });
+});
