@@ -97,7 +97,9 @@ async function fetchJson(url: string, options: Call, io: { agent: Agent; timeout
     if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT') {
       throw new SearchFailed('timeout', `search backend did not answer within ${io.timeoutMs} ms`);
     }
-    throw new SearchFailed('network', `search backend unreachable: ${(err as Error).message}`);
+    // The code alone: the error's message names the backend's address and port (`connect ECONNREFUSED
+    // 10.0.3.7:8080`), the operator's own network, and it reached any client (the 502's message, the record).
+    throw new SearchFailed('network', `search backend unreachable${code ? ` (${code})` : ''}`);
   }
 }
 

@@ -281,6 +281,21 @@ describe('web search stage through the server', () => {
     expect(t.upstream.received).toHaveLength(0);
   });
 
+  it('an unreachable backend is named by its error code only: its address (the operator\'s own network) reaches no client', async () => {
+    const dead = `${testConfigYaml(t.upstream.url, '[auth, validate, web, upstream]')}plugins:\n  web: { backend: { kind: searxng, base_url: 'http://127.0.0.1:9/searx', timeout_ms: 5000 }, on_error: deny }\n`;
+    const g = await t.start({ yaml: dead });
+    const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', plugins: [{ id: 'web' }], messages: [{ role: 'user', content: 'q' }] }, META);
+    expect(r.status).toBe(502);
+    expect(r.json.error.message).toBe('web search failed: search backend unreachable (ECONNREFUSED)');
+    expect(r.text).not.toContain('127.0.0.1:9');
+    expect(t.upstream.received).toHaveLength(0);
+    const g2 = await t.start({ yaml: dead.replace('on_error: deny', 'on_error: allow') });
+    const r2 = await post(`${g2.url}/chat/completions`, g2.key, { model: 'fake/gpt', plugins: [{ id: 'web' }], messages: [{ role: 'user', content: 'q' }] }, META);
+    expect(r2.status).toBe(200);
+    expect(r2.json.gateway_metadata.pipeline[0]).toMatchObject({ summary: 'Web search failed: search backend unreachable (ECONNREFUSED)', data: { reason: 'network' } });
+    expect(r2.text).not.toContain('127.0.0.1:9');
+  });
+
   it('max_query_chars cuts the query on whole characters: no half emoji goes to the backend', async () => {
     const g = await t.start({ yaml: yaml('http', 'max_query_chars: 5') });
     const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', plugins: [{ id: 'web' }], messages: [{ role: 'user', content: 'Otter 😀😀 facts' }] });
