@@ -198,8 +198,10 @@ export async function checkedAddress(target: URL, original: string, options: Pic
     if (options.testOnlyLoopbackPorts?.includes(port) && isLoopback(a.address)) continue;
     const verdict = addressVerdict(a.address);
     if (!verdict.allowed) {
-      const via = literal ? '' : ` (${target.hostname} resolves to it)`;
-      throw new FetchRefused('blocked_address', `Address ${a.address} is ${verdict.reason}${via}`, original);
+      // A name's answer is not shown: the message reaches the client (records, tool results, errors), and
+      // showing it made the gateway's resolver an oracle for the operator's internal DNS.
+      const message = literal ? `Address ${a.address} is ${verdict.reason}` : `${target.hostname} resolves to an address that is ${verdict.reason} (not shown)`;
+      throw new FetchRefused('blocked_address', message, original);
     }
   }
   return addresses[0];
