@@ -1,6 +1,6 @@
 import { GatewayError } from '../../src/errors/gateway-error';
 import { forwardedHeaders } from '../../src/pipeline/forward-headers';
-import { keepAskedText } from '../../src/pipeline/asked-text';
+import { askedText, keepAskedText } from '../../src/pipeline/asked-text';
 import { requestPlugin } from '../../src/pipeline/request-plugins';
 import type { GatewayState, StageDefinition } from '../../src/pipeline/types';
 import type { Resolver } from '../../src/net/safe-fetch';
@@ -36,7 +36,6 @@ export interface WebFetchFetcherOverrides {
   testOnlyLoopbackPorts?: readonly number[];
   resolve?: Resolver;
 }
-
 
 /**
  * Builds the `web-fetch` stage definition. `plugins/web-fetch/index.ts` exports the one built without
@@ -106,10 +105,9 @@ function urlsOf(state: GatewayState, asked: unknown, config: WebFetchConfig): st
     }
     out.push(...(asked as string[]));
   }
-  if (config.from_messages) {
-    const last = lastUserMessage(state);
-    if (last) out.push(...urlsInText(textOf(last.content)));
-  }
+  // What the client wrote there, not what an earlier stage added (file-parser's documents): a third party's PDF
+  // had chosen URLs for the gateway to fetch and put into the prompt.
+  if (config.from_messages) out.push(...urlsInText(askedText(state)));
   return [...new Set(out)];
 }
 
@@ -137,15 +135,6 @@ function lastUserMessage(state: GatewayState): Message | undefined {
     if (m && typeof m === 'object' && m.role === 'user') return m;
   }
   return undefined;
-}
-
-function textOf(content: unknown): string {
-  if (typeof content === 'string') return content;
-  if (!Array.isArray(content)) return '';
-  return content
-    .filter((p): p is { type: string; text: string } => !!p && p.type === 'text' && typeof p.text === 'string')
-    .map((p) => p.text)
-    .join('\n');
 }
 
 /**

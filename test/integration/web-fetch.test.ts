@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { registry } from '../../plugins';
 import { webFetchDefinition } from '../../plugins/web-fetch/stage';
 import { post, testConfigYaml } from '../fixtures/gateway';
+import { minimalPdf } from '../fixtures/minimal-pdf';
 import { pageServer } from '../fixtures/pages';
 import { perTestGateways } from '../fixtures/per-test';
 
@@ -187,6 +188,25 @@ describe('web-fetch stage through the server', () => {
     const on = await t.start({ yaml: yaml('{ from_messages: true }'), registry: testRegistry() });
     await post(`${on.url}/chat/completions`, on.key, { model: 'fake/gpt', messages: [{ role: 'user', content: text }] });
     expect(t.upstream.received[0].body.messages[0].content).toBe(`Content of ${pages.url}/article:\nOtters\nOtters hold hands & sleep.\n\n${text}`);
+  });
+
+  it('from_messages reads only what the client wrote: URLs in a document file-parser put into the message are not fetched', async () => {
+    // A third party's PDF (the one the user asks about) names a URL: it must not choose what the gateway fetches.
+    const pdf = minimalPdf([`Read ${pages.url}/long for more`]).toString('base64');
+    const pipeline = '[auth, validate, file-parser, web-fetch, upstream]';
+    const g = await t.start({ yaml: `${testConfigYaml(t.upstream.url, pipeline)}plugins:\n  file-parser: { mode: always }\n  web-fetch: { from_messages: true }\n`, registry: testRegistry() });
+    const before = pages.hits();
+    const text = `Summarise it, and ${pages.url}/article too`;
+    const r = await post(`${g.url}/chat/completions`, g.key, {
+      model: 'fake/gpt',
+      messages: [{ role: 'user', content: [{ type: 'file', file: { filename: 'their.pdf', file_data: `data:application/pdf;base64,${pdf}` } }, { type: 'text', text }] }],
+    }, META);
+    expect(r.status).toBe(200);
+    expect(pages.hits()).toBe(before + 1);
+    expect(r.json.gateway_metadata.pipeline.filter((p: any) => p.type === 'web-fetch').map((p: any) => p.data.url)).toEqual([`${pages.url}/article`]);
+    const sent = JSON.stringify(t.upstream.received[0].body.messages);
+    expect(sent).toContain(`Read ${pages.url}/long for more`);
+    expect(sent).not.toContain('aaaa');
   });
 
   it('the shipped stage (no test allowance) refuses the local page server, and gateway.yaml cannot open it', async () => {
