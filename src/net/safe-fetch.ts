@@ -9,6 +9,57 @@ export type Resolver = (hostname: string) => Promise<readonly LookupAddress[]>;
 
 export const systemResolver: Resolver = (hostname) => dnsLookup(hostname, { all: true, verbatim: true });
 
+/**
+ * Name lookups of caller-named hosts running at once, in the whole process. `dns.lookup` is getaddrinfo on
+ * one of libuv's 4 threads, which every other lookup of the gateway shares (a provider's new connection too),
+ * and it cannot be cancelled: a name whose DNS never answers holds its thread until the system resolver gives
+ * up, seconds later. Without a limit, a few such URLs in requests held all 4, and every lookup of the process
+ * waited behind them.
+ */
+const LOOKUP_SLOTS = 2;
+let lookupsRunning = 0;
+const lookupQueue: (() => void)[] = [];
+
+/** Waits for a lookup slot (in arrival order); a wait that `signal` ends leaves the queue without a slot. */
+function lookupSlot(signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  if (lookupsRunning < LOOKUP_SLOTS) {
+    lookupsRunning++;
+    return Promise.resolve();
+  }
+  return new Promise<void>((resolve, reject) => {
+    const go = () => {
+      signal.removeEventListener('abort', gone);
+      resolve();
+    };
+    const gone = () => {
+      lookupQueue.splice(lookupQueue.indexOf(go), 1);
+      reject(signal.reason);
+    };
+    lookupQueue.push(go);
+    signal.addEventListener('abort', gone, { once: true });
+  });
+}
+
+/** Gives a lookup slot to the next in the queue, or back. */
+function freeLookupSlot(): void {
+  const next = lookupQueue.shift();
+  if (next) next();
+  else lookupsRunning--;
+}
+
+/** `resolve` run within a lookup slot; the slot is held until the lookup itself ends, whoever still waits for it. */
+function slotted(resolve: Resolver, signal: AbortSignal): Resolver {
+  return async (hostname) => {
+    await lookupSlot(signal);
+    try {
+      return await resolve(hostname);
+    } finally {
+      freeLookupSlot();
+    }
+  };
+}
+
 export interface SafeFetchOptions {
   /** Largest body accepted, in bytes; a larger declared or streamed body is refused (`too_large`). */
   maxBytes: number;
@@ -97,7 +148,8 @@ export async function safeFetch(url: string, options: SafeFetchOptions): Promise
     for (;;) {
       const target = parseTarget(current, url);
       if (options.urlAllowed && !options.urlAllowed(target)) throw new FetchRefused('blocked_domain', `${target.hostname} is not allowed for this request`, url);
-      const pinned = await abortable(checkedAddress(target, url, options), signal);
+      const resolve = slotted(options.resolve ?? systemResolver, signal);
+      const pinned = await abortable(checkedAddress(target, url, { resolve, testOnlyLoopbackPorts: options.testOnlyLoopbackPorts }), signal);
       const agent = pinnedAgent(pinned, options.timeoutMs);
       try {
         const res = await request(target.href, {

@@ -306,3 +306,29 @@ describe('htmlToText', () => {
     expect(decodeEntities('a&a'.repeat(500_000))).toBe('a&a'.repeat(500_000));
   });
 });
+
+describe('safeFetch name lookups', () => {
+  it('at most 2 run at once in the process: names that never resolve hold no more of libuv\'s 4 threads, and a lookup still queued when its fetch ends never starts', async () => {
+    let running = 0;
+    let most = 0;
+    let calls = 0;
+    const hung: (() => void)[] = [];
+    // A name whose DNS never answers: getaddrinfo holds a libuv thread (4 in all, shared with every other
+    // lookup of the gateway, providers' included) until the system resolver gives up, seconds later.
+    const resolve = (host: string) => {
+      calls++;
+      most = Math.max(most, ++running);
+      return new Promise<never>((_, reject) => hung.push(() => (running--, reject(Object.assign(new Error(host), { code: 'ETIMEOUT' })))));
+    };
+    const opts: SafeFetchOptions = { maxBytes: 100, timeoutMs: 300, maxRedirects: 0, allowedContentTypes: ['text/plain'], resolve };
+    const errs = await Promise.all(Array.from({ length: 6 }, (_, i) => refusal(safeFetch(`http://slow${i}.example/`, opts))));
+    expect(errs.map((e) => e.code)).toEqual(Array(6).fill('timeout'));
+    expect(most).toBe(2);
+    expect(calls).toBe(2);
+    hung.splice(0).forEach((end) => end());
+    // The slots come back when the lookups end.
+    const ok = (host: string) => (calls++, Promise.resolve([{ address: '10.0.0.1', family: 4 }]));
+    expect((await refusal(safeFetch('http://after.example/', { ...opts, resolve: ok }))).code).toBe('blocked_address');
+    expect(calls).toBe(3);
+  });
+});
