@@ -67,3 +67,21 @@ function withoutPrefixRuns(text: string, c: string, prefix: string): string {
   }
   return from === 0 ? text : out + text.slice(from);
 }
+
+/**
+ * `value` (parsed JSON) with every credential taken out of its strings (keys too), at any depth: a key an
+ * answer wrote with JSON escapes (`\u0073k-…`) is not in its text, only in what the text parses to.
+ *
+ * @example scrubbed(JSON.parse(text), credentials)
+ */
+export function scrubbed(value: unknown, credentials: readonly string[]): unknown {
+  if (credentials.length === 0) return value;
+  if (typeof value === 'string') return withoutCredentials(value, credentials);
+  if (Array.isArray(value)) return value.map((v) => scrubbed(v, credentials));
+  if (value && typeof value === 'object') {
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(value)) out[withoutCredentials(k, credentials)] = scrubbed(v, credentials);
+    return out;
+  }
+  return value;
+}

@@ -2,7 +2,7 @@ import { errors as undiciErrors } from '../net/undici-parts';
 import type { HttpVideoProviderConfig } from '../config/types';
 import { GatewayError } from '../errors/gateway-error';
 import { agentFor } from './http';
-import { credentialsIn, withoutCredentials } from './credentials';
+import { credentialsIn, scrubbed, withoutCredentials } from './credentials';
 import { classifyUpstreamError } from './upstream-errors';
 import type { VideoPollResult, VideoProvider, VideoSubmitInput, VideoUpstreamStatus } from './video-types';
 
@@ -50,8 +50,9 @@ export function createHttpVideoProvider(config: HttpVideoProviderConfig): VideoP
   /** The headers of a call: the configured ones, with a workspace's own key as the bearer token when given. */
   const headersFor = (apiKey: string | undefined) => (apiKey === undefined ? headers : { ...headers, authorization: `Bearer ${apiKey}` });
 
-  async function call({ method, path, body, signal, apiKey }: Call): Promise<{ status: number; json: Record<string, unknown> | null; text: string }> {
+  async function call({ method, path, body, signal, apiKey }: Call): Promise<{ status: number; json: Record<string, unknown> | null; text: string; credentials: string[] }> {
     const sent = headersFor(apiKey);
+    const credentials = credentialsIn(sent);
     let res;
     try {
       res = await agentFor(config.connect_timeout_ms).request({
@@ -71,22 +72,24 @@ export function createHttpVideoProvider(config: HttpVideoProviderConfig): VideoP
     try {
       // Every answer, 2xx ones too (an error message, an output URL with a token), loses the key the call
       // was sent with, whichever key that was: what is read from it may reach a client or a log.
-      text = withoutCredentials(await cappedText(res, config.id), credentialsIn(sent));
+      text = withoutCredentials(await cappedText(res, config.id), credentials);
     } catch (err) {
       throw networkError(err, config.id);
     }
     let json: Record<string, unknown> | null = null;
     try {
-      const parsed: unknown = JSON.parse(text);
+      // Scrubbed again once parsed: a key written with JSON escapes (`\u0073k-…`) is only seen then, and a job's
+      // error and output URLs are read from the parsed answer.
+      const parsed: unknown = scrubbed(JSON.parse(text), credentials);
       if (parsed && typeof parsed === 'object' && !Array.isArray(parsed)) json = parsed as Record<string, unknown>;
     } catch {
       // judged by the caller: a 2xx without a JSON object is a bad answer
     }
-    return { status: res.statusCode, json, text };
+    return { status: res.statusCode, json, text, credentials };
   }
 
-  const failIfNot2xx = (r: { status: number; text: string }) => {
-    if (r.status < 200 || r.status >= 300) throw classifyUpstreamError(r.status, r.text, config.id);
+  const failIfNot2xx = (r: { status: number; text: string; credentials: string[] }) => {
+    if (r.status < 200 || r.status >= 300) throw classifyUpstreamError(r.status, r.text, config.id, undefined, r.credentials);
   };
   const badAnswer = (what: string) =>
     new GatewayError('provider_unavailable', `Provider ${config.id} returned ${what}`, { metadata: { provider_name: config.id } });

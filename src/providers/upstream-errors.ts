@@ -1,5 +1,5 @@
 import { GatewayError, type ErrorType } from '../errors/gateway-error';
-import { withoutCredentials } from './credentials';
+import { scrubbed } from './credentials';
 import { textHead } from '../text-cut';
 
 /**
@@ -47,19 +47,6 @@ function readBody(text: string, credentials: readonly string[]): UpstreamErrorBo
 
 function isPlainObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
-/** `value` with every credential taken out of its strings (keys too), at any depth. */
-function scrubbed(value: unknown, credentials: readonly string[]): unknown {
-  if (credentials.length === 0) return value;
-  if (typeof value === 'string') return withoutCredentials(value, credentials);
-  if (Array.isArray(value)) return value.map((v) => scrubbed(v, credentials));
-  if (value && typeof value === 'object') {
-    const out: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(value)) out[withoutCredentials(k, credentials)] = scrubbed(v, credentials);
-    return out;
-  }
-  return value;
 }
 
 /**

@@ -192,3 +192,32 @@ describe('the http-video provider against a hostile upstream', () => {
     }
   });
 });
+
+describe('the http-video provider and a key written back with JSON escapes', () => {
+  it('an error, a job error and an output URL quoting the key as \\u escapes lose it once parsed', async () => {
+    const { createServer } = await import('node:http');
+    const { createHttpVideoProvider } = await import('../../src/providers/http-video');
+    const KEY = 'sk-video-operator-0123456789abcdef';
+    // `s` written as \u0073: valid JSON for the same text, which the scrub of the raw answer does not see.
+    const escaped = `\\u0073${KEY.slice(1)}`;
+    const server = createServer((req, res) => {
+      req.resume();
+      if (req.method === 'POST') return void res.writeHead(400, { 'content-type': 'application/json' }).end(`{"error":{"message":"Incorrect API key provided: ${escaped}","type":"invalid_request_error"}}`);
+      res.writeHead(200, { 'content-type': 'application/json' }).end(`{"status":"failed","error":{"message":"job refused for ${escaped}"},"output_urls":["https://cdn.example/v.mp4?k=${escaped}"]}`);
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    try {
+      const port = (server.address() as import('node:net').AddressInfo).port;
+      const p = createHttpVideoProvider({ id: 'vid', kind: 'http-video', base_url: `http://127.0.0.1:${port}/v1`, api_key: KEY, timeout_ms: 5000, connect_timeout_ms: 1000, region: 'global', data_collection: 'deny' } as never);
+      const err = (await p.submit({ model: 'v', prompt: 'x', params: {} }, signal).then(() => null, (e: unknown) => e)) as GatewayError;
+      expect(err).toBeInstanceOf(GatewayError);
+      expect(err.message).toBe('Incorrect API key provided: [redacted]');
+      expect(JSON.stringify(err.metadata)).not.toContain(KEY.slice(4));
+      const polled = await p.poll('up-1');
+      expect(polled).toMatchObject({ status: 'failed', error: 'job refused for [redacted]', urls: ['https://cdn.example/v.mp4?k=[redacted]'] });
+    } finally {
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    }
+  });
+});
