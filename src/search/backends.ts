@@ -1,5 +1,5 @@
 import { Agent, request } from '../net/undici-parts';
-import { credentialsIn, withoutCredentials } from '../providers/credentials';
+import { credentialsIn, scrubbed, withoutCredentials } from '../providers/credentials';
 
 /** One search result, the same shape whatever the backend. */
 export interface SearchResult {
@@ -85,7 +85,8 @@ async function fetchJson(url: string, options: Call, io: { agent: Agent; timeout
       chunks.push(chunk as Buffer);
     }
     try {
-      return JSON.parse(withoutCredentials(Buffer.concat(chunks).toString('utf8'), io.secrets));
+      // Scrubbed again once parsed: a key written with JSON escapes (`\u0073k-…`) is only seen then.
+      return scrubbed(JSON.parse(withoutCredentials(Buffer.concat(chunks).toString('utf8'), io.secrets)), io.secrets);
     } catch {
       throw new SearchFailed('bad_response', 'search backend answer is not JSON');
     }
