@@ -85,3 +85,26 @@ export function scrubbed(value: unknown, credentials: readonly string[]): unknow
   }
   return value;
 }
+
+/**
+ * A `\u` escape of a character keys are made of (letters, digits, `-`, `_`, `.`, `+`, `/`, `=`), which no JSON
+ * encoder escapes unasked.
+ */
+const ESCAPED_KEY_CHAR = /\\u00(?:3[0-9d]|[46][1-9a-f]|[57][0-9af]|2[b-f])/i;
+
+/**
+ * A JSON text (an answer, a stream event's data) with every credential taken out of what it parses to, when it
+ * writes a key character as a `\u` escape (`\u0073k-…` is `sk-…` to any JSON reader, and the text scrub does
+ * not see it); otherwise, and when it is not JSON, the text as it is. Escapes of other characters (non-ASCII,
+ * Go's HTML-safe `\u003c`) do not trigger the parse, so ordinary answers cost one scan.
+ *
+ * @example withoutEscapedCredentials('{"m":"\\u0073k-abc123456"}', ['sk-abc123456']) // '{"m":"[redacted]"}'
+ */
+export function withoutEscapedCredentials(json: string, credentials: readonly string[]): string {
+  if (credentials.length === 0 || !json.includes('\\u00') || !ESCAPED_KEY_CHAR.test(json)) return json;
+  try {
+    return JSON.stringify(scrubbed(JSON.parse(json), credentials));
+  } catch {
+    return json;
+  }
+}

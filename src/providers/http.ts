@@ -2,7 +2,7 @@ import type { Dispatcher } from 'undici';
 import { Agent, errors as undiciErrors } from '../net/undici-parts';
 import { GatewayError, withFlags } from '../errors/gateway-error';
 import type { AbortWatch } from '../pipeline/request-abort';
-import { credentialsIn, withoutCredentials } from './credentials';
+import { credentialsIn, withoutCredentials, withoutEscapedCredentials } from './credentials';
 import { classifyUpstreamError } from './upstream-errors';
 import { isJsonBody, jsonAsEvents, malformedAnswer, reportedFailure } from './json-stream';
 import { batched, parseSseBatches } from './sse';
@@ -267,7 +267,7 @@ export async function sendJson(input: {
   }
   let text: string;
   try {
-    text = withoutCredentials(await exchange.text(), credentials);
+    text = withoutEscapedCredentials(withoutCredentials(await exchange.text(), credentials), credentials);
   } catch (err) {
     // The provider had already answered 2xx: spec 7.5.4 gives the caller a 200 holding only the error.
     throw afterHeaders(networkError(err, providerId, true));

@@ -1,7 +1,7 @@
 import { StringDecoder } from 'node:string_decoder';
 import type { SseEvent } from '../pipeline/types';
 import { GatewayError } from '../errors/gateway-error';
-import { withoutCredentials } from './credentials';
+import { withoutCredentials, withoutEscapedCredentials } from './credentials';
 
 /**
  * The one SSE module: parses an upstream byte stream into events and formats events for the client.
@@ -43,7 +43,7 @@ export async function* parseSseBatches(body: AsyncIterable<Uint8Array | string>,
     if (text === '') {
       let done: SseEvent | undefined;
       if (data !== null) {
-        const joined = redact.length > 0 ? withoutCredentials(data, redact) : data;
+        const joined = redact.length > 0 ? withoutEscapedCredentials(withoutCredentials(data, redact), redact) : data;
         done = event === undefined ? { data: joined } : { event, data: joined };
       }
       event = undefined;

@@ -175,6 +175,25 @@ describe('secrets stay out of logs, spans, response bodies and headers', () => {
     expect(leaks).toEqual([]);
   });
 
+  it('a provider that writes its key back with \\u escapes, in a 2xx answer or a stream, has it caught too', async () => {
+    // `\u0073k-…` is `sk-…` to every JSON reader (the client's SDK too), and a text search for the key misses it.
+    const escaped = [...OPERATOR_OPENAI].map((c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`).join('');
+    const chunk = (delta: string, finish: string | null) => `data: {"id":"chatcmpl-x","object":"chat.completion.chunk","created":1,"model":"gpt-upstream","choices":[{"index":0,"delta":${delta},"finish_reason":${finish}}]}\n\n`;
+    upstream.scripts.set('gpt-upstream', [{ kind: 'raw-stream', text: `${chunk(`{"role":"assistant","content":"Your key is ${escaped}"}`, 'null')}${chunk('{}', '"stop"')}data: [DONE]\n\n` }]);
+    const streamed = await call('POST', '/chat/completions', bearer(gw.key), chat({ stream: true }));
+    expect(streamed.status).toBe(200);
+    expect(streamed.text).toContain('Your key is [redacted]');
+    const answer = `{"id":"chatcmpl-x","object":"chat.completion","created":1,"model":"gpt-upstream","choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":"Your key is ${escaped}"}}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`;
+    upstream.scripts.set('gpt-upstream', [{ kind: 'raw-stream', text: answer }]);
+    const whole = await call('POST', '/chat/completions', bearer(gw.key), chat());
+    expect(JSON.parse(whole.text).choices[0].message.content).toBe('Your key is [redacted]');
+    for (const r of [streamed, whole]) {
+      expect(r.text).not.toContain(escaped.slice(-60));
+      expect(JSON.stringify(r.text.split('\n').map((l) => { try { return JSON.parse(l.replace(/^data: /, '')); } catch { return l; } }))).not.toContain(OPERATOR_OPENAI);
+    }
+    upstream.scripts.clear();
+  });
+
   it('the logger redacts credentials at the paths log calls use for them', () => {
     const lines: string[] = [];
     const logger = createLogger('trace', new Writable({ write: (chunk, _enc, cb) => (lines.push(String(chunk)), cb()) }));

@@ -341,3 +341,21 @@ describe('parseSse bounds', () => {
     expect(events).toEqual([{ data: '{"a":1}' }, { event: 'x', data: '2' }]);
   });
 });
+
+describe('parseSse redaction of the call\'s credentials', () => {
+  async function events(chunks: string[], redact: string[]): Promise<SseEvent[]> {
+    const out: SseEvent[] = [];
+    for await (const ev of parseSse((async function* () { yield* chunks.map((c) => Buffer.from(c)); })(), redact)) out.push(ev);
+    return out;
+  }
+
+  it('a key written back with \\u escapes (the same text for any JSON reader) is caught as the literal one is', async () => {
+    const key = 'sk-operator-0123456789abcdef';
+    const escaped = `\\u0073\\u006b${key.slice(2)}`; // "sk-…" as JSON reads it
+    const got = await events([`data: {"error":{"message":"Incorrect API key provided: ${escaped.slice(0, 9)}`, `${escaped.slice(9)}","type":"invalid_request_error"}}\n\n`, 'data: {"a":"caf\\u00e9 \\u003c\\u0026"}\n\n'], [key]);
+    expect(JSON.parse(got[0].data)).toEqual({ error: { message: 'Incorrect API key provided: [redacted]', type: 'invalid_request_error' } });
+    expect(JSON.stringify(JSON.parse(got[0].data))).not.toContain(key);
+    // Escapes that cannot spell a key (non-ASCII, Go's HTML-safe `<` and `&`) leave the event as it came.
+    expect(got[1].data).toBe('{"a":"caf\\u00e9 \\u003c\\u0026"}');
+  });
+});
