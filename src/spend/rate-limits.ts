@@ -140,7 +140,9 @@ export class RateLimiter {
     const rl = config.rate_limits;
     if (rl.key) {
       const w = fixed(rl.key.window_s);
-      lines.push({ key: `rl:key:${key.id}:${w.start}`, limit: rl.key.requests, resetAt: w.resetAt, scope: 'key', what: `this key's limit per ${rl.key.window_s} s` });
+      // The window's length is in the key, as for model lines: a reload from 60 s to 3600 s at 10:00:10 had
+      // kept counting in the 60 s counter (same start), which expired at 10:01 while the 429 said 11:00.
+      lines.push({ key: `rl:key:${key.id}:${rl.key.window_s}s:${w.start}`, limit: rl.key.requests, resetAt: w.resetAt, scope: 'key', what: `this key's limit per ${rl.key.window_s} s` });
     }
     // Only the model the request asks for first counts (fallbacks are not counted against their own limits).
     if (model === undefined) return lines;
