@@ -240,8 +240,19 @@ function checkSpendReferences(config: GatewayConfig): void {
   });
   // A line may name a video model too: it limits job creation (POST /videos).
   const models = new Set([...config.models, ...config.video_models].map((m) => m.id));
+  // Two lines with the same model, per and window_s share one counter, and each request counted in it once
+  // per line: `requests: 5` and `requests: 10` on one minute admitted 3 a minute.
+  const lineOf = new Map<string, number>();
   config.rate_limits.models.forEach((r, i) => {
     if (!models.has(r.model)) throw new ConfigError(`rate_limits.models[${i}].model: unknown model "${r.model}"`);
+    const same = `${r.model}\0${r.per}\0${r.window_s}`;
+    const first = lineOf.get(same);
+    if (first !== undefined) {
+      throw new ConfigError(
+        `rate_limits.models[${i}]: repeats rate_limits.models[${first}] (model "${r.model}", per ${r.per}, window_s ${r.window_s}); keep one line with the requests you mean`,
+      );
+    }
+    lineOf.set(same, i);
   });
 }
 

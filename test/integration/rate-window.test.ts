@@ -53,3 +53,13 @@ describe('rate limits across a config reload', () => {
     expect(r.headers.get('x-ratelimit-limit')).toBe('4');
   });
 });
+
+describe('rate limit lines', () => {
+  it('two lines with the same model, per and window_s are a config error naming both (each request had counted once per line)', () => {
+    const lines = (per: string) =>
+      `rate_limits: { models: [{ model: fake/gpt, requests: 5, window_s: 60, per: key }, { model: fake/gpt, requests: 10, window_s: 60${per} }] }\n`;
+    expect(() => parseConfigText(yaml(lines(', per: key')), { registry })).toThrow(/rate_limits\.models\[1\]: repeats rate_limits\.models\[0\]/);
+    // Another scope or another window length is another counter.
+    expect(() => parseConfigText(yaml(lines('')), { registry })).not.toThrow();
+  });
+});
