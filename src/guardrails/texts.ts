@@ -70,16 +70,22 @@ function blocks(list: unknown[], path: string, system: boolean, out: TextSlot[])
         // A chat file part of plain text: the model reads its decoded text.
         if (isObj(b.file)) textDataUrl(b.file, 'file_data', `${at}.file.file_data`, system, out);
         break;
-      case 'tool_result':
       case 'search_result':
+      case 'tool_result':
+      case 'mcp_tool_result':
+        // The model reads a search result's title with its content (it cites it).
+        if (b.type === 'search_result') slot(b, 'title', `${at}.title`, system, out);
         if (typeof b.content === 'string') slot(b, 'content', `${at}.content`, system, out);
         else if (Array.isArray(b.content)) blocks(b.content, `${at}.content`, system, out);
         break;
       case 'document': {
+        // A document's title and context go into the prompt with its text, whatever its source.
+        slot(b, 'title', `${at}.title`, system, out);
+        slot(b, 'context', `${at}.context`, system, out);
         const source = b.source;
         if (isObj(source) && source.type === 'text') slot(source, 'data', `${at}.source.data`, system, out);
         else if (isObj(source) && source.type === 'base64' && source.media_type === 'text/plain') base64Text(source, 'data', `${at}.source.data`, system, out);
-        else if (isObj(source) && source.type === 'content' && Array.isArray(source.content)) blocks(source.content, `${at}.source.content`, system, out);
+        else if (isObj(source) && source.type === 'content') content(source, `${at}.source`, system, out);
         break;
       }
     }

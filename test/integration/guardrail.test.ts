@@ -207,6 +207,36 @@ describe('redact and flag', () => {
     expect(sent.messages[1].content[2].text).toBe('and [REDACTED:email]');
   });
 
+  it('redact on /messages: a document\'s title and context, a content source given as a string, a search result\'s title, an MCP tool result', async () => {
+    const g = await start('  - { id: g, action: redact, pii: [email] }');
+    const r = await post(`${g.url}/messages`, g.key, {
+      model: 'fake/claude',
+      max_tokens: 50,
+      messages: [
+        {
+          role: 'user',
+          content: [
+            { type: 'document', title: 'from a@example.com', context: 'ask b@example.com', source: { type: 'text', media_type: 'text/plain', data: 'doc' } },
+            { type: 'document', source: { type: 'content', content: 'c@example.com' } },
+            { type: 'search_result', title: 'd@example.com', source: 'https://example.com/x', content: [{ type: 'text', text: 'result' }] },
+            { type: 'mcp_tool_result', tool_use_id: 'm1', content: [{ type: 'text', text: 'e@example.com' }] },
+          ],
+        },
+      ],
+    });
+    expect(r.status).toBe(200);
+    const sent = t.upstream.received[0].body;
+    expect(JSON.stringify(sent)).not.toMatch(/@example\.com/);
+    const [doc, strDoc, search, mcp] = sent.messages[0].content;
+    expect([doc.title, doc.context, strDoc.source.content, search.title, mcp.content[0].text]).toEqual([
+      'from [REDACTED:email]',
+      'ask [REDACTED:email]',
+      '[REDACTED:email]',
+      '[REDACTED:email]',
+      '[REDACTED:email]',
+    ]);
+  });
+
   it('flag passes the request unchanged and records it (opted-in error bodies carry it too)', async () => {
     const g = await start('  - { id: g, action: flag, keywords: [secret plan] }');
     const r = await post(`${g.url}/chat/completions`, g.key, chat('the Secret Plan is ready'), META);
