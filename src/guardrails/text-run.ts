@@ -35,24 +35,34 @@ export function textRun(list: unknown[], parts: readonly TextPart[], system: boo
     at += p.text.length;
   }
   const path = parts.map((p) => p.path).join(' + ');
-  // Writes `value` into part `first` and drops parts first+1..last from the list (highest index first, so
-  // the indices of the parts still to drop stay right).
+  // Writes `value` into part `first` and drops parts first+1..last from the list, in one pass over it (a
+  // splice per dropped part made many merges quadratic: 100 000 parts, 1.3 s of the event loop).
   const merge = (groups: { first: number; last: number; value: string }[]) => {
-    const drop: number[] = [];
+    const drop = new Set<number>();
     for (const { first, last, value } of groups) {
       parts[first].set(value);
       const cache = parts[last].block?.cache_control;
       if (last > first && cache !== undefined && parts[first].block) parts[first].block!.cache_control = cache;
-      for (let j = first + 1; j <= last; j++) drop.push(parts[j].index);
+      for (let j = first + 1; j <= last; j++) drop.add(parts[j].index);
     }
-    for (const i of drop.sort((a, b) => b - a)) list.splice(i, 1);
+    if (drop.size === 0) return;
+    let kept = 0;
+    for (let i = 0; i < list.length; i++) if (!drop.has(i)) list[kept++] = list[i];
+    list.length = kept;
   };
   // Offsets in the line-break reading map back to `text` by the part they fall in (a break maps to the end
   // of the part before it).
+  // A binary search for the last part starting at or before `offset`: a walk back from the last part made a
+  // list of many small parts quadratic (40 000 parts each holding an email: 1.7 s of the event loop).
   const toJoined = (offset: number): number => {
-    let k = parts.length - 1;
-    while (k > 0 && starts[k] + k > offset) k--;
-    return starts[k] + Math.min(offset - (starts[k] + k), parts[k].text.length);
+    let lo = 0;
+    let hi = parts.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (starts[mid] + mid > offset) hi = mid - 1;
+      else lo = mid;
+    }
+    return starts[lo] + Math.min(offset - (starts[lo] + lo), parts[lo].text.length);
   };
   return {
     text,
