@@ -80,11 +80,28 @@ export type Classify = (url: string, body: { input: string; guardrail_id: string
 /** The largest classifier answer read (decoded; `fetch` inflates compressed ones): the answer is `{score}`. */
 const MAX_CLASSIFIER_ANSWER_BYTES = 1024 * 1024;
 
+/**
+ * The classifier URL without its credentials, and those as HTTP Basic authorization. `fetch` refuses a URL
+ * with credentials, and its error quotes the URL, password and all: that message was the 403 the client got
+ * (`on_error: deny`), the warn log line and the span's `gateway.guardrail.error`.
+ *
+ * @example classifierTarget('http://u:p@c/score') // { target: 'http://c/score', authorization: 'Basic dTpw' }
+ */
+export function classifierTarget(url: string): { target: string; authorization?: string } {
+  const u = new URL(url);
+  if (!u.username && !u.password) return { target: url };
+  const user = `${decodeURIComponent(u.username)}:${decodeURIComponent(u.password)}`;
+  u.username = '';
+  u.password = '';
+  return { target: u.href, authorization: `Basic ${Buffer.from(user).toString('base64')}` };
+}
+
 /** The documented classifier contract over HTTP; any other answer, or no answer in time, is a failure. */
 export const httpClassify: Classify = async (url, body, timeoutMs) => {
-  const res = await fetch(url, {
+  const { target, authorization } = classifierTarget(url);
+  const res = await fetch(target, {
     method: 'POST',
-    headers: { 'content-type': 'application/json' },
+    headers: { 'content-type': 'application/json', ...(authorization ? { authorization } : {}) },
     body: JSON.stringify(body),
     signal: AbortSignal.timeout(timeoutMs),
   });

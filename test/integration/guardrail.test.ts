@@ -20,6 +20,7 @@ afterAll(async () => {
 beforeEach(() => {
   classifier.behaviour = { score: 0 };
   classifier.received.length = 0;
+  classifier.authorizations.length = 0;
 });
 
 /**
@@ -364,6 +365,19 @@ describe('prompt injection', () => {
     classifier.behaviour = { score: 0.5 };
     expect((await post(`${g.url}/messages`, g.key, messages('fine'))).status).toBe(200);
     expect(t.upstream.received).toHaveLength(1);
+  });
+
+  it('a classifier URL with credentials is called with them as Basic authorization; the password is never echoed', async () => {
+    const url = classifier.url.replace('http://', 'http://scorer:s%40cret-pw@');
+    const g = await start(`  - { id: g, on_error: deny, prompt_injection: { enabled: true, classifier_url: '${url}' } }`);
+    classifier.behaviour = { score: 0.1 };
+    const ok = await post(`${g.url}/chat/completions`, g.key, chat('hello'), META);
+    expect(ok.status).toBe(200);
+    expect(classifier.authorizations).toEqual([`Basic ${Buffer.from('scorer:s@cret-pw').toString('base64')}`]);
+    classifier.behaviour = { status: 500 };
+    const denied = await post(`${g.url}/chat/completions`, g.key, chat('hello'), META);
+    expect(denied.status).toBe(403);
+    expect(JSON.stringify(denied.json)).not.toMatch(/cret-pw/);
   });
 
   it('on_error: deny refuses the request when the classifier fails (500)', async () => {
