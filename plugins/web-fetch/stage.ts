@@ -98,16 +98,17 @@ async function fetchNamedUrls(state: GatewayState, asked: Record<string, unknown
 
 /** The request's `urls` (strings, deduplicated) plus, when the operator allows it, URLs in the last user message. */
 function urlsOf(state: GatewayState, asked: unknown, config: WebFetchConfig): string[] {
-  const out: string[] = [];
+  let out: string[] = [];
   if (asked !== undefined) {
     if (!Array.isArray(asked) || asked.some((u) => typeof u !== 'string')) {
       throw new GatewayError('invalid_request', '`urls` of the web-fetch plugin must be an array of strings', { metadata: { field: 'plugins.web-fetch.urls' } });
     }
-    out.push(...(asked as string[]));
+    out = out.concat(asked as string[]);
   }
   // What the client wrote there, not what an earlier stage added (file-parser's documents): a third party's PDF
-  // had chosen URLs for the gateway to fetch and put into the prompt.
-  if (config.from_messages) out.push(...urlsInText(askedText(state)));
+  // had chosen URLs for the gateway to fetch and put into the prompt. Concatenated: a text of ~125 000 URLs
+  // overflowed the stack as push(...) arguments.
+  if (config.from_messages) out = out.concat(urlsInText(askedText(state)));
   return [...new Set(out)];
 }
 

@@ -96,11 +96,11 @@ export const PII_DETECTORS: Readonly<Record<PiiKind, PiiDetector>> = {
 export const PII_ORDER: readonly PiiKind[] = ['payment_card', 'national_id', 'api_key', 'email', 'phone'];
 
 export function detectPii(text: string, kinds: ReadonlySet<PiiKind>): Finding[] {
-  const out: Finding[] = [];
+  let out: Finding[] = [];
   for (const kind of PII_ORDER) {
     if (!kinds.has(kind)) continue;
     const d = PII_DETECTORS[kind];
-    out.push(...matchAll(d.re, text, kind, 'pii', d.accept));
+    out = out.concat(matchAll(d.re, text, kind, 'pii', d.accept)); // not push(...): see spanFindings
   }
   return out;
 }
@@ -155,12 +155,12 @@ export const INJECTION_HEURISTICS: readonly InjectionHeuristic[] = [
 /** The heuristics' score of a text (0..1) and the spans that matched (for redaction). */
 export function injectionHeuristics(text: string): { score: number; findings: Finding[] } {
   let keep = 1;
-  const findings: Finding[] = [];
+  let findings: Finding[] = [];
   for (const h of INJECTION_HEURISTICS) {
     const hits = matchAll(h.re, text, 'prompt_injection', 'prompt_injection');
     if (hits.length === 0) continue;
     keep *= 1 - h.weight;
-    findings.push(...hits);
+    findings = findings.concat(hits);
   }
   return { score: 1 - keep, findings };
 }
