@@ -135,6 +135,14 @@ export async function writeSse(ctx: GatewayContext, status: number, events: Asyn
       pending += inBandSse(state, cut);
     }
     flush();
+    // The last events may be the ones a client that stopped reading leaves untaken (a provider's answer can end
+    // within one batch): ended at once, they sat in the process for good with the connection, the request
+    // billed `completed`. They get the same `write_timeout_ms` as the events before them.
+    // (Not once the request was aborted: a shutdown's cut gives such a client its own 2 s.)
+    if (!res.destroyed && !state.abort.aborted && res.writableNeedDrain && !(await drained(res, state.abort, writeTimeoutMs))) {
+      res.destroy();
+      if (state.outcome === 'completed') state.outcome = 'cancelled';
+    }
     if (!res.destroyed) res.end();
   }
   return firstWriteAt;

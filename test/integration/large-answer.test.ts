@@ -20,6 +20,7 @@ beforeAll(async () => {
       let body = '';
       req.on('data', (c) => (body += c));
       req.on('end', () => {
+        if (body.includes('"upstream-tail"')) return void tailAnswer(res);
         if (!body.includes('"upstream-forever"')) return void bigAnswer(res);
         // A stream that never ends, 8 KB deltas, written as fast as the gateway takes them.
         res.writeHead(200, { 'content-type': 'text/event-stream' });
@@ -56,10 +57,19 @@ beforeAll(async () => {
       next();
     }
   }
+  // A whole answer at once whose last content event is 12 MB: the gateway has read all of it before a client
+  // that stopped reading holds up any write.
+  function tailAnswer(res: http.ServerResponse) {
+    const chunk = (delta: object, finish: string | null) => `data: ${JSON.stringify({ id: 'c2', object: 'chat.completion.chunk', created: 1, model: 'upstream-tail', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.end(chunk({ role: 'assistant', content: '' }, null) + chunk({ content: 'z'.repeat(12 * 1024 * 1024) }, null) + chunk({}, 'stop') + 'data: [DONE]\n\n');
+  }
   await new Promise<void>((r) => provider.listen(0, '127.0.0.1', r));
   const url = `http://127.0.0.1:${(provider.address() as AddressInfo).port}/v1`;
   const foreverModel = `  - id: fake/forever
     endpoints: [{ provider: fake-openai, upstream_model: upstream-forever, pricing: { prompt: 1, completion: 2 } }]
+  - id: fake/tail
+    endpoints: [{ provider: fake-openai, upstream_model: upstream-tail, pricing: { prompt: 1, completion: 2 } }]
 pipelines:`;
   gw = await startTestGateway({ yaml: testConfigYaml(url).replace('pipelines:', foreverModel).replace('watch_config: false', 'watch_config: false, write_timeout_ms: 300') });
 });
@@ -105,4 +115,26 @@ describe('a client that stops reading its stream', () => {
     const metrics = await (await fetch(`${gw.url.replace(/\/api\/v1$/, '')}/metrics`)).text();
     expect(metrics).toMatch(/^gateway_requests_in_flight 0$/m);
   }, 20_000);
+
+  for (const path of ['chat/completions', 'messages']) {
+    it(`${path}: whose answer came whole from the provider is cut after write_timeout_ms too, billed cancelled (its last events sat in the process for good, billed completed)`, async () => {
+      const body = JSON.stringify({ model: 'fake/tail', stream: true, max_tokens: 50, messages: [{ role: 'user', content: 'hi' }] });
+      const { port } = new URL(gw.url);
+      const socket = net.connect(Number(port), '127.0.0.1');
+      await new Promise((r) => socket.once('connect', r));
+      const first = new Promise<string>((r) => socket.once('data', (d) => (socket.pause(), r(String(d)))));
+      socket.write(`POST /api/v1/${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${gw.key}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+      const id = /request-id: (gen-\S+)/i.exec(await first)![1];
+      await expect.poll(async () => (await gw.ledgerRow(id))?.status, { timeout: 10_000 }).toBe('cancelled');
+      // The connection was cut: what the client reads now ends without the stream's end.
+      let rest = '';
+      socket.on('data', (d) => (rest += d));
+      socket.on('error', () => {});
+      socket.resume();
+      await new Promise((r) => socket.once('close', r));
+      expect(rest).not.toContain('[DONE]');
+      const metrics = await (await fetch(`${gw.url.replace(/\/api\/v1$/, '')}/metrics`)).text();
+      expect(metrics).toMatch(/^gateway_requests_in_flight 0$/m);
+    }, 20_000);
+  }
 });
