@@ -30,3 +30,32 @@ export async function cappedResponseText(res: Response, maxBytes: number): Promi
   }
   return Buffer.concat(chunks).toString('utf8');
 }
+
+/** An undici response body (or any Readable) that can be dropped unread. */
+export type DroppableBody = AsyncIterable<Buffer> & { on(event: 'error', fn: () => void): unknown; destroy(): void };
+
+/** Drops a body we will not read; undici reports the abort as an error event, which nobody needs. */
+export function discard(body: { on(event: 'error', fn: () => void): unknown; destroy(): void }): void {
+  body.on('error', () => undefined);
+  body.destroy();
+}
+
+/**
+ * An undici body read whole up to `maxBytes`: past it the body is dropped (its connection with it) and
+ * `tooLarge()` thrown. Used by the safe fetcher and the job-style video provider.
+ *
+ * @example const bytes = await readCappedBody(res.body, 2 * 1024 * 1024, () => new Error('too large'));
+ */
+export async function readCappedBody(body: DroppableBody, maxBytes: number, tooLarge: () => Error): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of body) {
+    size += chunk.length;
+    if (size > maxBytes) {
+      discard(body);
+      throw tooLarge();
+    }
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks);
+}

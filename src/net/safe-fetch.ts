@@ -3,6 +3,7 @@ import type { LookupAddress } from 'node:dns';
 import { Agent, request } from './undici-parts';
 import { addressVerdict, ipLiteralOf, isLoopback } from './address-policy';
 import { htmlToText } from './html-text';
+import { discard, readCappedBody } from './capped-response';
 
 /** Resolves a hostname to every address it has (node:dns `lookup` with `all: true` by default). */
 export type Resolver = (hostname: string) => Promise<readonly LookupAddress[]>;
@@ -183,7 +184,7 @@ export async function safeFetch(url: string, options: SafeFetchOptions): Promise
           discard(res.body);
           throw new FetchRefused('too_large', `Body of ${declared} bytes exceeds ${options.maxBytes}`, url);
         }
-        const body = await readCapped(res.body, options.maxBytes, url);
+        const body = await readCappedBody(res.body, options.maxBytes, () => new FetchRefused('too_large', `Body exceeds ${options.maxBytes} bytes`, url));
         return { url, finalUrl: target.href, redirects, status: res.statusCode, mediaType, charset, body, address: pinned.address };
       } finally {
         agent.destroy().catch(() => undefined);
@@ -293,25 +294,6 @@ function acceptHeader(allowed: readonly string[]): string {
   return allowed.length ? allowed.join(', ') : '*/*';
 }
 
-/** Drops a body we will not read; undici reports the abort as an error event, which nobody needs. */
-function discard(body: { on(event: 'error', fn: () => void): unknown; destroy(): void }): void {
-  body.on('error', () => undefined);
-  body.destroy();
-}
-
-async function readCapped(body: AsyncIterable<Buffer> & { on(event: 'error', fn: () => void): unknown; destroy(): void }, maxBytes: number, url: string): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of body) {
-    size += chunk.length;
-    if (size > maxBytes) {
-      discard(body);
-      throw new FetchRefused('too_large', `Body exceeds ${maxBytes} bytes`, url);
-    }
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks);
-}
 
 /**
  * A fetched body as text: decoded with its declared charset (UTF-8 when absent or unknown) and, for HTML,

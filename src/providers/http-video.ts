@@ -1,6 +1,7 @@
 import { errors as undiciErrors } from '../net/undici-parts';
 import type { HttpVideoProviderConfig } from '../config/types';
 import { GatewayError } from '../errors/gateway-error';
+import { discard, readCappedBody, type DroppableBody } from '../net/capped-response';
 import { agentFor } from './http';
 import { credentialsIn, scrubbed, withoutCredentials } from './credentials';
 import { classifyUpstreamError } from './upstream-errors';
@@ -143,20 +144,13 @@ function pollResult(status: VideoUpstreamStatus, body: Record<string, unknown>):
 const MAX_ANSWER_BYTES = 2 * 1024 * 1024;
 
 /** The answer's text, refused (and the connection dropped) past `MAX_ANSWER_BYTES`, declared or streamed. */
-async function cappedText(res: { headers: Record<string, string | string[] | undefined>; body: AsyncIterable<Buffer> & { destroy(): void } }, providerId: string): Promise<string> {
-  const tooLarge = () => {
-    res.body.destroy();
-    return new GatewayError('provider_unavailable', `Provider ${providerId} sent an answer over ${MAX_ANSWER_BYTES / 1024 / 1024} MB`, { metadata: { provider_name: providerId } });
-  };
-  if (Number(res.headers['content-length']) > MAX_ANSWER_BYTES) throw tooLarge();
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of res.body) {
-    size += chunk.length;
-    if (size > MAX_ANSWER_BYTES) throw tooLarge();
-    chunks.push(chunk);
+async function cappedText(res: { headers: Record<string, string | string[] | undefined>; body: DroppableBody }, providerId: string): Promise<string> {
+  const tooLarge = () => new GatewayError('provider_unavailable', `Provider ${providerId} sent an answer over ${MAX_ANSWER_BYTES / 1024 / 1024} MB`, { metadata: { provider_name: providerId } });
+  if (Number(res.headers['content-length']) > MAX_ANSWER_BYTES) {
+    discard(res.body);
+    throw tooLarge();
   }
-  return Buffer.concat(chunks).toString('utf8');
+  return (await readCappedBody(res.body, MAX_ANSWER_BYTES, tooLarge)).toString('utf8');
 }
 
 function networkError(err: unknown, providerId: string): GatewayError {
