@@ -174,10 +174,9 @@ async function fuse({ state, dialect, models, judge, forward, config, template, 
   state.candidates = judgeState.candidates;
   state.attempts = judgeState.attempts;
 
+  const asked = { usage: candidateUsage, cost: candidateCost, own: candidateOwn };
   if (response.kind === 'json') {
-    state.usage = addUsage([candidateUsage, judgeState.usage]);
-    state.costUsd = addCost([candidateCost, judgeState.costUsd]);
-    state.byokCostUsd = ownCost(candidateOwn, judgeState);
+    billTotals(state, asked, judgeState);
     state.outcome = judgeState.outcome;
     const answer = response.body as Record<string, unknown>;
     if (state.usage && answer && typeof answer === 'object' && !('error' in answer)) setTotalUsage(dialect, answer, state.usage, state.costUsd);
@@ -187,7 +186,6 @@ async function fuse({ state, dialect, models, judge, forward, config, template, 
   state.usage = candidateUsage;
   state.costUsd = candidateCost;
   state.byokCostUsd = candidateOwn;
-  const asked = { usage: candidateUsage, cost: candidateCost, own: candidateOwn };
   return {
     ...response,
     events: withTotals({ events: response.events, dialect, state, judgeState, candidates: asked }),
@@ -195,9 +193,7 @@ async function fuse({ state, dialect, models, judge, forward, config, template, 
     // its provider had sent, and the request for that plus the candidates (it had been the candidates alone).
     unread: () => {
       response.unread?.();
-      state.usage = addUsage([asked.usage, judgeState.usage]);
-      state.costUsd = addCost([asked.cost, judgeState.costUsd]);
-      state.byokCostUsd = ownCost(asked.own, judgeState);
+      billTotals(state, asked, judgeState);
     },
   };
 }
@@ -211,17 +207,24 @@ async function* withTotals(input: {
   dialect: Dialect;
   state: GatewayState;
   judgeState: GatewayState;
-  candidates: { usage: NormalizedUsage | null; cost: number | null; own: number };
+  candidates: Asked;
 }): AsyncGenerator<SseEvent> {
   const { state, judgeState, candidates } = input;
   try {
     for await (const ev of input.events) yield withUsageAdded(input.dialect, ev, candidates.usage, candidates.cost);
   } finally {
-    state.usage = addUsage([candidates.usage, judgeState.usage]);
-    state.costUsd = addCost([candidates.cost, judgeState.costUsd]);
-    state.byokCostUsd = ownCost(candidates.own, judgeState);
+    billTotals(state, candidates, judgeState);
     state.outcome = judgeState.outcome;
   }
+}
+
+type Asked = { usage: NormalizedUsage | null; cost: number | null; own: number };
+
+/** The request's bill: the candidates' calls plus the judge's (its usage, cost and own-key part). */
+function billTotals(state: GatewayState, candidates: Asked, judgeState: GatewayState): void {
+  state.usage = addUsage([candidates.usage, judgeState.usage]);
+  state.costUsd = addCost([candidates.cost, judgeState.costUsd]);
+  state.byokCostUsd = ownCost(candidates.own, judgeState);
 }
 
 /** The candidates' cost on the workspace's own keys plus the judge's, when its call was made with one. */
