@@ -3,6 +3,8 @@
  * the socket, and an SSE answer written event batch by event batch.
  */
 
+import type { ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
 import type { ApiStyle } from '../errors/envelope';
 import type { AbortWatch } from '../pipeline/request-abort';
@@ -110,7 +112,7 @@ export async function writeSse(ctx: GatewayContext, status: number, events: Asyn
         blocked = false;
         // The socket may have drained already (the write went out while this waited for the next batch):
         // waiting for a 'drain' that came and went hung the stream for good.
-        if (res.writableNeedDrain && !(await drained(res, state.abort, writeTimeoutMs))) {
+        if (res.writableNeedDrain && !(await drained(res, 'drain', state.abort, writeTimeoutMs))) {
           // A client that stopped reading held its request slot and a pooled upstream connection for good (undici's
           // body timeout does not run while the upstream read is paused): cut like a client that left.
           res.destroy();
@@ -139,7 +141,7 @@ export async function writeSse(ctx: GatewayContext, status: number, events: Asyn
     // within one batch): ended at once, they sat in the process for good with the connection, the request
     // billed `completed`. They get the same `write_timeout_ms` as the events before them.
     // (Not once the request was aborted: a shutdown's cut gives such a client its own 2 s.)
-    if (!res.destroyed && !state.abort.aborted && res.writableNeedDrain && !(await drained(res, state.abort, writeTimeoutMs))) {
+    if (!res.destroyed && !state.abort.aborted && res.writableNeedDrain && !(await drained(res, 'drain', state.abort, writeTimeoutMs))) {
       res.destroy();
       if (state.outcome === 'completed') state.outcome = 'cancelled';
     }
@@ -147,18 +149,45 @@ export async function writeSse(ctx: GatewayContext, status: number, events: Asyn
   }
   return firstWriteAt;
 }
-/** Waits for the client to take what was written: true once it has (or the request was aborted), false after `timeoutMs`. */
-function drained(res: NodeJS.WritableStream, signal: AbortWatch, timeoutMs: number): Promise<boolean> {
+/**
+ * Waits for the client to take what was written (`event`: 'drain' while writing, 'finish' once ended): true once
+ * it has (or the request was aborted), false once it took no byte for `timeoutMs`. The wait is for progress, not
+ * for the whole backlog: a client reading slowly but steadily a large answer (a 12 MB event took longer than the
+ * timeout to drain) is not cut.
+ */
+function drained(res: ServerResponse, event: 'drain' | 'finish', signal: AbortWatch, timeoutMs: number): Promise<boolean> {
   return new Promise((resolve) => {
-    const done = (taken: boolean) => {
-      clearTimeout(timer);
-      res.off('drain', onDrain);
-      signal.removeEventListener('abort', onDrain);
-      resolve(taken);
+    let taken = bytesTaken(res);
+    let movedAt = performance.now();
+    const done = (ok: boolean) => {
+      clearInterval(timer);
+      res.off(event, onTaken);
+      signal.removeEventListener('abort', onTaken);
+      resolve(ok);
     };
-    const onDrain = () => done(true);
-    const timer = setTimeout(() => done(false), timeoutMs);
-    res.once('drain', onDrain);
-    signal.addEventListener('abort', onDrain, { once: true });
+    const onTaken = () => done(true);
+    const check = () => {
+      const now = bytesTaken(res);
+      if (now !== taken) {
+        taken = now;
+        movedAt = performance.now();
+      } else if (performance.now() - movedAt >= timeoutMs) done(false);
+    };
+    // Looked at four times per timeout: a client that stopped reading is cut between 1 and 1.25 times it after its last byte.
+    const timer = setInterval(check, Math.max(1, timeoutMs / 4));
+    res.once(event, onTaken);
+    signal.addEventListener('abort', onTaken, { once: true });
   });
+}
+/**
+ * How many bytes of the socket's output the kernel has taken so far, or null if this Node does not say. A write
+ * is one libuv request however large: Node's own counts (`writableLength`, 'drain') move only when all of it has
+ * gone, so the bytes libuv still holds (`_handle.writeQueueSize`, which shrinks as the client reads) are
+ * subtracted from those handed to it (`_bytesDispatched`). Without them the wait is for the whole backlog.
+ */
+function bytesTaken(res: ServerResponse): number | null {
+  const socket = res.socket as (Socket & { _bytesDispatched?: unknown; _handle?: { writeQueueSize?: unknown } | null }) | null;
+  const dispatched = socket?._bytesDispatched;
+  const queued = socket?._handle?.writeQueueSize;
+  return typeof dispatched === 'number' && typeof queued === 'number' ? dispatched - queued : null;
 }

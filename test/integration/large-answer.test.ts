@@ -11,6 +11,8 @@ import { post, startTestGateway, testConfigYaml, type TestGateway } from '../fix
  */
 let provider: http.Server;
 let gw: TestGateway;
+/** The same provider behind a gateway with a long write timeout, for clients that read slowly but steadily. */
+let patient: TestGateway;
 const forever = { closed: 0 };
 const CONTENT = 'x'.repeat(6 * 1024 * 1024);
 
@@ -72,10 +74,12 @@ beforeAll(async () => {
     endpoints: [{ provider: fake-openai, upstream_model: upstream-tail, pricing: { prompt: 1, completion: 2 } }]
 pipelines:`;
   gw = await startTestGateway({ yaml: testConfigYaml(url).replace('pipelines:', foreverModel).replace('watch_config: false', 'watch_config: false, write_timeout_ms: 300') });
+  patient = await startTestGateway({ yaml: testConfigYaml(url).replace('pipelines:', foreverModel).replace('watch_config: false', 'watch_config: false, write_timeout_ms: 2000') });
 });
 
 afterAll(async () => {
   await gw?.close();
+  await patient?.close();
   await new Promise((r) => provider?.close(r));
 });
 
@@ -138,3 +142,44 @@ describe('a client that stops reading its stream', () => {
     }, 20_000);
   }
 });
+
+/**
+ * The write timeout is for a client that takes nothing: one that reads a large answer slowly but steadily (here
+ * 32 KB, then a 20 ms pause, far under the gateway's 2 s) gets all of it, though taking the whole backlog lasts
+ * longer than the timeout (it was cut once the backlog was not gone within it).
+ */
+describe('a client that reads a large answer slowly but steadily', () => {
+  it('SSE: gets the whole stream (its last event is 12 MB), billed completed', async () => {
+    const body = JSON.stringify({ model: 'fake/tail', stream: true, max_tokens: 50, messages: [{ role: 'user', content: 'hi' }] });
+    const text = await readToClose(rawPost(patient, 'chat/completions', body), 32 * 1024);
+    expect(text).toContain('data: [DONE]');
+    const id = /request-id: (gen-\S+)/i.exec(text)![1];
+    await expect.poll(async () => (await patient.ledgerRow(id))?.status, { timeout: 5_000 }).toBe('completed');
+  }, 60_000);
+});
+
+/** A POST on a raw socket (the gateway closes it after the answer), so the test decides when it is read. */
+function rawPost(g: TestGateway, path: string, body: string): net.Socket {
+  const { port } = new URL(g.url);
+  const socket = net.connect(Number(port), '127.0.0.1');
+  socket.on('error', () => {});
+  socket.write(`POST /api/v1/${path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer ${g.key}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+  return socket;
+}
+
+/** Everything the socket gets until it closes; with `burst`, it pauses 20 ms after each `burst` bytes (0: reads straight on). */
+function readToClose(socket: net.Socket, burst: number): Promise<string> {
+  const parts: Buffer[] = [];
+  let since = 0;
+  socket.on('data', (d: Buffer) => {
+    parts.push(d);
+    since += d.length;
+    if (burst > 0 && since >= burst) {
+      since = 0;
+      socket.pause();
+      setTimeout(() => socket.resume(), 20);
+    }
+  });
+  socket.resume();
+  return new Promise((r) => socket.once('close', () => r(Buffer.concat(parts).toString())));
+}
