@@ -17,7 +17,7 @@ import { ClientBytes, REUSED_MIN_BYTES } from './client-bytes';
 import type { ExactIntegers } from './exact-integers';
 import { RequestState } from './request-state';
 import { parentContext, refusedSpan, spanAttributes, spanName } from './request-span';
-import { requestIdHeader, setJsonBody, sseHead, writeJson, writeSse } from './respond';
+import { jsonTaken, requestIdHeader, setJsonBody, sseHead, writeJson, writeSse } from './respond';
 import { StreamKeepalive } from './stream-keepalive';
 
 export interface EndpointSpec {
@@ -112,10 +112,20 @@ export function endpoint(spec: EndpointSpec, current: () => Runtime): Middleware
       ctx.status = response.status;
       if (response.kind === 'json') {
         writeJson(ctx, withPipelineRecords(state, response.body));
+        // A client that does not take its answer (it stopped reading) held it and the connection for good, billed
+        // `completed`: cut at `write_timeout_ms` and billed `cancelled`, as a stream is. Most answers are taken
+        // at once and wait for nothing here.
+        const waiting = jsonTaken(ctx.res, abort, runtime.config.server.write_timeout_ms);
+        if (waiting) {
+          const taken = await waiting;
+          if (!taken) ctx.res.destroy();
+          // (A shutdown's cut leaves the answer its grace to be taken: it stays billed as it was.)
+          if ((!taken || clientClosed(abort)) && state.outcome === 'completed') state.outcome = 'cancelled';
+        }
         // The answer is written (or, for HEAD, Koa writes it in the promise callbacks that follow this
         // return); the ledger row, the span's end, the log line and the metrics come right after (a tick
         // callback runs once the microtask queue is empty, before any I/O), so the caller waits for none of
-        // them and nothing can observe the answer without them.
+        // them and nothing can observe the answer without them (one that waited above: once it was taken or cut).
         process.nextTick(afterAnswer, state, span, response.status);
         return;
       }
@@ -272,7 +282,8 @@ function msSince(start: number): number {
 /** The `error_type` metric label of an answer that is not an error: how a stream ended; `none` for JSON (unless it reports a failure). */
 function endedAs(state: GatewayState | undefined): string {
   // A JSON answer that reports a failure with its 200 (spec 7.5.4) is counted as that failure.
-  if (state?.response?.kind === 'json') return state.response.failure ?? 'none';
+  // One whose client did not take it (cut at write_timeout_ms, or gone) is counted `cancelled`, as a stream is.
+  if (state?.response?.kind === 'json') return state.response.failure ?? (state.outcome === 'cancelled' ? 'cancelled' : 'none');
   if (state?.response?.kind !== 'sse' || state.outcome === 'completed') return 'none';
   return state.outcome === 'cancelled' ? 'cancelled' : 'stream_failed';
 }

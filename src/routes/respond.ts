@@ -150,6 +150,18 @@ export async function writeSse(ctx: GatewayContext, status: number, events: Asyn
   return firstWriteAt;
 }
 /**
+ * A JSON answer the socket could not take at once (a large answer, a client reading slowly or not at all):
+ * resolves true once the client has taken it (or the request was aborted), false once it took nothing for
+ * `timeoutMs` (the caller cuts it). Null, with nothing to wait for, when the answer is already with the kernel.
+ *
+ * @example const waiting = jsonTaken(ctx.res, state.abort, 60000); if (waiting && !(await waiting)) ctx.res.destroy();
+ */
+export function jsonTaken(res: ServerResponse, signal: AbortWatch, timeoutMs: number): Promise<boolean> | null {
+  if (res.destroyed || res.writableFinished || !res.socket || res.socket.writableLength === 0) return null;
+  // Not 'drain': a ServerResponse that was ended emits none; 'finish' comes once its last bytes are with the kernel.
+  return drained(res, 'finish', signal, timeoutMs);
+}
+/**
  * Waits for the client to take what was written (`event`: 'drain' while writing, 'finish' once ended): true once
  * it has (or the request was aborted), false once it took no byte for `timeoutMs`. The wait is for progress, not
  * for the whole backlog: a client reading slowly but steadily a large answer (a 12 MB event took longer than the

@@ -15,6 +15,8 @@ let gw: TestGateway;
 let patient: TestGateway;
 const forever = { closed: 0 };
 const CONTENT = 'x'.repeat(6 * 1024 * 1024);
+/** Far more than the kernel buffers of a loopback connection whose client does not read (about 4 MB here). */
+const HUGE = 'h'.repeat(16 * 1024 * 1024);
 
 beforeAll(async () => {
   provider = http.createServer((req, res) => {
@@ -36,14 +38,15 @@ beforeAll(async () => {
       });
       return;
     }
-    req.resume();
-    req.on('end', () => bigAnswer(res));
+    let body = '';
+    req.on('data', (c) => (body += c));
+    req.on('end', () => bigAnswer(res, body.includes('"upstream-huge"') ? HUGE : CONTENT));
   });
-  function bigAnswer(res: http.ServerResponse) {
+  function bigAnswer(res: http.ServerResponse, content = CONTENT) {
     {
       const text = JSON.stringify({
         id: 'chatcmpl-big', object: 'chat.completion', created: 1, model: 'gpt-upstream',
-        choices: [{ index: 0, message: { role: 'assistant', content: CONTENT }, finish_reason: 'stop' }],
+        choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: 'stop' }],
         usage: { prompt_tokens: 3, completion_tokens: 5, total_tokens: 8 },
       });
       res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
@@ -72,6 +75,8 @@ beforeAll(async () => {
     endpoints: [{ provider: fake-openai, upstream_model: upstream-forever, pricing: { prompt: 1, completion: 2 } }]
   - id: fake/tail
     endpoints: [{ provider: fake-openai, upstream_model: upstream-tail, pricing: { prompt: 1, completion: 2 } }]
+  - id: fake/huge
+    endpoints: [{ provider: fake-openai, upstream_model: upstream-huge, pricing: { prompt: 1, completion: 2 } }]
 pipelines:`;
   gw = await startTestGateway({ yaml: testConfigYaml(url).replace('pipelines:', foreverModel).replace('watch_config: false', 'watch_config: false, write_timeout_ms: 300') });
   patient = await startTestGateway({ yaml: testConfigYaml(url).replace('pipelines:', foreverModel).replace('watch_config: false', 'watch_config: false, write_timeout_ms: 2000') });
@@ -143,12 +148,36 @@ describe('a client that stops reading its stream', () => {
   }
 });
 
+describe('a client that stops reading its JSON answer', () => {
+  it('is cut after write_timeout_ms and billed cancelled (the answer and its connection were held for good, billed completed)', async () => {
+    const body = JSON.stringify({ model: 'fake/huge', max_tokens: 50, messages: [{ role: 'user', content: 'hi' }] });
+    const socket = rawPost(gw, 'chat/completions', body);
+    const first = new Promise<string>((r) => socket.once('data', (d) => (socket.pause(), r(String(d)))));
+    const id = /request-id: (gen-\S+)/i.exec(await first)![1];
+    await expect.poll(async () => (await gw.ledgerRow(id))?.status, { timeout: 10_000 }).toBe('cancelled');
+    // The connection was cut: the client gets less than the answer's Content-Length.
+    const rest = await readToClose(socket, 0);
+    expect(rest.length).toBeLessThan(HUGE.length);
+    const metrics = await (await fetch(`${gw.url.replace(/\/api\/v1$/, '')}/metrics`)).text();
+    expect(metrics).toMatch(/^gateway_requests_in_flight 0$/m);
+  }, 20_000);
+});
+
 /**
  * The write timeout is for a client that takes nothing: one that reads a large answer slowly but steadily (here
  * 32 KB, then a 20 ms pause, far under the gateway's 2 s) gets all of it, though taking the whole backlog lasts
  * longer than the timeout (it was cut once the backlog was not gone within it).
  */
 describe('a client that reads a large answer slowly but steadily', () => {
+  it('JSON: gets the whole answer, billed completed', async () => {
+    const body = JSON.stringify({ model: 'fake/huge', max_tokens: 50, messages: [{ role: 'user', content: 'hi' }] });
+    const text = await readToClose(rawPost(patient, 'chat/completions', body), 32 * 1024);
+    const [head, answer] = text.split('\r\n\r\n');
+    expect(JSON.parse(answer).choices[0].message.content).toBe(HUGE);
+    const id = /request-id: (gen-\S+)/i.exec(head)![1];
+    expect((await patient.ledgerRow(id))?.status).toBe('completed');
+  }, 60_000);
+
   it('SSE: gets the whole stream (its last event is 12 MB), billed completed', async () => {
     const body = JSON.stringify({ model: 'fake/tail', stream: true, max_tokens: 50, messages: [{ role: 'user', content: 'hi' }] });
     const text = await readToClose(rawPost(patient, 'chat/completions', body), 32 * 1024);
