@@ -5,7 +5,8 @@ import schema from './schema.json';
 /**
  * `rate-limit`: platform request limits (gateway.yaml `rate_limits` and `free_models`) before anything else
  * is spent on the request; 429 with X-RateLimit-* and Retry-After when a window is full. A request counted
- * in the free-model daily window and not served by a free model is taken back from it when it ends.
+ * in the free-model daily window and not served by a free model is taken back from it when it ends. A stage
+ * after this one that changes the model has `upstream` count the model served (`services.rateLimits.recheck`).
  */
 export const rateLimit: StageDefinition<Record<string, never>, Services> = {
   id: 'rate-limit',
@@ -16,13 +17,7 @@ export const rateLimit: StageDefinition<Record<string, never>, Services> = {
     return async (ctx, next) => {
       const state = ctx.state.gateway;
       const daily = await services.rateLimits.check(services.config, state, services.spend.clock());
-      if (daily) {
-        state.onFinish.push(() => {
-          services.rateLimits
-            .unlessServedFree(daily, state, services.spend.clock())
-            .catch((err) => services.logger.warn({ err, generation_id: state.requestId }, 'taking back a free-model request count failed'));
-        });
-      }
+      if (daily) services.rateLimits.takeBackAtEnd({ dailyKey: daily, gw: state, clock: services.spend.clock, logger: services.logger });
       await next();
     };
   },

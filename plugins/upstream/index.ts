@@ -23,7 +23,12 @@ export const upstream: StageDefinition<UpstreamConfig, Services> = {
       // A stage before this one may already have produced the answer: never call a provider twice. One that
       // answers in the provider call's place (fusion, web-fetch's tool loop) does it here.
       const state = ctx.state.gateway;
-      // A stage after budget-check may have changed the model (a router, `:online`): checked for the one called.
+      // A stage after rate-limit or budget-check may have changed the model (a router, `:online`): counted and
+      // checked for the one called, rate limits first (spec 8.4's order).
+      if (!state.response && state.rateCounted) {
+        const daily = await services.rateLimits.recheck(services.config, state, services.spend.clock());
+        if (daily) services.rateLimits.takeBackAtEnd({ dailyKey: daily, gw: state, clock: services.spend.clock, logger: services.logger });
+      }
       if (!state.response && state.spendHold) await services.spend.recheck(services.config, services.models, state);
       if (!state.response) state.response = state.answerer ? await state.answerer() : await services.dispatch(state, forward);
       await next();

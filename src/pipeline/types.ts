@@ -190,6 +190,12 @@ export interface GatewayState {
    */
   spendHold?: { admission: Admission | null; models?: string };
   /**
+   * What `rate-limit` counted the request against, set when it ran: the model (the first the request names that
+   * this gateway has) and whether the free-model windows counted it. `services.rateLimits.recheck` counts the
+   * model served when a later stage (a router, `:online`) changed it.
+   */
+  rateCounted?: { model: string | undefined; free: boolean };
+  /**
    * The request's journal entry (README "Ledger durability"): the generation id of its pending ledger row
    * (claimed when its write starts; `recording` resolves once it is durable), deleted with its ledger row.
    * Shared with child calls (fusion, the tool loop's turns), so a request has at most one; they run under the

@@ -1,3 +1,4 @@
+import type { Logger } from 'pino';
 import type { GatewayConfig } from '../config/types';
 import { GatewayError } from '../errors/gateway-error';
 import type { GatewayState } from '../pipeline/types';
@@ -35,6 +36,17 @@ export function freeDailyKey(accountId: string, now: Date): string {
 interface Described extends RateLine {
   scope: 'key' | 'model' | 'free_model_per_minute' | 'free_model_daily';
   what: string;
+}
+
+interface LinesInput {
+  config: GatewayConfig;
+  gw: GatewayState;
+  model: string | undefined;
+  free: boolean;
+  account: Account | null;
+  now: number;
+  /** Whether the key's window counts the request (not on a `recheck`: it counted it once already). */
+  keyLine: boolean;
 }
 
 /**
@@ -77,10 +89,48 @@ export class RateLimiter {
    */
   async checkVideoJob({ config, gw, model, now }: { config: GatewayConfig; gw: GatewayState; model: string; now: number }): Promise<void> {
     try {
-      await this.admit(gw, this.linesFor(config, gw, model, false, null, now), now);
+      await this.admit(gw, this.linesFor({ config, gw, model, free: false, account: null, now, keyLine: true }), now);
     } catch (err) {
       throw checksUnavailable(err);
     }
+  }
+
+  /**
+   * Counts the request again when a stage after `rate-limit` changed its model (a router choosing for
+   * `model: "auto"`, the `web` stage removing `:online`): the model served is counted in its `rate_limits.models`
+   * lines and, if it is a free model and the first pass did not count a free one, in the free-model windows. The
+   * key's window is not counted again. Throws the 429 of `check`. Returns the free-model daily window it counted
+   * in (null if none), to be taken back as `check`'s is. Called by `upstream` before any call; does nothing when
+   * `rate-limit` did not run or the model is unchanged.
+   *
+   * @example const daily = await services.rateLimits.recheck(services.config, state, services.spend.clock());
+   */
+  async recheck(config: GatewayConfig, gw: GatewayState, now: number): Promise<string | null> {
+    const counted = gw.rateCounted;
+    if (!counted || !gw.body) return null;
+    try {
+      const model = firstKnownModel(config, requestedModels(gw.body));
+      if (model === counted.model) return null;
+      const free = !counted.free && (await this.isFreeServed(config, model, gw));
+      const account = free ? await this.accountOf(gw.key!.accountId, config) : null;
+      const daily = await this.admit(gw, this.linesFor({ config, gw, model, free, account, now, keyLine: false }), now);
+      gw.rateCounted = { model, free: counted.free || free };
+      return daily;
+    } catch (err) {
+      throw checksUnavailable(err);
+    }
+  }
+
+  /**
+   * When the request ends, takes it back from the free-model daily window `dailyKey` (from `check` or `recheck`)
+   * unless a free model served it (`unlessServedFree`); a failure is logged with `logger`.
+   *
+   * @example if (daily) services.rateLimits.takeBackAtEnd({ dailyKey: daily, gw: state, clock: services.spend.clock, logger: services.logger });
+   */
+  takeBackAtEnd({ dailyKey, gw, clock, logger }: { dailyKey: string; gw: GatewayState; clock: () => number; logger: Logger }): void {
+    gw.onFinish.push(() => {
+      this.unlessServedFree(dailyKey, gw, clock()).catch((err) => logger.warn({ err, generation_id: gw.requestId }, 'taking back a free-model request count failed'));
+    });
   }
 
   /** Takes the request back from the free-model daily window `check` counted it in, unless a free model served it with the gateway's keys. Never throws (a failure is logged by the caller's logger). */
@@ -94,11 +144,18 @@ export class RateLimiter {
     // The first model the request names that this gateway has: a name routing skips (unknown) must not stand
     // in front of the one that serves (`{"model": "no/such", "models": ["m/limited"]}` passed every limit).
     const model = gw.body ? firstKnownModel(config, requestedModels(gw.body)) : undefined;
+    const free = await this.isFreeServed(config, model, gw);
+    const account = free ? await this.accountOf(gw.key!.accountId, config) : null;
+    const daily = await this.admit(gw, this.linesFor({ config, gw, model, free, account, now, keyLine: true }), now);
+    gw.rateCounted = { model, free };
+    return daily;
+  }
+
+  /** Whether the free-model limits gate `model`: a free model this gateway has, not served only with the workspace's own keys. */
+  private async isFreeServed(config: GatewayConfig, model: string | undefined, gw: GatewayState): Promise<boolean> {
     // Spec 8.3.2: requests served with the caller's own provider keys are not gated by the free-model limits;
     // nor is a model this gateway does not have (routing answers 404).
-    const free = model !== undefined && isFreeModel(model) && config.models.some((m) => m.id === model) && !(await this.ownKeysOnly(config, model, gw));
-    const account = free ? await this.accountOf(gw.key!.accountId, config) : null;
-    return this.admit(gw, this.linesFor(config, gw, model, free, account, now), now);
+    return model !== undefined && isFreeModel(model) && config.models.some((m) => m.id === model) && !(await this.ownKeysOnly(config, model, gw));
   }
 
   /** Counts the request in `lines`, or throws the 429 of the first full one; returns the free-model daily window it counted in. */
@@ -129,7 +186,7 @@ export class RateLimiter {
     throw asRejection(err, `rate_limit_${line.scope}`);
   }
 
-  private linesFor(config: GatewayConfig, gw: GatewayState, model: string | undefined, free: boolean, account: Account | null, now: number): Described[] {
+  private linesFor({ config, gw, model, free, account, now, keyLine }: LinesInput): Described[] {
     const key = gw.key!;
     const lines: Described[] = [];
     const fixed = (windowS: number) => {
@@ -138,7 +195,7 @@ export class RateLimiter {
       return { start, resetAt: start + ms };
     };
     const rl = config.rate_limits;
-    if (rl.key) {
+    if (rl.key && keyLine) {
       const w = fixed(rl.key.window_s);
       // The window's length is in the key, as for model lines: a reload from 60 s to 3600 s at 10:00:10 had
       // kept counting in the 60 s counter (same start), which expired at 10:01 while the 429 said 11:00.
