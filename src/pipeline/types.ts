@@ -192,9 +192,10 @@ export interface GatewayState {
   /**
    * What `rate-limit` counted the request against, set when it ran: the model (the first the request names that
    * this gateway has) and whether the free-model windows counted it. `services.rateLimits.recheck` counts the
-   * model served when a later stage (a router, `:online`) changed it.
+   * model served when a later stage (a router, `:online`) changed it. `dailyAt`: when the free-model daily window
+   * counted it (null if none), the time its ledger row is dated by when no spend hold dates it.
    */
-  rateCounted?: { model: string | undefined; free: boolean };
+  rateCounted?: { model: string | undefined; free: boolean; dailyAt: number | null };
   /**
    * The request's journal entry (README "Ledger durability"): the generation id of its pending ledger row
    * (claimed when its write starts; `recording` resolves once it is durable), deleted with its ledger row.

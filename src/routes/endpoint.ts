@@ -305,7 +305,10 @@ function finish(runtime: Runtime, state: GatewayState, span: Span, status: numbe
   const { logger, ledger } = runtime.services;
   try {
     // Dated when it was admitted, if its spend was held: the window its cost was counted in (Admission.admittedAt).
-    const rows = ledgerRowsOf(state, state.spendHold?.admission?.admittedAt ?? runtime.services.spend.clock());
+    // A free-model request (no hold) is dated when the free-model daily window counted it: that day's counter is
+    // rebuilt from the ledger by the row's date, and a request ending past midnight had counted in both days.
+    const admittedAt = state.spendHold?.admission?.admittedAt ?? state.rateCounted?.dailyAt;
+    const rows = ledgerRowsOf(state, admittedAt ?? runtime.services.spend.clock());
     // The row releases the request's journal entry when it is written (README "Ledger durability").
     const pendingId = state.pendingLedger?.id ?? null;
     rows.forEach((row, i) => ledger.add(row, i === 0 ? pendingId : null));

@@ -114,7 +114,7 @@ export class RateLimiter {
       const free = !counted.free && (await this.isFreeServed(config, model, gw));
       const account = free ? await this.accountOf(gw.key!.accountId, config) : null;
       const daily = await this.admit(gw, this.linesFor({ config, gw, model, free, account, now, keyLine: false }), now);
-      gw.rateCounted = { model, free: counted.free || free };
+      gw.rateCounted = { model, free: counted.free || free, dailyAt: counted.dailyAt ?? (daily ? now : null) };
       return daily;
     } catch (err) {
       throw checksUnavailable(err);
@@ -147,7 +147,7 @@ export class RateLimiter {
     const free = await this.isFreeServed(config, model, gw);
     const account = free ? await this.accountOf(gw.key!.accountId, config) : null;
     const daily = await this.admit(gw, this.linesFor({ config, gw, model, free, account, now, keyLine: true }), now);
-    gw.rateCounted = { model, free };
+    gw.rateCounted = { model, free, dailyAt: daily ? now : null };
     return daily;
   }
 
