@@ -22,6 +22,16 @@ export interface AutoChoice {
 const tierOf = (m: ModelConfig) => m.tier ?? 2;
 const has = (m: ModelConfig, c: ModelCapability) => (m.capabilities ?? []).includes(c);
 
+/**
+ * Whether some endpoint of the model is sent a request's tools. An endpoint's `supported_parameters` decides
+ * (one whose list leaves `tools` out gets the request without them: src/routing/parameters.ts); the model's
+ * declared `tools` capability speaks only for the endpoints that list nothing. The filter had read the
+ * capability alone, so it could choose a model whose every endpoint drops the tools.
+ */
+export function takesTools(m: ModelConfig): boolean {
+  return m.endpoints.some((e) => (e.supported_parameters === undefined ? has(m, 'tools') : e.supported_parameters.includes('tools')));
+}
+
 /** How demanding a request is: length +1 (+2 when very long), code +1, tools +1, reasoning +2. */
 export function demandPoints(f: RequestFeatures, t: Thresholds): { points: number; why: string[] } {
   const why: string[] = [];
@@ -38,7 +48,8 @@ export function demandPoints(f: RequestFeatures, t: Thresholds): { points: numbe
  * The auto-router's deterministic choice (README "Routers and context compression"):
  * 1. needed tier from demand points (0 → 1, 1–2 → 2, 3+ → 3), shifted by the cost tier (low −1, high +1), kept in 1..3;
  * 2. hard filters, each skipped when it would leave nothing: fits the context (prompt + max tokens ≤
- *    `context_length`), `vision` when the request has images, `tools` when it has tools;
+ *    `context_length`), `vision` when the request has images, an endpoint that takes tools when it has tools
+ *    (`takesTools`);
  * 3. rank: the most of the soft capabilities asked for (`code`, `reasoning`), then the lowest tier at or above
  *    the target (a tier below it only when none is), then for `low` the price before the quality, else the
  *    quality before the price, then configured order.
@@ -66,7 +77,7 @@ export function chooseModel(input: {
   const need = f.tokens + input.maxTokens;
   narrow(`fits ${need} tokens`, (m) => m.context_length === undefined || m.context_length >= need);
   if (f.images) narrow('declares vision', (m) => has(m, 'vision'));
-  if (f.tools) narrow('declares tools', (m) => has(m, 'tools'));
+  if (f.tools) narrow('takes tools', takesTools);
 
   const soft: ModelCapability[] = [...(f.code ? (['code'] as const) : []), ...(f.reasoning ? (['reasoning'] as const) : [])];
   const order = new Map(input.pool.map((m, i) => [m.id, i]));
