@@ -13,8 +13,29 @@ export interface AutoRouterConfig extends PoolConfig, Thresholds {
   default_cost_tier: CostTier;
 }
 
+/** Whether the request names the auto model as its `model` or among its `models` (spec 4.2: either selects the model). */
+function namesAuto(body: Record<string, unknown>, modelId: string): boolean {
+  return body.model === modelId || (Array.isArray(body.models) && body.models.includes(modelId));
+}
+
 /**
- * `auto-router`: on `model: "auto"` (config `model_id`) or a request's `plugins: [{id: 'auto-router', …}]`,
+ * Puts the chosen models where the request named the auto model: `model` (or, for a request's plugin entry,
+ * whatever `model` it names, or the front when it names none) and each `models` entry naming it. The models
+ * the request names besides keep their places.
+ */
+function placeChoice(input: { body: Record<string, unknown>; modelId: string; chosen: string[]; byEntry: boolean }): void {
+  const { body, modelId, chosen, byEntry } = input;
+  const list = Array.isArray(body.models) ? (body.models as unknown[]) : undefined;
+  const head = body.model === modelId || (byEntry && (body.model !== undefined || !list?.includes(modelId))) ? chosen : [];
+  if (head.length > 0) body.model = head[0];
+  const rest = (list ?? []).flatMap((m) => (m === modelId ? chosen : [m]));
+  // The list is rewritten only when it has more than the request's `model` alone.
+  const all = [...new Set([...head, ...rest])];
+  if (list !== undefined || all.length > 1) body.models = all;
+}
+
+/**
+ * `auto-router`: on `model: "auto"` (config `model_id`, as `model` or in `models`) or a request's `plugins: [{id: 'auto-router', …}]`,
  * replaces `model` with the model chosen from the allowed pool by `chooseModel` (or `pin_model`), and
  * records the choice and its reason in `gateway_metadata.pipeline` and on the request span.
  */
@@ -30,7 +51,7 @@ export const autoRouter: StageDefinition<AutoRouterConfig, Services> = {
       const body = inferenceBody(state);
       if (!body) return next();
       const entry = requestPlugin(body, 'auto-router');
-      if (entry?.enabled === false || (!entry && body.model !== config.model_id)) return next();
+      if (entry?.enabled === false || (!entry && !namesAuto(body, config.model_id))) return next();
       const field = pluginField(body, 'auto-router');
 
       const costTier = entry?.cost_tier ?? config.default_cost_tier;
@@ -52,8 +73,8 @@ export const autoRouter: StageDefinition<AutoRouterConfig, Services> = {
         choice = chooseModel({ pool, features, costTier: costTier as CostTier, maxTokens: requestedMaxTokens(body), thresholds: config });
       }
 
-      const requested = body.model;
-      body.model = choice.model.id;
+      const requested = body.model ?? (Array.isArray(body.models) ? body.models[0] : undefined);
+      placeChoice({ body, modelId: config.model_id, chosen: [choice.model.id], byEntry: entry !== undefined });
       state.pipeline.push({
         type: 'router',
         name: 'auto-router',

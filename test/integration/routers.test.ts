@@ -99,6 +99,26 @@ describe('auto-router: choices on a table of requests (chat completions)', () =>
     }
   });
 
+  it('models: ["auto"] without model routes as model: "auto" does (it was a 404 for the unknown model "auto")', async () => {
+    const g = await t.start({ yaml: yaml() });
+    const res = await post(`${g.url}/chat/completions`, g.key, { models: ['auto'], messages: user('Hi there') }, META);
+    expect(res.status, res.text).toBe(200);
+    expect(res.json.model).toBe('r/small');
+    expect(t.upstream.received.at(-1)!.body.model).toBe('up-small');
+    expect(res.json.gateway_metadata.pipeline[0]).toMatchObject({ name: 'auto-router', data: { requested: 'auto', model: 'r/small' } });
+  });
+
+  it('"auto" later in models keeps its place: the models before it are tried first, then the choice', async () => {
+    const g = await t.start({ yaml: yaml() });
+    t.upstream.always.set('gpt-upstream', { kind: 'status', status: 500 });
+    const res = await post(`${g.url}/chat/completions`, g.key, { models: ['fake/gpt', 'auto'], messages: user('Hi there') }, META);
+    expect(res.status, res.text).toBe(200);
+    expect(res.json.model).toBe('r/small');
+    expect(t.upstream.received.map((r) => r.body.model)).toEqual(expect.arrayContaining(['gpt-upstream', 'up-small']));
+    expect(t.upstream.received[0].body.model).toBe('gpt-upstream');
+    expect(t.upstream.received.at(-1)!.body.model).toBe('up-small');
+  });
+
   it('without model auto or the plugin, the request is untouched', async () => {
     const g = await t.start({ yaml: yaml() });
     const res = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', messages: user('Hi') }, META);
