@@ -71,6 +71,7 @@ export function buildRuntime(input: RuntimeInput): Runtime {
     spend: input.spend,
     rateLimits: input.rateLimits,
     presets: input.presets,
+    health: input.health,
     models,
     videos: buildVideoCatalog(config, input.spend.clock),
     ownKeys: (workspaceId) => input.byok.forWorkspace(workspaceId, config.byok),

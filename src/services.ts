@@ -3,6 +3,7 @@ import type { OwnKeys } from './auth/byok-keys';
 import type { Logger } from 'pino';
 import type { GatewayConfig, ModelConfig } from './config/types';
 import type { Dispatch } from './routing/dispatch';
+import type { EndpointHealth } from './routing/health';
 import type { SpendControl } from './spend/control';
 import type { LedgerWriter } from './spend/ledger';
 import type { RateLimiter } from './spend/rate-limits';
@@ -35,6 +36,11 @@ export interface Services {
   /** Presets at request time (cached designated versions). */
   presets: Presets;
   dispatch: Dispatch;
+  /**
+   * Per-endpoint health (breakers, Retry-After rests), shared with dispatch; stages only read it (the
+   * auto-router skips models whose every endpoint is known down). Keys: `endpointKeyOf` (routing/plan.ts).
+   */
+  health: EndpointHealth;
   models: ReadonlyMap<string, ModelConfig>;
   /** Video models and video providers (never used by chat routing). */
   videos: VideoCatalog;

@@ -12,6 +12,8 @@ export interface Thresholds {
 
 export interface AutoChoice {
   model: ModelConfig;
+  /** Every eligible model, best first (`model` is the first): the next ones are its fallbacks. */
+  ranked: ModelConfig[];
   /** 1..3: the tier the request needs, after the cost tier's shift. */
   targetTier: number;
   points: number;
@@ -53,6 +55,8 @@ export function demandPoints(f: RequestFeatures, t: Thresholds): { points: numbe
  * 3. rank: the most of the soft capabilities asked for (`code`, `reasoning`), then the lowest tier at or above
  *    the target (a tier below it only when none is), then for `low` the price before the quality, else the
  *    quality before the price, then configured order.
+ * Last, a model `down` says is out of service (every endpoint's breaker open or resting) is left out, unless
+ * that would leave nothing.
  */
 export function chooseModel(input: {
   pool: ModelConfig[];
@@ -60,6 +64,8 @@ export function chooseModel(input: {
   costTier: CostTier;
   maxTokens: number;
   thresholds: Thresholds;
+  /** Whether every endpoint of the model is known down (routing health); none is when absent. */
+  down?: (m: ModelConfig) => boolean;
 }): AutoChoice {
   const { features: f, costTier } = input;
   const { points, why } = demandPoints(f, input.thresholds);
@@ -78,6 +84,8 @@ export function chooseModel(input: {
   narrow(`fits ${need} tokens`, (m) => m.context_length === undefined || m.context_length >= need);
   if (f.images) narrow('declares vision', (m) => has(m, 'vision'));
   if (f.tools) narrow('takes tools', takesTools);
+  const down = input.down;
+  if (down) narrow('with an endpoint up', (m) => !down(m));
 
   const soft: ModelCapability[] = [...(f.code ? (['code'] as const) : []), ...(f.reasoning ? (['reasoning'] as const) : [])];
   const order = new Map(input.pool.map((m, i) => [m.id, i]));
@@ -101,5 +109,5 @@ export function chooseModel(input: {
     `${demand} → tier ${needed}; cost_tier ${costTier} → target tier ${targetTier}; ` +
     `chose ${model.id} (tier ${tierOf(model)}${model.capabilities?.length ? `, ${model.capabilities.join('+')}` : ''}) of ${pool.length} eligible` +
     (notes.length ? ` (${notes.join('; ')})` : '');
-  return { model, targetTier, points, reason };
+  return { model, ranked, targetTier, points, reason };
 }

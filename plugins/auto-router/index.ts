@@ -2,6 +2,9 @@ import { ConfigError } from '../../src/config/load';
 import { GatewayError } from '../../src/errors/gateway-error';
 import { inferenceBody, requestPlugin } from '../../src/pipeline/request-plugins';
 import type { StageDefinition } from '../../src/pipeline/types';
+import type { ModelConfig } from '../../src/config/types';
+import type { EndpointHealth } from '../../src/routing/health';
+import { endpointKeyOf } from '../../src/routing/plan';
 import { modelPool, poolConfigProblem, pluginField, requestedMaxTokens, type PoolConfig } from '../../src/routing/model-pool';
 import type { Services } from '../../src/services';
 import { chooseModel, COST_TIERS, type AutoChoice, type CostTier, type Thresholds } from './choose';
@@ -11,6 +14,13 @@ import schema from './schema.json';
 export interface AutoRouterConfig extends PoolConfig, Thresholds {
   model_id: string;
   default_cost_tier: CostTier;
+  /** How many next-ranked models follow the choice as its fallbacks (0: none). */
+  fallback_models: number;
+}
+
+/** An endpoint known to be out of service: its breaker is open, or it rests after a Retry-After. */
+function knownDown(health: EndpointHealth, key: string): boolean {
+  return health.state(key) === 'open' || health.resting(key);
 }
 
 /** Whether the request names the auto model as its `model` or among its `models` (spec 4.2: either selects the model). */
@@ -68,13 +78,17 @@ export const autoRouter: StageDefinition<AutoRouterConfig, Services> = {
             metadata: { field: `${field}.pin_model` },
           });
         }
-        choice = { model: pinned, targetTier: pinned.tier ?? 2, points: 0, reason: `pinned by pin_model: ${pinned.id}` };
+        choice = { model: pinned, ranked: [pinned], targetTier: pinned.tier ?? 2, points: 0, reason: `pinned by pin_model: ${pinned.id}` };
       } else {
-        choice = chooseModel({ pool, features, costTier: costTier as CostTier, maxTokens: requestedMaxTokens(body), thresholds: config });
+        const down = (m: ModelConfig) => m.endpoints.every((e) => knownDown(services.health, endpointKeyOf(e.provider, e.upstream_model)));
+        choice = chooseModel({ pool, features, costTier: costTier as CostTier, maxTokens: requestedMaxTokens(body), thresholds: config, down });
       }
+      // The next-ranked models go after the choice, so that upstream's fallback between models tries them
+      // when the choice fails (a pinned model has none: the caller asked for that one).
+      const fallbacks = choice.ranked.slice(1, 1 + config.fallback_models).map((m) => m.id);
 
       const requested = body.model ?? (Array.isArray(body.models) ? body.models[0] : undefined);
-      placeChoice({ body, modelId: config.model_id, chosen: [choice.model.id], byEntry: entry !== undefined });
+      placeChoice({ body, modelId: config.model_id, chosen: [choice.model.id, ...fallbacks], byEntry: entry !== undefined });
       state.pipeline.push({
         type: 'router',
         name: 'auto-router',
@@ -82,6 +96,7 @@ export const autoRouter: StageDefinition<AutoRouterConfig, Services> = {
         data: {
           requested: typeof requested === 'string' ? requested : null,
           model: choice.model.id,
+          fallbacks,
           pinned: entry?.pin_model !== undefined,
           cost_tier: costTier,
           target_tier: choice.targetTier,

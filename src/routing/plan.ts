@@ -14,7 +14,10 @@ export interface PlanDeps {
 }
 
 /** An endpoint's key in health and sticky-session records: `<provider>/<upstream model>`. */
-export const endpointKey = (c: Candidate): string => `${c.provider.id}/${c.endpoint.upstream_model}`;
+export const endpointKeyOf = (providerId: string, upstreamModel: string): string => `${providerId}/${upstreamModel}`;
+
+/** `endpointKeyOf` for a routing candidate. */
+export const endpointKey = (c: Candidate): string => endpointKeyOf(c.provider.id, c.endpoint.upstream_model);
 
 /**
  * The sticky-routing key of a request: its session, per key (sessions of different keys never mix) and per

@@ -119,6 +119,39 @@ describe('auto-router: choices on a table of requests (chat completions)', () =>
     expect(t.upstream.received.at(-1)!.body.model).toBe('up-small');
   });
 
+  it('the next-ranked models follow the choice: when its endpoint fails, the next one serves (it was a 502)', async () => {
+    const g = await t.start({ yaml: yaml() });
+    t.upstream.always.set('up-small', { kind: 'status', status: 500 });
+    const res = await post(`${g.url}/chat/completions`, g.key, { model: 'auto', messages: user('Hi there') }, META);
+    expect(res.status, res.text).toBe(200);
+    expect(res.json.model).toBe('r/vision');
+    expect(t.upstream.received[0].body.model).toBe('up-small');
+    expect(t.upstream.received.at(-1)!.body.model).toBe('up-vision');
+    expect(res.json.gateway_metadata.pipeline[0]).toMatchObject({ name: 'auto-router', data: { model: 'r/small', fallbacks: ['r/vision', 'r/coder'] } });
+  });
+
+  it('fallback_models: 0 sets none; pin_model never has any', async () => {
+    const g = await t.start({ yaml: yaml().replace("auto-router: { allowed_models: ['r/*']", "auto-router: { fallback_models: 0, allowed_models: ['r/*']") });
+    t.upstream.always.set('up-small', { kind: 'status', status: 500 });
+    const res = await post(`${g.url}/chat/completions`, g.key, { model: 'auto', messages: user('Hi there') }, META);
+    expect(res.status).toBe(502);
+    expect(t.upstream.received.every((r) => r.body.model === 'up-small')).toBe(true);
+    const pinned = await post(`${g.url}/chat/completions`, g.key, { model: 'auto', messages: user('Hi'), plugins: [{ id: 'auto-router', pin_model: 'r/small' }] }, META);
+    expect(pinned.status).toBe(502);
+  });
+
+  it('a model whose endpoints are all known down (breaker open) is skipped', async () => {
+    const base = yaml().replace("auto-router: { allowed_models: ['r/*']", "auto-router: { fallback_models: 0, allowed_models: ['r/*']");
+    const g = await t.start({ yaml: `${base}routing: { circuit_breaker: { failure_threshold: 1, cooldown_ms: 600000 } }\n` });
+    t.upstream.always.set('up-small', { kind: 'status', status: 500 });
+    const first = await post(`${g.url}/chat/completions`, g.key, { model: 'auto', messages: user('Hi there') }, META);
+    expect(first.status).toBe(502);
+    const res = await post(`${g.url}/chat/completions`, g.key, { model: 'auto', messages: user('Hi there') }, META);
+    expect(res.status, res.text).toBe(200);
+    expect(res.json.model).toBe('r/vision');
+    expect(t.upstream.received.at(-1)!.body.model).toBe('up-vision');
+  });
+
   it('without model auto or the plugin, the request is untouched', async () => {
     const g = await t.start({ yaml: yaml() });
     const res = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', messages: user('Hi') }, META);

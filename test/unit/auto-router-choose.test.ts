@@ -33,3 +33,24 @@ describe('auto-router: the tools filter reads what the endpoints take', () => {
     expect(choose(pool, features({ tools: true })).model.id).toBe('declared');
   });
 });
+
+describe('auto-router: endpoint health', () => {
+  const pool: ModelConfig[] = [
+    { id: 'small', tier: 1, endpoints: [endpoint('s1'), endpoint('s2')] },
+    { id: 'mid', tier: 2, quality: 0.7, endpoints: [endpoint('m')] },
+    { id: 'mid2', tier: 2, quality: 0.6, endpoints: [endpoint('m2')] },
+  ];
+
+  it('skips a model whose every endpoint is down and ranks the rest (the fallbacks come from `ranked`)', () => {
+    const choice = chooseModel({ pool, features: features(), costTier: 'medium', maxTokens: 0, thresholds, down: (m) => m.id === 'small' });
+    expect(choice.model.id).toBe('mid');
+    expect(choice.ranked.map((m) => m.id)).toEqual(['mid', 'mid2']);
+  });
+
+  it('chooses among down models when every one is down (nothing is left out then)', () => {
+    const choice = chooseModel({ pool, features: features(), costTier: 'medium', maxTokens: 0, thresholds, down: () => true });
+    expect(choice.model.id).toBe('small');
+    expect(choice.ranked.map((m) => m.id)).toEqual(['small', 'mid', 'mid2']);
+    expect(choice.reason).toContain('no allowed model with an endpoint up, ignored');
+  });
+});
