@@ -6,6 +6,7 @@ import { keepAskedText } from '../../src/pipeline/asked-text';
 import { inferenceBody, requestPlugin } from '../../src/pipeline/request-plugins';
 import type { GatewayState, PipelineRecord, StageDefinition } from '../../src/pipeline/types';
 import { requestedModels } from '../../src/routing/candidates';
+import { withoutOnline } from '../../src/routing/online-suffix';
 import type { Services } from '../../src/services';
 import { pdfBlocks, type PdfBlock } from './blocks';
 import schema from './schema.json';
@@ -68,7 +69,7 @@ export function fileParserDefinition(overrides: FileParserFetcherOverrides = {})
         const asked = requestPlugin(body, 'file-parser');
         if (asked?.enabled === false) return next();
         // A request naming the plugin asks for parsing even for a PDF-capable model.
-        if (!asked && config.mode === 'models_without_pdf' && allHavePdf(requestedModels(body), services)) return next();
+        if (!asked && config.mode === 'models_without_pdf' && allHavePdf(requestedModels(body), services.models)) return next();
         const blocks = pdfBlocks(body, state.endpoint === 'messages' ? 'messages' : 'chat');
         if (blocks.length === 0) return next();
         // The limit of the config serving this request, set when it is used rather than in `create`: a reload
@@ -101,9 +102,15 @@ export function fileParserDefinition(overrides: FileParserFetcherOverrides = {})
   };
 }
 
-/** True when every requested model is known and declares `pdf` (an unknown model counts as without). */
-function allHavePdf(models: string[], services: Services): boolean {
-  return models.length > 0 && models.every((id) => services.models.get(id)?.capabilities?.includes('pdf') === true);
+/**
+ * True when every requested model is known and declares `pdf` (an unknown model counts as without).
+ * `x:online` is judged as `x`: the `web` stage removes the suffix, and this stage may run before it (the
+ * unknown `x:online` had got a PDF-capable model's PDF parsed, and a PDF pdf.js cannot read refused).
+ * A name a router resolves later (`auto`) stays unknown: parsing is what is right for any model.
+ */
+function allHavePdf(names: string[], models: Services['models']): boolean {
+  const capable = (id: string) => (models.get(id) ?? models.get(withoutOnline(id) ?? ''))?.capabilities?.includes('pdf') === true;
+  return names.length > 0 && names.every(capable);
 }
 
 function record(block: PdfBlock, outcome: 'parsed' | 'failed', summary: string, data: Record<string, unknown> = {}): PipelineRecord {

@@ -7,6 +7,7 @@ import { createSearch, SearchFailed, type SearchBackendConfig, type SearchResult
 import { addCitations, chatStreamWithAnnotations, injectSystemText, messagesStreamWithCitations, searchPromptText } from '../../src/search/citations';
 import schema from './schema.json';
 import { textHead } from '../../src/text-cut';
+import { withoutOnline } from '../../src/routing/online-suffix';
 
 /** Operator config (`plugins.web` in gateway.yaml), defaults filled by the schema. */
 export interface WebConfig {
@@ -20,8 +21,6 @@ export interface WebConfig {
   max_snippet_chars: number;
   on_error: 'allow' | 'deny';
 }
-
-const ONLINE = ':online';
 
 /**
  * `web`: searches the operator's backend (src/search/backends.ts: SearXNG's JSON API or the documented HTTP
@@ -116,9 +115,9 @@ function boundedResult(r: SearchResult, maxSnippetChars: number): SearchResult {
 
 /** `model: "x:online"` asks for search (OpenRouter's shortcut); the suffix goes so routing sees `x`. */
 function stripOnline(body: Record<string, unknown>): boolean {
-  const model = body.model;
-  if (typeof model !== 'string' || !model.endsWith(ONLINE) || model.length === ONLINE.length) return false;
-  body.model = model.slice(0, -ONLINE.length);
+  const model = typeof body.model === 'string' ? withoutOnline(body.model) : undefined;
+  if (model === undefined) return false;
+  body.model = model;
   return true;
 }
 

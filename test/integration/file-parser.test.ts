@@ -208,3 +208,32 @@ describe('file-parser stage through the server', () => {
     expect(t.upstream.received[3].body.messages[0].content[1].text).toContain('otters.pdf (PDF, 2 pages):');
   });
 });
+
+describe('file-parser placed before the stages that resolve the model', () => {
+  const broken = Buffer.from('%PDF-1.4\n1 0 obj << /Type /Catalog >> garbage').toString('base64');
+
+  it('`x:online` is judged as x, whose own pdf capability keeps the PDF (web removes the suffix later)', async () => {
+    // The search backend is a closed loopback port: the search fails, and on_error: allow goes on without it.
+    const stages = yaml().replace('[auth, validate, file-parser, upstream]', '[auth, validate, file-parser, web, upstream]');
+    const g = await t.start({ yaml: `${stages}  web: { backend: { kind: searxng, base_url: 'http://127.0.0.1:9' } }\n` });
+    // A PDF pdf.js cannot read: had it been parsed for an unknown `fake/pdf-gpt:online`, a 400.
+    const r = await post(`${g.url}/chat/completions`, g.key, chatBody('fake/pdf-gpt:online', `data:application/pdf;base64,${broken}`), META);
+    expect(r.status, r.text).toBe(200);
+    expect(t.upstream.received[0].body.messages.at(-1).content[1]).toEqual({ type: 'file', file: { filename: 'otters.pdf', file_data: `data:application/pdf;base64,${broken}` } });
+    expect(r.json.gateway_metadata.pipeline.map((p: { type: string }) => p.type)).toEqual(['web']);
+
+    // A model without pdf, asked for with `:online`, still gets its PDF as text.
+    const parsed = await post(`${g.url}/chat/completions`, g.key, chatBody('fake/gpt:online'), META);
+    expect(parsed.status, parsed.text).toBe(200);
+    expect(t.upstream.received[1].body.messages.at(-1).content[1]).toEqual({ type: 'text', text: `otters.pdf (PDF, 2 pages):\n${TEXT}` });
+  });
+
+  it('`model: auto` before auto-router counts as a model without pdf: the PDF is parsed, the request goes on', async () => {
+    const stages = yaml().replace('[auth, validate, file-parser, upstream]', '[auth, validate, file-parser, auto-router, upstream]');
+    const g = await t.start({ yaml: `${stages}  auto-router: { allowed_models: [fake/pdf-gpt] }\n` });
+    const r = await post(`${g.url}/chat/completions`, g.key, chatBody('auto'), META);
+    expect(r.status, r.text).toBe(200);
+    expect(t.upstream.received[0].body.messages[0].content[1]).toEqual({ type: 'text', text: `otters.pdf (PDF, 2 pages):\n${TEXT}` });
+    expect(r.json.gateway_metadata.pipeline.map((p: { type: string }) => p.type)).toEqual(['file-parser', 'router']);
+  });
+});
