@@ -109,7 +109,8 @@ export function addCitations(dialect: Dialect, body: unknown, results: SearchRes
 
 /**
  * Wraps a chat stream so it carries `delta.annotations` in one extra chunk, sent just before the chunk that
- * holds `finish_reason` (or before `[DONE]` when none came). Spans are computed on the streamed text.
+ * holds `finish_reason` (or before `[DONE]` when none came). Spans are computed on the streamed text. A stream
+ * that ends in an error chunk gets none.
  */
 export async function* chatStreamWithAnnotations(events: AsyncIterable<SseEvent>, results: SearchResult[]): AsyncIterable<SseEvent> {
   let text = '';
@@ -127,7 +128,13 @@ export async function* chatStreamWithAnnotations(events: AsyncIterable<SseEvent>
     } else if (!sent) {
       const chunk = parse(ev.data);
       const choice = chunk && Array.isArray(chunk.choices) ? (chunk.choices as Obj[]).find((c) => isObj(c) && (c.index ?? 0) === 0) : undefined;
-      if (chunk && !chunk.error) last = chunk;
+      // A failed stream (the error chunk, finish_reason "error") gets none: its answer is not one to cite.
+      if (chunk?.error || (isObj(choice) && choice.finish_reason === 'error')) {
+        sent = true;
+        yield ev;
+        continue;
+      }
+      if (chunk) last = chunk;
       const delta = isObj(choice) && isObj(choice.delta) ? choice.delta : undefined;
       if (delta && typeof delta.content === 'string') text += delta.content;
       if (isObj(choice) && choice.finish_reason != null) {

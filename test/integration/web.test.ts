@@ -338,3 +338,17 @@ describe('web search stage through the server', () => {
     expect(block.citations).toEqual(SEARCH_RESULTS.slice(0, 2).map((s, i) => ({ type: 'web_search_result_location', url: s.url, title: s.title, encrypted_index: String(i + 1), cited_text: s.snippet })));
   });
 });
+
+describe('web search citations on a failed stream', () => {
+  it('a chat stream that fails after its text gets its error chunk and no annotations', async () => {
+    const g = await t.start({ yaml: yaml('searxng', 'max_results: 2') });
+    t.upstream.faults.push({ kind: 'no-done' }); // text, then the provider's stream ends without a finish
+    const r = await post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', stream: true, plugins: [{ id: 'web' }], messages: [{ role: 'user', content: 'q' }] });
+    expect(r.status).toBe(200);
+    const chunks = sseEvents(r.text).filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+    expect(chunks.map((c) => c.choices?.[0]?.delta?.content ?? '').join('')).toBe('Hello from the fake upstream.');
+    expect(chunks.at(-1).error.metadata.error_type).toBe('provider_unavailable');
+    expect(chunks.at(-1).choices[0].finish_reason).toBe('error');
+    expect(chunks.some((c) => c.choices?.[0]?.delta?.annotations)).toBe(false);
+  });
+});

@@ -58,6 +58,10 @@ describe('web search citations', () => {
     expect(tools.some((d) => d.includes('annotations'))).toBe(false);
     const text = await collect([chunk({ role: 'assistant', content: 'Hi' }), chunk({}, 'stop'), { data: '[DONE]' }]);
     expect(text.filter((d) => d.includes('annotations'))).toHaveLength(1);
+    // A stream that failed after its text: the error chunk (finish_reason "error") and no annotations.
+    const error = { data: JSON.stringify({ id: 'c', object: 'chat.completion.chunk', error: { code: 502, message: 'cut' }, choices: [{ index: 0, delta: { content: '' }, finish_reason: 'error' }] }) };
+    const failed = await collect([chunk({ role: 'assistant', content: 'Hi' }), error, { data: '[DONE]' }]);
+    expect(failed).toEqual([chunk({ role: 'assistant', content: 'Hi' }).data, error.data, '[DONE]']);
   });
 
   it('a JSON chat answer with tool calls and `content: ""` gets no annotations, as its stream would not', () => {
