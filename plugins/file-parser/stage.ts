@@ -8,6 +8,7 @@ import type { GatewayState, PipelineRecord, StageDefinition } from '../../src/pi
 import { requestedModels } from '../../src/routing/candidates';
 import { withoutOnline } from '../../src/routing/online-suffix';
 import type { Services } from '../../src/services';
+import { base64Bytes, base64BytesAtMost } from './base64-size';
 import { pdfBlocks, type PdfBlock } from './blocks';
 import schema from './schema.json';
 import { textHead } from '../../src/text-cut';
@@ -161,11 +162,11 @@ async function parseOne(input: {
 async function pdfBytes(block: PdfBlock, config: FileParserConfig, overrides: FileParserFetcherOverrides, signal: AbortSignal): Promise<Uint8Array> {
   if (block.source.kind === 'base64') {
     const data = block.source.data;
-    // Checked on the encoded length first, so an oversized body is never decoded.
-    if (Math.floor((data.length * 3) / 4) > config.max_bytes + 2) throw tooLarge(config);
-    const bytes = Buffer.from(data, 'base64');
-    if (bytes.length > config.max_bytes) throw tooLarge(config);
-    return bytes;
+    // `max_bytes` limits the decoded PDF, counted before decoding so an oversized one is never decoded. The
+    // length alone says enough unless it is over the limit: line breaks (MIME base64) count there but decode to
+    // nothing, and a PDF within the limit had been refused for them.
+    if (base64BytesAtMost(data) > config.max_bytes && base64Bytes(data) > config.max_bytes) throw tooLarge(config);
+    return Buffer.from(data, 'base64');
   }
   try {
     const doc = await safeFetch(block.source.url, {

@@ -189,6 +189,22 @@ describe('file-parser stage through the server', () => {
     expect(two.json.error.metadata).toMatchObject({ plugin: 'file-parser', file: 'second.pdf', reason: 'too_many_files' });
   });
 
+  it('max_bytes limits the decoded PDF: exactly max_bytes passes, also as base64 with line breaks; one byte over refuses', async () => {
+    const mime = B64.replace(/.{1,76}/g, (line) => `${line}\r\n`); // MIME base64: longer, the same bytes
+    const g = await t.start({ yaml: yaml(`{ max_bytes: ${PDF.length} }`) });
+    for (const data of [B64, mime]) {
+      const r = await post(`${g.url}/chat/completions`, g.key, chatBody('fake/gpt', `data:application/pdf;base64,${data}`), META);
+      expect(r.status, r.text).toBe(200);
+      expect(r.json.gateway_metadata.pipeline[0].data).toMatchObject({ outcome: 'parsed', bytes: PDF.length });
+    }
+    const g2 = await t.start({ yaml: yaml(`{ max_bytes: ${PDF.length - 1} }`) });
+    for (const data of [B64, mime]) {
+      const r = await post(`${g2.url}/chat/completions`, g2.key, chatBody('fake/gpt', `data:application/pdf;base64,${data}`));
+      expect(r.status).toBe(400);
+      expect(r.json.error.metadata).toMatchObject({ plugin: 'file-parser', reason: 'too_large' });
+    }
+  });
+
   it('a model declaring the pdf capability keeps its PDF, unless mode is always or the request names the plugin', async () => {
     const g = await t.start({ yaml: yaml() });
     const r = await post(`${g.url}/chat/completions`, g.key, chatBody('fake/pdf-gpt'));
