@@ -1,4 +1,4 @@
-import { GatewayError } from '../../src/errors/gateway-error';
+import { GatewayError, quoted } from '../../src/errors/gateway-error';
 import { ParserSlots } from '../../src/files/parser-slots';
 import { PdfBusy, pdfText, PdfTooLarge, PdfUnreadable } from '../../src/files/pdf-text';
 import { FetchRefused, safeFetch, type Resolver } from '../../src/net/safe-fetch';
@@ -91,7 +91,7 @@ export function fileParserDefinition(overrides: FileParserFetcherOverrides = {})
             // routing ends an attempt cut the same way (the endpoint logs it as 499 cancelled, not a 500).
             if (state.abort.aborted) throw new GatewayError('timeout', 'The client closed the request', { cause: err });
             const failure = err instanceof FileFailure ? err : new FileFailure('unreadable', (err as Error).message);
-            state.pipeline.push(record(block, 'failed', `Could not parse ${block.name}: ${failure.message}`, { reason: failure.reason }));
+            state.pipeline.push(record(block, 'failed', `Could not parse ${shownName(block)}: ${failure.message}`, { reason: failure.reason }));
             if (config.on_error === 'deny') throw failureError(failure, block);
           }
         }
@@ -115,12 +115,21 @@ function allHavePdf(names: string[], models: Services['models']): boolean {
 }
 
 function record(block: PdfBlock, outcome: 'parsed' | 'failed', summary: string, data: Record<string, unknown> = {}): PipelineRecord {
-  return { type: 'file-parser', name: 'file-parser', summary, data: { file: block.name, source: block.source.kind, outcome, ...data } };
+  return { type: 'file-parser', name: 'file-parser', summary, data: { file: shownName(block), source: block.source.kind, outcome, ...data } };
+}
+
+/**
+ * The file's name as records and errors quote it, cut to 200 characters as other echoed client values are: a
+ * name is the client's title or URL, and a messages `url` source holding a `data:` URL (refused, bad_scheme)
+ * had been sent back whole, megabytes of base64, in the error body, the record and the log line.
+ */
+function shownName(block: PdfBlock): string {
+  return quoted(block.name);
 }
 
 function failureError(failure: FileFailure, block: PdfBlock): GatewayError {
-  const message = `file-parser could not read ${block.name}: ${failure.message}`;
-  const metadata = { plugin: 'file-parser', file: block.name, reason: failure.reason };
+  const message = `file-parser could not read ${shownName(block)}: ${failure.message}`;
+  const metadata = { plugin: 'file-parser', file: shownName(block), reason: failure.reason };
   if (failure.reason === 'busy') return new GatewayError('provider_overloaded', message, { metadata, headers: { 'retry-after': '1' } });
   return new GatewayError(failure.reason === 'timeout' ? 'timeout' : 'invalid_request', message, { metadata });
 }
@@ -156,7 +165,7 @@ async function parseOne(input: {
   if (charsCut) text += '\n[truncated]';
   if (pagesCut) text += `\n[only the first ${doc.pagesRead} of ${doc.pages} pages were read]`;
   const data = { bytes: bytes.length, pages: doc.pages, pages_read: doc.pagesRead, chars: kept.length, truncated: charsCut || pagesCut };
-  return { text, record: record(block, 'parsed', `Parsed ${block.name}`, data) };
+  return { text, record: record(block, 'parsed', `Parsed ${shownName(block)}`, data) };
 }
 
 async function pdfBytes(block: PdfBlock, config: FileParserConfig, overrides: FileParserFetcherOverrides, signal: AbortSignal): Promise<Uint8Array> {

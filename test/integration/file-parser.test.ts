@@ -205,6 +205,19 @@ describe('file-parser stage through the server', () => {
     }
   });
 
+  it('a messages url source holding a data: URL is refused with its name cut to 200 characters, in the error, the record and the logs', async () => {
+    const g = await t.start({ yaml: yaml() });
+    const dataUrl = `data:application/pdf;base64,${B64.repeat(40)}`; // ~47 KB, as a 20 MB one would be
+    const r = await post(`${g.url}/messages`, g.key, { model: 'fake/claude', max_tokens: 20, messages: [{ role: 'user', content: [{ type: 'document', source: { type: 'url', url: dataUrl } }] }] }, META);
+    expect(r.status).toBe(400);
+    const shown = `${dataUrl.slice(0, 200)}…`;
+    expect(r.json.metadata).toMatchObject({ plugin: 'file-parser', file: shown, reason: 'bad_scheme' });
+    expect(r.json.error.message).toBe(`file-parser could not read ${shown}: Only http and https URLs are fetched, not data:`);
+    expect(r.json.gateway_metadata.pipeline[0].data.file).toBe(shown);
+    expect(r.text.length).toBeLessThan(3000);
+    expect(g.logs.join('\n')).not.toContain(dataUrl.slice(0, 400));
+  });
+
   it('a model declaring the pdf capability keeps its PDF, unless mode is always or the request names the plugin', async () => {
     const g = await t.start({ yaml: yaml() });
     const r = await post(`${g.url}/chat/completions`, g.key, chatBody('fake/pdf-gpt'));
