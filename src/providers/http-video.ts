@@ -5,6 +5,7 @@ import { discard, readCappedBody, type DroppableBody } from '../net/capped-respo
 import { agentFor } from './http';
 import { credentialsIn, scrubbed, withoutCredentials } from './credentials';
 import { classifyUpstreamError } from './upstream-errors';
+import { outputUrls } from './video-answer';
 import type { VideoPollResult, VideoProvider, VideoSubmitInput, VideoUpstreamStatus } from './video-types';
 
 /** Upstream status words, the contract's own first, then common synonyms. */
@@ -124,7 +125,8 @@ export function createHttpVideoProvider(config: HttpVideoProviderConfig): VideoP
 
 function pollResult(status: VideoUpstreamStatus, body: Record<string, unknown>): VideoPollResult {
   const out: VideoPollResult = { status };
-  if (Array.isArray(body.output_urls)) out.urls = body.output_urls.filter((u): u is string => typeof u === 'string');
+  // Only http(s) links reach the client: `javascript:`, `file:`, `data:` and the like are left out.
+  if (Array.isArray(body.output_urls)) out.urls = outputUrls(body.output_urls);
   const usage: { cost?: number; seconds?: number } = {};
   if (typeof body.cost === 'number' && Number.isFinite(body.cost) && body.cost >= 0) usage.cost = body.cost;
   if (typeof body.seconds === 'number' && Number.isFinite(body.seconds) && body.seconds >= 0) usage.seconds = body.seconds;

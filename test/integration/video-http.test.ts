@@ -84,6 +84,26 @@ describe('the http-video adapter against a fake job upstream', () => {
     expect((await failure(p.poll(id))).errorType).toBe('provider_unavailable');
   });
 
+  it('poll: only absolute http(s) output URLs are kept; other schemes, relative, oversized and spaced ones are left out', async () => {
+    const p = adapter();
+    const { upstreamJobId: id } = await p.submit({ model: 'm', prompt: 'x', params: {} }, new AbortController().signal);
+    const kept = ['https://v.test/a.mp4', 'http://v.test/b.mp4?sig=abc%20def'];
+    const dropped = [
+      'javascript:alert(document.cookie)',
+      'JAVASCRIPT:alert(1)',
+      'file:///etc/passwd',
+      `data:video/mp4;base64,${'A'.repeat(1000)}`,
+      'ftp://v.test/c.mp4',
+      '/relative/d.mp4',
+      ' https://v.test/leading-space.mp4',
+      'https://v.test/new\nline.mp4',
+      'https://v.test/nul\u0000.mp4',
+      `https://v.test/${'x'.repeat(9000)}.mp4`,
+    ];
+    upstream.jobs.set(id, { status: 'succeeded', output_urls: [dropped[0], kept[0], ...dropped.slice(1), kept[1]] });
+    expect((await p.poll(id)).urls).toEqual(kept);
+  });
+
   it('cancel: POST {base_url}/videos/{id}/cancel', async () => {
     const p = adapter();
     const { upstreamJobId: id } = await p.submit({ model: 'm', prompt: 'x', params: {} }, new AbortController().signal);
