@@ -5,7 +5,7 @@ import { discard, readCappedBody, type DroppableBody } from '../net/capped-respo
 import { agentFor } from './http';
 import { credentialsIn, scrubbed, withoutCredentials } from './credentials';
 import { classifyUpstreamError } from './upstream-errors';
-import { outputUrls } from './video-answer';
+import { expiryMs, MAX_UPSTREAM_JOB_ID_CHARS, outputUrls, upstreamJobIdProblem } from './video-answer';
 import type { VideoPollResult, VideoProvider, VideoSubmitInput, VideoUpstreamStatus } from './video-types';
 
 /** Upstream status words, the contract's own first, then common synonyms. */
@@ -105,8 +105,17 @@ export function createHttpVideoProvider(config: HttpVideoProviderConfig): VideoP
       const r = await call({ method: 'POST', path: '', body, signal, apiKey });
       failIfNot2xx(r);
       const id = r.json?.id;
-      if (typeof id !== 'string' || id === '') throw badAnswer('no job id');
-      return { upstreamJobId: id };
+      const problem = upstreamJobIdProblem(id);
+      if (problem) {
+        // The upstream took the job: stop it if it can be named back (a NUL or a control character can,
+        // percent-encoded), rather than leave it running and billed unseen. The gateway stores no such id
+        // (PostgreSQL's text cannot hold a NUL: the job was refused after the submission, on that engine only).
+        if (typeof id === 'string' && id !== '' && id.length <= MAX_UPSTREAM_JOB_ID_CHARS) {
+          call({ method: 'POST', path: `/${encodeURIComponent(id)}/cancel`, body: {}, apiKey }).catch(() => undefined);
+        }
+        throw badAnswer(problem);
+      }
+      return { upstreamJobId: id as string };
     },
     async poll(upstreamJobId: string, apiKey?: string, signal?: AbortSignal): Promise<VideoPollResult> {
       const r = await call({ method: 'GET', path: `/${encodeURIComponent(upstreamJobId)}`, apiKey, signal });
@@ -134,7 +143,10 @@ function pollResult(status: VideoUpstreamStatus, body: Record<string, unknown>):
   const err = body.error;
   if (typeof err === 'string') out.error = err;
   else if (err && typeof err === 'object' && typeof (err as { message?: unknown }).message === 'string') out.error = (err as { message: string }).message;
-  if (typeof body.expires_at === 'number' && Number.isFinite(body.expires_at)) out.expiresAt = body.expires_at * 1000;
+  // Whole ms between 1970 and 9999, else none (output_ttl_s applies): a fraction of a ms or a value past
+  // BIGINT had failed PostgreSQL's write of the completion (SQLite took it), and the job was polled every round.
+  const expiresAt = expiryMs(body.expires_at);
+  if (expiresAt !== undefined) out.expiresAt = expiresAt;
   return out;
 }
 

@@ -104,6 +104,35 @@ describe('the http-video adapter against a fake job upstream', () => {
     expect((await p.poll(id)).urls).toEqual(kept);
   });
 
+  it('submit: a job id with a control character or over 256 characters is a bad answer, and a nameable one is cancelled upstream', async () => {
+    const p = adapter();
+    const submit = () => p.submit({ model: 'm', prompt: 'x', params: {} }, new AbortController().signal);
+    for (const id of ['up\u0000nul', 'up\nline', 'up\u007fdel', 'u'.repeat(257), 42, '']) {
+      upstream.faults.push({ status: 200, body: { id }, on: 'submit' });
+      const e = await failure(submit());
+      expect(e.errorType).toBe('provider_unavailable');
+      expect(e.metadata).toMatchObject({ provider_name: 'job-upstream' });
+    }
+    await expect.poll(() => upstream.received.filter((r) => r.path.endsWith('/cancel')).map((r) => r.path).sort()).toEqual(
+      ['up%00nul', 'up%0Aline', 'up%7Fdel'].map((id) => `/v1/videos/${id}/cancel`).sort(),
+    );
+    upstream.faults.push({ status: 200, body: { id: 'u'.repeat(256) }, on: 'submit' });
+    expect((await submit()).upstreamJobId).toBe('u'.repeat(256));
+  });
+
+  it('poll: expires_at is kept as whole ms from 1970 to 9999; a negative, zero, absurd or non-numeric one is dropped', async () => {
+    const p = adapter();
+    const { upstreamJobId: id } = await p.submit({ model: 'm', prompt: 'x', params: {} }, new AbortController().signal);
+    const expiry = async (expires_at: unknown) => {
+      upstream.jobs.set(id, { status: 'succeeded', output_urls: [], expires_at: expires_at as number });
+      return (await p.poll(id)).expiresAt;
+    };
+    expect(await expiry(1_900_000_000)).toBe(1_900_000_000_000);
+    expect(await expiry(1_900_000_000.0004)).toBe(1_900_000_000_000); // a fraction of a ms: PostgreSQL's BIGINT refused it
+    expect(await expiry(253_402_300_799)).toBe(253_402_300_799_000);
+    for (const absurd of [9_400_000_000_000, 1e300, -5, 0, '1900000000', null]) expect(await expiry(absurd)).toBeUndefined();
+  });
+
   it('cancel: POST {base_url}/videos/{id}/cancel', async () => {
     const p = adapter();
     const { upstreamJobId: id } = await p.submit({ model: 'm', prompt: 'x', params: {} }, new AbortController().signal);
