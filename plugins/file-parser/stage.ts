@@ -1,7 +1,7 @@
 import { GatewayError, quoted } from '../../src/errors/gateway-error';
 import { ParserSlots } from '../../src/files/parser-slots';
 import { PdfBusy, pdfText, PdfTooLarge, PdfUnreadable } from '../../src/files/pdf-text';
-import { FetchRefused, safeFetch, type Resolver } from '../../src/net/safe-fetch';
+import { FetchRefused, safeFetch, type Resolver, type SafeFetchOptions } from '../../src/net/safe-fetch';
 import { keepAskedText } from '../../src/pipeline/asked-text';
 import { inferenceBody, requestPlugin } from '../../src/pipeline/request-plugins';
 import type { GatewayState, PipelineRecord, StageDefinition } from '../../src/pipeline/types';
@@ -32,6 +32,8 @@ export interface FileParserConfig {
 export interface FileParserFetcherOverrides {
   testOnlyLoopbackPorts?: readonly number[];
   resolve?: Resolver;
+  /** Set by `create` to the gateway's logger: the operator's side of a refused host name. */
+  logger?: SafeFetchOptions['logger'];
 }
 
 type FailReason = 'too_many_files' | 'too_large' | 'unreadable' | 'busy' | FetchRefused['code'];
@@ -63,6 +65,7 @@ export function fileParserDefinition(overrides: FileParserFetcherOverrides = {})
     configSchema: schema,
     beforeUpstream: true,
     create(config, services) {
+      const fetcher: FileParserFetcherOverrides = { ...overrides, logger: services.logger };
       return async (ctx, next) => {
         const state = ctx.state.gateway;
         const body = inferenceBody(state);
@@ -81,7 +84,7 @@ export function fileParserDefinition(overrides: FileParserFetcherOverrides = {})
         for (const [i, block] of blocks.entries()) {
           try {
             if (i >= config.max_files) throw new FileFailure('too_many_files', `More than max_files (${config.max_files}) PDFs in one request`);
-            const { text, record } = await parseOne({ block, config, overrides, slots, signal: state.signal });
+            const { text, record } = await parseOne({ block, config, overrides: fetcher, slots, signal: state.signal });
             keepAskedText(state);
             block.replace(text);
             state.pipeline.push(record);
@@ -186,6 +189,7 @@ async function pdfBytes(block: PdfBlock, config: FileParserConfig, overrides: Fi
       signal,
       resolve: overrides.resolve,
       testOnlyLoopbackPorts: overrides.testOnlyLoopbackPorts,
+      logger: overrides.logger,
       userAgent: 'model-gateway-file-parser/1',
     });
     return doc.body;

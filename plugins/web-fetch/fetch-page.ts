@@ -35,6 +35,7 @@ export async function fetchOne(
       signal,
       resolve: overrides.resolve,
       testOnlyLoopbackPorts: overrides.testOnlyLoopbackPorts,
+      logger: overrides.logger,
       urlAllowed,
     });
     const full = documentText(doc);

@@ -3,7 +3,7 @@ import { forwardedHeaders } from '../../src/pipeline/forward-headers';
 import { askedText, keepAskedText } from '../../src/pipeline/asked-text';
 import { requestPlugin } from '../../src/pipeline/request-plugins';
 import type { GatewayState, StageDefinition } from '../../src/pipeline/types';
-import type { Resolver } from '../../src/net/safe-fetch';
+import type { Resolver, SafeFetchOptions } from '../../src/net/safe-fetch';
 import type { Services } from '../../src/services';
 import { blockText, fetchOne, record, type Failed, type Fetched } from './fetch-page';
 import schema from './schema.json';
@@ -35,6 +35,8 @@ export interface WebFetchConfig {
 export interface WebFetchFetcherOverrides {
   testOnlyLoopbackPorts?: readonly number[];
   resolve?: Resolver;
+  /** Set by `create` to the gateway's logger: the operator's side of a refused host name. */
+  logger?: SafeFetchOptions['logger'];
 }
 
 /**
@@ -49,11 +51,12 @@ export function webFetchDefinition(overrides: WebFetchFetcherOverrides = {}): St
     configSchema: schema,
     beforeUpstream: true,
     create(config, services) {
+      const fetcher: WebFetchFetcherOverrides = { ...overrides, logger: services.logger };
       return async (ctx, next) => {
         const state = ctx.state.gateway;
         if (state.endpoint !== 'messages' && state.endpoint !== 'chat_completions') return next();
         const asked = requestPlugin(state.body, 'web-fetch');
-        if (asked?.enabled !== false) await fetchNamedUrls(state, asked, config, overrides);
+        if (asked?.enabled !== false) await fetchNamedUrls(state, asked, config, fetcher);
         // The server tool is the client's explicit ask (a tools[] entry): it runs even when `plugins` says otherwise.
         const tool = serverToolOf(state.body!);
         if (tool) {
@@ -61,7 +64,7 @@ export function webFetchDefinition(overrides: WebFetchFetcherOverrides = {}): St
           const forward = forwardedHeaders(ctx, config.forward_headers);
           // The loop calls the model, so it runs where `upstream` stands: after the routers (the model they
           // choose), rate-limit and budget-check (a refused request sends nothing upstream and bills nothing).
-          state.answerer = () => runToolLoop({ state, services, config, overrides, tool, stopWhen, forward });
+          state.answerer = () => runToolLoop({ state, services, config, overrides: fetcher, tool, stopWhen, forward });
         }
         await next();
       };

@@ -88,6 +88,11 @@ export interface SafeFetchOptions {
    * `blocked_domain`, and that URL is never requested.
    */
   urlAllowed?: (url: URL) => boolean;
+  /**
+   * Where the operator reads why a host name was refused (its lookup failed, or what kind of address it gave):
+   * the caller only gets one message for both.
+   */
+  logger?: { info(obj: object, msg: string): void };
 }
 
 export type FetchRefusalCode =
@@ -95,7 +100,6 @@ export type FetchRefusalCode =
   | 'bad_scheme'
   | 'blocked_address'
   | 'blocked_domain'
-  | 'dns'
   | 'too_many_redirects'
   | 'http_status'
   | 'content_type'
@@ -150,7 +154,7 @@ export async function safeFetch(url: string, options: SafeFetchOptions): Promise
       const target = parseTarget(current, url);
       if (options.urlAllowed && !options.urlAllowed(target)) throw new FetchRefused('blocked_domain', `${target.hostname} is not allowed for this request`, url);
       const resolve = slotted(options.resolve ?? systemResolver, signal);
-      const pinned = await abortable(checkedAddress(target, url, { resolve, testOnlyLoopbackPorts: options.testOnlyLoopbackPorts }), signal);
+      const pinned = await abortable(checkedAddress(target, url, { resolve, testOnlyLoopbackPorts: options.testOnlyLoopbackPorts, logger: options.logger }), signal);
       const agent = pinnedAgent(pinned, options.timeoutMs);
       try {
         const res = await request(target.href, {
@@ -231,31 +235,41 @@ function portOf(target: URL): number {
 /**
  * The address to connect to: the host's IP literal, or its DNS answers, every one of which must pass (a
  * name with one private answer among public ones is refused: which answer a client uses is not ours to
- * choose safely).
+ * choose safely). A name that does not resolve and one that resolves to a refused address get the same
+ * `blocked_address` refusal and message: they had differed (`dns`, "Could not resolve …" against "resolves to
+ * an address that is private"), so any key could ask which internal names exist. The difference goes to
+ * `logger`.
  */
-export async function checkedAddress(target: URL, original: string, options: Pick<SafeFetchOptions, 'resolve' | 'testOnlyLoopbackPorts'>): Promise<LookupAddress> {
+export async function checkedAddress(
+  target: URL,
+  original: string,
+  options: Pick<SafeFetchOptions, 'resolve' | 'testOnlyLoopbackPorts' | 'logger'>,
+): Promise<LookupAddress> {
   const literal = ipLiteralOf(target.hostname);
   if (literal === 'invalid') throw new FetchRefused('bad_url', `Malformed numeric host ${target.hostname}`, original);
-  let addresses: readonly LookupAddress[];
-  if (literal) addresses = [literal];
-  else {
-    try {
-      addresses = await (options.resolve ?? systemResolver)(target.hostname);
-    } catch (err) {
-      throw new FetchRefused('dns', `Could not resolve ${target.hostname} (${(err as { code?: string }).code ?? 'error'})`, original);
-    }
-    if (addresses.length === 0) throw new FetchRefused('dns', `${target.hostname} has no address`, original);
-  }
   const port = portOf(target);
+  if (literal) {
+    const verdict = addressVerdict(literal.address);
+    if (!verdict.allowed && !(options.testOnlyLoopbackPorts?.includes(port) && isLoopback(literal.address))) {
+      throw new FetchRefused('blocked_address', `Address ${literal.address} is ${verdict.reason}`, original);
+    }
+    return literal;
+  }
+  const hidden = (cause: string) => {
+    options.logger?.info({ host: target.hostname, cause }, 'fetch refused a host name (the caller is told only that it has no public address)');
+    return new FetchRefused('blocked_address', `${target.hostname} does not resolve to a public address`, original);
+  };
+  let addresses: readonly LookupAddress[];
+  try {
+    addresses = await (options.resolve ?? systemResolver)(target.hostname);
+  } catch (err) {
+    throw hidden(`lookup failed (${(err as { code?: string }).code ?? 'error'})`);
+  }
+  if (addresses.length === 0) throw hidden('no address');
   for (const a of addresses) {
     if (options.testOnlyLoopbackPorts?.includes(port) && isLoopback(a.address)) continue;
     const verdict = addressVerdict(a.address);
-    if (!verdict.allowed) {
-      // A name's answer is not shown: the message reaches the client (records, tool results, errors), and
-      // showing it made the gateway's resolver an oracle for the operator's internal DNS.
-      const message = literal ? `Address ${a.address} is ${verdict.reason}` : `${target.hostname} resolves to an address that is ${verdict.reason} (not shown)`;
-      throw new FetchRefused('blocked_address', message, original);
-    }
+    if (!verdict.allowed) throw hidden(`an answer is ${verdict.reason}`);
   }
   return addresses[0];
 }

@@ -96,10 +96,33 @@ describe('address policy', () => {
     expect(err.code).toBe('blocked_address');
     // The record, the tool result the model reads and the file-parser error all quote this message: a key
     // holder had read the internal address of any name the gateway's resolver knows (db.internal → 10.0.3.7).
-    expect(err.message).toBe('intranet.example.com resolves to an address that is private (not shown)');
+    expect(err.message).toBe('intranet.example.com does not resolve to a public address');
     expect(err.message).not.toContain('10.0.0.5');
     const ok = await checkedAddress(new URL('https://public.example/'), 'https://public.example/', { resolve: async () => [{ address: '93.184.216.34', family: 4 }] });
     expect(ok.address).toBe('93.184.216.34');
+  });
+
+  it('a name that does not resolve gets the very refusal of a name resolving to an internal address (no oracle for which internal names exist); the operator log tells them apart', async () => {
+    const logged: { obj: object; msg: string }[] = [];
+    const logger = { info: (obj: object, msg: string) => logged.push({ obj, msg }) };
+    const seen = async (host: string, resolve: () => Promise<{ address: string; family: number }[]>) => {
+      const err = await refusal(checkedAddress(new URL(`https://${host}/x`), `https://${host}/x`, { resolve, logger }));
+      return { code: err.code, message: err.message.replace(host, '<host>') };
+    };
+    const nxdomain = await seen('nope.corp.internal', async () => {
+      throw Object.assign(new Error('getaddrinfo ENOTFOUND nope.corp.internal'), { code: 'ENOTFOUND' });
+    });
+    const internal = await seen('db.corp.internal', async () => [{ address: '10.0.3.7', family: 4 }]);
+    const empty = await seen('void.corp.internal', async () => []);
+    expect(nxdomain).toEqual({ code: 'blocked_address', message: '<host> does not resolve to a public address' });
+    expect(internal).toEqual(nxdomain);
+    expect(empty).toEqual(nxdomain);
+    expect(logged.map((l) => l.obj)).toEqual([
+      { host: 'nope.corp.internal', cause: 'lookup failed (ENOTFOUND)' },
+      { host: 'db.corp.internal', cause: 'an answer is private' },
+      { host: 'void.corp.internal', cause: 'no address' },
+    ]);
+    expect(JSON.stringify(logged)).not.toContain('10.0.3.7');
   });
 
   it('refuses other schemes and credentials', async () => {
