@@ -34,6 +34,7 @@ import { restoreVideoHolds } from './videos/billing';
 import { VideoPoller } from './videos/poller';
 import { Drain } from './drain';
 import { LedgerJournal } from './spend/journal';
+import { unreservedDecoded } from './routes/path-spelling';
 
 /** `server.*` fields read from the current config per request (so a reload changes them); the rest apply at start. */
 const SERVER_FIELDS_LIVE = new Set<string>(['max_body_bytes', 'max_json_depth', 'max_json_values', 'body_timeout_ms', 'write_timeout_ms', 'stream_keepalive_ms', 'drain_timeout_ms', 'cors']);
@@ -201,6 +202,9 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   };
   app.use(cors(() => current.config.server.cors));
   app.use((ctx, next) => {
+    // Before any route is matched (the exact lookup, the router, the probes): one spelling for one URI.
+    const path = unreservedDecoded(ctx.path);
+    if (path !== ctx.path) ctx.path = path;
     const handler = exact.get(`${ctx.method} ${ctx.path}`);
     return handler ? handler(ctx, next) : next();
   });

@@ -30,6 +30,21 @@ describe('route spellings (exact lookup ahead of the router)', () => {
     }
   });
 
+  it('decodes percent-encoded unreserved characters before matching (RFC 3986: the same URI), and nothing else', async () => {
+    for (const path of ['/api/v1/chat/%63ompletions', '/api/v1/%63%68%61%74/completions', '/%61pi/v1/chat/completions', '/api/v%31/chat/completions']) {
+      const res = await post(`${origin}${path}`, t.key, CHAT);
+      expect(res.status, path).toBe(200);
+      expect(res.json.object, path).toBe('chat.completion');
+    }
+    expect((await call('GET', `${origin}/api/v1/%6Bey`, t.key)).status).toBe(200);
+    // An encoded slash stays inside its segment (a model id `simulated%2Fchat`), and an encoded reserved
+    // character is not a separator: `/chat%2Fcompletions` is no route.
+    expect((await call('GET', `${origin}/api/v1/models/sim%2Fchat`, t.key)).json.id).toBe('sim/chat');
+    const slash = await post(`${origin}/api/v1/chat%2Fcompletions`, t.key, CHAT);
+    expect(slash.status).toBe(404);
+    expect(slash.json.error.message).toBe('No route for POST /api/v1/chat%2Fcompletions');
+  });
+
   it('answers a route with the wrong method 405 with Allow, in the endpoint envelope (it was a 404 "No route")', async () => {
     for (const [method, path, allow] of [
       ['GET', '/api/v1/chat/completions', 'POST'],
