@@ -353,7 +353,8 @@ async function byokList(store: Store, config: GatewayConfig, v: Values): Promise
 async function byokDelete(store: Store, v: Values): Promise<number> {
   if (!v.provider) throw new UsageError('byok delete needs --provider P');
   const workspace = await existingWorkspace(store, v.workspace, 'byok delete');
-  if (!(await store.deleteByokKey(workspace.id, v.provider))) throw new UsageError(`workspace ${workspace.name} has no key for provider ${v.provider}`);
+  // Not a usage mistake (the command was right), as `keys revoke` of a key that is not there: exit 1, no usage text.
+  if (!(await store.deleteByokKey(workspace.id, v.provider))) throw new Error(`workspace ${workspace.name} has no key for provider ${v.provider} (see byok list)`);
   process.stdout.write(`deleted the ${v.provider} key of workspace ${workspace.name} (running gateways stop using it within 5 seconds)\n`);
   return 0;
 }
