@@ -29,6 +29,7 @@ import { FINAL_FLUSH_MS, startTelemetry } from './telemetry/otel';
 const USAGE = `Usage: gateway <command> [options]
 
 Commands:
+  help, --help                          print this text
   serve [--config PATH]                 start the gateway (config: --config, $GATEWAY_CONFIG, ./gateway.yaml)
   config check [--config PATH]          validate a config file and exit
   keys create --name N [--management] [--workspace W] [--user U] [--limit USD
@@ -80,7 +81,8 @@ function configPath(value: string | undefined): string {
 async function main(argv: string[]): Promise<number> {
   const { values, positionals } = parseArgs({ args: argv, options: OPTIONS, allowPositionals: true, strict: true });
   const [command, sub, arg] = positionals;
-  if (values.help || !command) {
+  // `gateway help` had been `unknown command: help`, exit 2.
+  if (values.help || !command || command === 'help') {
     process.stdout.write(USAGE);
     return command || values.help ? 0 : 2;
   }

@@ -296,6 +296,17 @@ describe('serve', () => {
   }, 60_000); // a gateway start and a stop: past the default 20 s on a loaded machine
 });
 
+describe('help', () => {
+  it.each([['help'], ['--help'], ['-h']])('"%s" prints the commands on stdout and exits 0 (`gateway help` was "unknown command: help", exit 2)', async (arg) => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'gw-cli-help-'));
+    const r = await runCli([arg], { cwd: dir });
+    expect(r.code).toBe(0);
+    expect(r.stderr).toBe('');
+    for (const command of ['serve', 'config check', 'keys create', 'keys list', 'keys revoke', 'credits add', 'byok set', 'byok list', 'byok delete']) expect(r.stdout).toContain(`  ${command} `);
+    expect(readdirSync(dir)).toEqual([]);
+  });
+});
+
 describe('a mistyped command', () => {
   it.each([['bogus'], ['keys', 'creat']])('"%s" exits 2 naming it, without a config or opening a store', async (...args) => {
     const dir = mkdtempSync(path.join(tmpdir(), 'gw-cli-typo-'));
