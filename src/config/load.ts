@@ -13,6 +13,7 @@ import { videoConfigProblem } from '../videos/config-check';
 import { redisUrlProblem } from '../state/redis-url';
 import { postgresUrlProblem } from '../store/postgres-url';
 import { configValidators } from './validators';
+import { envSources, withEnvSources } from './env-sources';
 
 /** A config that cannot be used; `message` starts with the path of the bad field. */
 export class ConfigError extends Error {
@@ -315,7 +316,13 @@ export function parseConfigText(text: string, options: LoadOptions): GatewayConf
   // An empty file (a truncated copy, a ConfigMap key with nothing in it) had been told as `must be a mapping` too.
   if (parsed === null || parsed === undefined) throw new ConfigError('(root): the file holds no settings (it is empty, or only comments)');
   if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new ConfigError('(root): must be a mapping');
-  return validateConfig(interpolateEnv(parsed, options.env ?? process.env), options);
+  const env = options.env ?? process.env;
+  try {
+    return validateConfig(interpolateEnv(parsed, env), options);
+  } catch (err) {
+    if (err instanceof ConfigError) throw new ConfigError(withEnvSources(err.message, envSources(parsed, env)));
+    throw err;
+  }
 }
 
 /**

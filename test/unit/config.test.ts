@@ -264,7 +264,7 @@ describe('parseConfigText: errors name the field path', () => {
     const openai = (fields: string) => config({ providers: `  - { id: o, kind: openai, base_url: 'http://127.0.0.1:9/v1', ${fields} }`, models: '  - { id: m1, endpoints: [{ provider: o, upstream_model: x }] }' });
     // A key file's trailing newline, carried by the environment variable (a Kubernetes secret made from a file).
     const newline = configError(() => parse(openai("api_key: '${OPENAI_API_KEY}'"), { OPENAI_API_KEY: 'sk-proj-abc123SECRET\n' })).message;
-    expect(newline).toBe('providers[0].api_key: holds a character an HTTP header cannot carry (a line break or another control character, or one such as a curly quote or a zero-width space pasted with it; the value is not shown)');
+    expect(newline).toBe('providers[0].api_key: holds a character an HTTP header cannot carry (a line break or another control character, or one such as a curly quote or a zero-width space pasted with it; the value is not shown) (the value of environment variable OPENAI_API_KEY)');
     expectPathError(openai('api_key: "\u201csk-proj-abc123\u201d"'), 'providers[0].api_key');
     expectPathError(openai('api_key: "sk-proj-abc\u200b123"'), 'providers[0].api_key');
     expectPathError(openai("headers: { X-Org: \"org-1\\r\\nX-Evil: 1\" }"), 'providers[0].headers.X-Org');
@@ -433,6 +433,23 @@ describe('loadConfig', () => {
     const c = loadConfig(path.join(ROOT, 'gateway.yaml'), { registry, env: { GATEWAY_PORT: '18080', GATEWAY_HOST: '0.0.0.0' } });
     expect(c.server.port).toBe(18080);
     expect(c.server.host).toBe('0.0.0.0');
+  });
+
+  it.each([
+    ['abc', 'server.port: must be integer (the value of environment variable GATEWAY_PORT)'],
+    ['99999', 'server.port: must be <= 65535 (the value of environment variable GATEWAY_PORT)'],
+  ])('an environment value the schema refuses (GATEWAY_PORT=%s) is named with its variable (the error named only the field)', (port, message) => {
+    const err = configError(() => loadConfig(path.join(ROOT, 'gateway.yaml'), { registry, env: { GATEWAY_PORT: port } }));
+    expect(err.message.endsWith(`: ${message}`)).toBe(true);
+  });
+
+  it('a field that took its default names no variable, and the value is never shown', () => {
+    const err = configError(() => parse(`${MINIMAL}\nlogging: { level: '\${LOG_LEVEL:-loud}' }\n`, {}));
+    expect(err.message).toMatch(/^logging\.level: must be one of/);
+    expect(err.message).not.toContain('environment variable');
+    const secret = configError(() => parse(`${MINIMAL}\nlogging: { level: '\${LOG_LEVEL}' }\n`, { LOG_LEVEL: 'sk-secret-1234' }));
+    expect(secret.message).toContain('(the value of environment variable LOG_LEVEL)');
+    expect(secret.message).not.toContain('sk-secret-1234');
   });
 
   it('fails with a ConfigError for a missing file', () => {
