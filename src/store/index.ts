@@ -9,13 +9,23 @@
 
 import { SqliteStore } from './sqlite';
 import type { Store } from './types';
+import type { PostgresStoreOptions } from './postgres';
 
 export type * from './types';
 export { SqliteStore } from './sqlite';
 
 export type StorageConfig =
   | { driver: 'sqlite'; path: string; cache_mib?: number }
-  | { driver: 'postgres'; url: string; schema?: string; pool_max?: number };
+  | { driver: 'postgres'; url: string; schema?: string; pool_max?: number; query_timeout_ms?: number };
+
+/**
+ * The PostgreSQL store's options from the `storage` section.
+ *
+ * @example postgresOptions({ driver: 'postgres', url, query_timeout_ms: 5000 }) // { url, schema: undefined, max: undefined, queryTimeoutMs: 5000 }
+ */
+export function postgresOptions(config: Extract<StorageConfig, { driver: 'postgres' }>): PostgresStoreOptions {
+  return { url: config.url, schema: config.schema, max: config.pool_max, queryTimeoutMs: config.query_timeout_ms };
+}
 
 /** Constructs the configured store and applies pending migrations; the caller closes it. */
 export async function openStore(config: StorageConfig): Promise<Store> {
@@ -27,7 +37,7 @@ export async function openStore(config: StorageConfig): Promise<Store> {
     case 'postgres': {
       // Loaded only when configured: the pg driver is ~15 MiB of resident memory an SQLite gateway never uses.
       const { PostgresStore } = await import('./postgres');
-      store = new PostgresStore({ url: config.url, schema: config.schema, max: config.pool_max });
+      store = new PostgresStore(postgresOptions(config));
       break;
     }
     default:

@@ -11,6 +11,7 @@ import { createLogger } from '../../src/telemetry/log';
 import type { GatewayConfig } from '../../src/config/types';
 import { registry } from '../../plugins/index';
 import { configValidators } from '../../src/config/validators';
+import { postgresOptions } from '../../src/store';
 
 const ROOT = path.resolve(__dirname, '../..');
 
@@ -155,7 +156,14 @@ describe('parseConfigText: defaults', () => {
       driver: 'postgres',
       url: 'postgres://u@h/db',
       pool_max: 10,
+      query_timeout_ms: 30000,
     });
+  });
+
+  it('storage.query_timeout_ms sets the PostgreSQL query timeout (it was fixed at 30 s)', () => {
+    const storage = parse(config({ extra: 'storage: { driver: postgres, url: "postgres://u@h/db", query_timeout_ms: 5000 }' })).storage;
+    expect(storage.driver === 'postgres' && postgresOptions(storage)).toEqual({ url: 'postgres://u@h/db', schema: undefined, max: 10, queryTimeoutMs: 5000 });
+    expect(configError(() => parse(config({ extra: 'storage: { driver: postgres, url: "postgres://u@h/db", query_timeout_ms: 0 }' }))).message).toMatch(/^storage/);
   });
 });
 
