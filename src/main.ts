@@ -212,6 +212,9 @@ function usdAmount(text: string): number {
 /** The largest `--usd` or `--limit`: below it a float still holds every micro-dollar (1e9 × 1e6 < 2^53). */
 const MAX_USD = 1_000_000_000;
 
+/** The longest key or workspace name, on both engines (as the config's `accounts[].name` and `workspaces[].name`). */
+const MAX_NAME = 200;
+
 /** C0 and C1 control characters and DEL: tabs, line breaks, terminal escapes. */
 const CONTROL_CHARS = /[\x00-\x1f\x7f-\x9f]/;
 
@@ -223,6 +226,8 @@ function keyRequest(v: Values): { name: string; limit: number | null; reset: Lim
   // split its row (a script reading the id column read the name), and an escape sequence reached the terminal.
   for (const option of ['name', 'workspace'] as const) {
     if (CONTROL_CHARS.test(v[option] ?? '')) throw new UsageError(`--${option} must be one line without tabs or control characters`);
+    // PostgreSQL's unique index on workspace names refuses one past ~2.7 KB (an unclear error) where SQLite took it.
+    if ((v[option]?.length ?? 0) > MAX_NAME) throw new UsageError(`--${option} must be at most ${MAX_NAME} characters`);
   }
   // Number('') is 0: an unset shell variable must not make a key whose every paid request is refused.
   const limit = v.limit === undefined ? null : usdAmount(v.limit);

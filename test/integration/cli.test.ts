@@ -466,6 +466,9 @@ describe('keys and credits', () => {
     ['a --name with a tab in it', ['--name', 'ci\tbot'], '--name must be one line without tabs or control characters'],
     ['a --name with a line break in it', ['--name', 'ci\nbot'], '--name must be one line without tabs or control characters'],
     ['a --workspace with a terminal escape in it', ['--workspace', 'team\x1b[2J'], '--workspace must be one line without tabs or control characters'],
+    // PostgreSQL's unique index refused a workspace name past ~2.7 KB where SQLite took it: capped on both.
+    ['a --name of 201 characters', ['--name', 'n'.repeat(201)], '--name must be at most 200 characters'],
+    ['a --workspace of 3000 characters', ['--workspace', 'w'.repeat(3000)], '--workspace must be at most 200 characters'],
   ])('keys create with %s exits 2 and creates no key', async (_what, args, message) => {
     const before = (await cli('keys', 'list')).stdout;
     const r = await cli('keys', 'create', ...(args.length ? ['--name', 'x', ...args] : args));

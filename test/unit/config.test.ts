@@ -160,6 +160,12 @@ describe('parseConfigText: defaults', () => {
     });
   });
 
+  it('account and workspace names are at most 200 characters (PostgreSQL\'s unique index refused one past ~2.7 KB where SQLite took it)', () => {
+    expect(parse(config({ extra: `accounts: [{ name: ${'a'.repeat(200)} }]\nworkspaces: [{ name: ${'w'.repeat(200)}, account: ${'a'.repeat(200)} }]` })).workspaces[0].name).toHaveLength(200);
+    expect(configError(() => parse(config({ extra: `workspaces: [{ name: ${'w'.repeat(3000)} }]` }))).message).toBe('workspaces[0].name: must NOT have more than 200 characters');
+    expect(configError(() => parse(config({ extra: `accounts: [{ name: ${'a'.repeat(201)} }]` }))).message).toBe('accounts[0].name: must NOT have more than 200 characters');
+  });
+
   it('storage.query_timeout_ms sets the PostgreSQL query timeout (it was fixed at 30 s)', () => {
     const storage = parse(config({ extra: 'storage: { driver: postgres, url: "postgres://u@h/db", query_timeout_ms: 5000 }' })).storage;
     expect(storage.driver === 'postgres' && postgresOptions(storage)).toEqual({ url: 'postgres://u@h/db', schema: undefined, max: 10, queryTimeoutMs: 5000 });
