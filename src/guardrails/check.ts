@@ -3,6 +3,7 @@ import { cappedResponseText, ResponseTooLarge } from '../net/capped-response';
 import { operatorPatternProblem, operatorRegExp } from '../operator-regexp';
 import { pipelineOf } from '../pipeline/request-plugins';
 import { detectPii, injectionHeuristics, keywordRegExp, keywordsProblem, matchAll, type Engine, type Finding } from './detectors';
+import { normalisedView, normaliseText } from './normalised';
 import type { TextSlot } from './texts';
 
 /** A guardrail's content rules compiled once per loaded config. */
@@ -50,7 +51,8 @@ export function guardrailStageProblem(config: GatewayConfig): string | null {
 /** Compiles a guardrail's content rules (call after `guardrailConfigProblem` said it is fine). */
 export function compileGuardrail(g: GuardrailConfig): CompiledGuardrail {
   const patterns = (g.patterns ?? []).map((p) => ({ name: p.name, re: operatorRegExp(p.regex, `${p.flags ?? ''}g`) }));
-  const keywords = keywordRegExp(g.keywords ?? []);
+  // Normalised as the texts' view is (`ｂａｄ` as a keyword matches `bad`); the view is judged too, so `bad` matches `ｂａｄ`.
+  const keywords = keywordRegExp((g.keywords ?? []).map(normaliseText));
   const pii = new Set(g.pii ?? []);
   const pi = g.prompt_injection;
   const injection = pi?.enabled ? { threshold: pi.threshold ?? 0.5, classifierUrl: pi.classifier_url, timeoutMs: pi.timeout_ms ?? 2000 } : null;
@@ -140,6 +142,23 @@ function spanFindings(g: CompiledGuardrail, text: string, system: boolean): Find
 }
 
 /**
+ * The span engines' findings in a text as written and in its normalised view (`normalised.ts`: full-width
+ * letters, a zero-width space inside a word), the latter at their place in the text as written. Both, not
+ * the view alone: a pattern may look for what normalising takes away (a zero-width character).
+ */
+function textFindings(g: CompiledGuardrail, text: string, system: boolean): Finding[] {
+  const found = spanFindings(g, text, system);
+  const view = normalisedView(text);
+  if (!view) return found;
+  const seen = new Set(found.map((f) => `${f.name}\0${f.start}\0${f.end}`));
+  for (const f of spanFindings(g, view.text, system)) {
+    const m = { ...f, ...view.toOriginal(f.start, f.end) };
+    if (!seen.has(`${m.name}\0${m.start}\0${m.end}`)) found.push(m);
+  }
+  return found;
+}
+
+/**
  * Runs one guardrail's engines over the request's texts. Span engines (patterns, keywords, PII, the
  * injection heuristics) find matches per text; the injection classifier, when configured, scores the
  * non-system texts joined together.
@@ -149,14 +168,14 @@ export async function checkGuardrail(g: CompiledGuardrail, slots: readonly TextS
   const names = new Set<string>();
   let unredactable = false;
   for (const s of slots) {
-    const found = spanFindings(g, s.text, s.system);
+    const found = textFindings(g, s.text, s.system);
     // A text of several parts is judged in both readings a provider may give it (parts joined with nothing,
     // and with a line break: `pipe` + `bomb`); a match of the second counts at its place in the first. One
     // of line breaks alone (nothing of the parts' own text) is no match of the text.
     if (s.spaced) {
       const { toJoined } = s.spaced;
       const seen = new Set(found.map((f) => `${f.name}\0${f.start}\0${f.end}`));
-      for (const f of spanFindings(g, s.spaced.text, s.system)) {
+      for (const f of textFindings(g, s.spaced.text, s.system)) {
         const m = { ...f, start: toJoined(f.start), end: toJoined(f.end) };
         if ((m.start === m.end && f.start !== f.end) || seen.has(`${m.name}\0${m.start}\0${m.end}`)) continue;
         found.push(m);

@@ -177,7 +177,8 @@ export function escapeRegExp(s: string): string {
  * @example keywordsProblem(['bomb', '  '], 'guardrails[0].keywords') // 'guardrails[0].keywords[1]: empty or white space only'
  */
 export function keywordsProblem(words: readonly string[], at: string): string | null {
-  const j = words.findIndex((w) => w.trim() === '');
+  // Format characters too (a zero-width space alone): guardrails match keywords with them removed.
+  const j = words.findIndex((w) => w.replace(/\p{Cf}/gu, '').trim() === '');
   return j < 0 ? null : `${at}[${j}]: empty or white space only`;
 }
 

@@ -5,6 +5,7 @@ import { parseConfigText } from '../../src/config/load';
 import type { PiiKind } from '../../src/config/types';
 import { checkGuardrail, compileGuardrail } from '../../src/guardrails/check';
 import { detectPii, injectionHeuristics, keywordRegExp, luhnValid, matchAll, redact, resolveOverlaps } from '../../src/guardrails/detectors';
+import { normalisedView } from '../../src/guardrails/normalised';
 import { requestTexts } from '../../src/guardrails/texts';
 import type { KeyRecord } from '../../src/store/types';
 import { testConfigYaml } from '../fixtures/gateway';
@@ -303,6 +304,62 @@ describe('text parts judged together', () => {
     expect(content[0].text).toBe('[REDACTED:email] ');
     expect(content[199_999].text).toBe('[REDACTED:email] ');
   }, 60_000);
+});
+
+describe('Unicode forms', () => {
+  const check = async (config: object, content: unknown) => {
+    const body = { messages: [{ role: 'user', content }] };
+    const outcome = await checkGuardrail(compileGuardrail({ id: 'g', action: 'redact', ...config }), requestTexts(body, 'chat_completions'), async () => 0);
+    outcome.redactAll();
+    return { patterns: outcome.patterns, content: body.messages[0].content };
+  };
+
+  it('full-width letters, zero-width and other format characters, and compatibility forms do not hide a keyword; the redaction cuts the original span', async () => {
+    const kw = { keywords: ['bad', 'café'] };
+    expect(await check(kw, 'say ｂａｄ now')).toEqual({ patterns: ['keyword'], content: 'say [REDACTED:keyword] now' });
+    expect(await check(kw, 'say ＢＡＤ now')).toEqual({ patterns: ['keyword'], content: 'say [REDACTED:keyword] now' });
+    expect(await check(kw, 'say b\u200bad now')).toEqual({ patterns: ['keyword'], content: 'say [REDACTED:keyword] now' });
+    expect(await check(kw, 'say b\u00ad\u200da\u2060d now')).toEqual({ patterns: ['keyword'], content: 'say [REDACTED:keyword] now' });
+    // A decomposed é (e + U+0301) is the keyword's é; `ﬁ` reads `fi`.
+    expect(await check(kw, 'a cafe\u0301 here')).toEqual({ patterns: ['keyword'], content: 'a [REDACTED:keyword] here' });
+    expect(await check({ keywords: ['fine'] }, 'all ﬁne')).toEqual({ patterns: ['keyword'], content: 'all [REDACTED:keyword]' });
+    // A keyword written full-width matches the plain word; a word that only contains it still does not match.
+    expect(await check({ keywords: ['ｂａｄ'] }, 'so bad')).toEqual({ patterns: ['keyword'], content: 'so [REDACTED:keyword]' });
+    expect(await check(kw, 'badge ｂａｄｇｅ b\u200badge')).toEqual({ patterns: [], content: 'badge ｂａｄｇｅ b\u200badge' });
+  });
+
+  it('patterns and PII read the normalised text too; a pattern for a format character still matches it', async () => {
+    expect(await check({ patterns: [{ name: 'px', regex: 'project\\s+x', flags: 'i' }] }, 'about ｐｒｏｊｅｃｔ\u3000Ｘ.')).toEqual({ patterns: ['px'], content: 'about [REDACTED:px].' });
+    expect(await check({ pii: ['email'] }, 'mail ｂｏｂ＠ｅｘａｍｐｌｅ．ｃｏｍ!')).toEqual({ patterns: ['email'], content: 'mail [REDACTED:email]!' });
+    expect(await check({ patterns: [{ name: 'zw', regex: '\u200b' }] }, 'a\u200bb')).toEqual({ patterns: ['zw'], content: 'a[REDACTED:zw]b' });
+  });
+
+  it('text split across parts is normalised too', async () => {
+    const content = [{ type: 'text', text: 'say ｂ' }, { type: 'text', text: '\u200bａd now' }];
+    expect(await check({ keywords: ['bad'] }, content)).toEqual({ patterns: ['keyword'], content: [{ type: 'text', text: 'say [REDACTED:keyword] now' }] });
+  });
+
+  it('a zero-width-only keyword is refused at load (it would match everywhere once normalised)', () => {
+    const words = (list: string) => () => parseConfigText(`${testConfigYaml(undefined, '[auth, validate, guardrail, upstream]')}guardrails:\n  - { id: g, keywords: ${list} }\n`, { registry });
+    expect(words('["\\u200b "]')).toThrow('guardrails[0].keywords[0]: empty or white space only');
+  });
+
+  it('the view maps each match back to the characters it came from; plain text has no second view', () => {
+    expect(normalisedView('plain ascii, ünïcödé and 漢字')).toBeNull();
+    const text = '\u200bｘ\u200by ﬁ 𝐀z';
+    const view = normalisedView(text)!;
+    expect(view.text).toBe('xy fi Az');
+    const back = (from: number, to: number) => {
+      const { start, end } = view.toOriginal(from, to);
+      return text.slice(start, end);
+    };
+    expect(back(0, 1)).toBe('ｘ\u200b');
+    expect(back(1, 2)).toBe('y');
+    expect(back(3, 4)).toBe('ﬁ');
+    expect(back(4, 5)).toBe('ﬁ');
+    expect(back(6, 8)).toBe('𝐀z');
+    expect(view.toOriginal(8, 8)).toEqual({ start: text.length, end: text.length });
+  });
 });
 
 describe('guardrail checks', () => {
