@@ -65,7 +65,11 @@ export const guardrail: StageDefinition<Record<string, never>, Services> = {
 async function apply(g: CompiledGuardrail, scope: GuardrailScope, state: GatewayState, services: Services): Promise<void> {
   // Collected afresh for each guardrail: an earlier one may have redacted the texts.
   const slots = requestTexts(state.body!, state.endpoint);
-  const outcome = await checkGuardrail(g, slots, httpClassify);
+  // The classifier call is given up when the client leaves (it had run on to its timeout). `state.signal`
+  // is read only when there is a call to make: it makes an AbortSignal.
+  const outcome = await checkGuardrail(g, slots, (url, body, limits) => httpClassify(url, body, { ...limits, signal: state.signal }));
+  // Aborted with the request (the client left, a shutdown cut it): no engine failed, the endpoint ends it.
+  if (state.abort.aborted) throw state.abort.reason;
   const detected = outcome.patterns.length > 0;
   const failedClosed = !detected && outcome.error !== null && g.onError === 'deny';
   // A classifier verdict has no span to redact, so under `redact` it blocks rather than pass unredacted.

@@ -76,8 +76,11 @@ export interface GuardrailOutcome {
   unredactable: boolean;
 }
 
-/** Calls a classifier endpoint: POST `{input, guardrail_id}` → 2xx `{score: number in 0..1}`. */
-export type Classify = (url: string, body: { input: string; guardrail_id: string }, timeoutMs: number) => Promise<number>;
+/**
+ * Calls a classifier endpoint: POST `{input, guardrail_id}` → 2xx `{score: number in 0..1}`, given up after
+ * `timeoutMs` or when `signal` (the request's: the client left) aborts.
+ */
+export type Classify = (url: string, body: { input: string; guardrail_id: string }, limits: { timeoutMs: number; signal?: AbortSignal }) => Promise<number>;
 
 /** The largest classifier answer read (decoded; `fetch` inflates compressed ones): the answer is `{score}`. */
 const MAX_CLASSIFIER_ANSWER_BYTES = 1024 * 1024;
@@ -99,13 +102,13 @@ export function classifierTarget(url: string): { target: string; authorization?:
 }
 
 /** The documented classifier contract over HTTP; any other answer, or no answer in time, is a failure. */
-export const httpClassify: Classify = async (url, body, timeoutMs) => {
+export const httpClassify: Classify = async (url, body, { timeoutMs, signal }) => {
   const { target, authorization } = classifierTarget(url);
   const res = await fetch(target, {
     method: 'POST',
     headers: { 'content-type': 'application/json', ...(authorization ? { authorization } : {}) },
     body: JSON.stringify(body),
-    signal: AbortSignal.timeout(timeoutMs),
+    signal: signal ? AbortSignal.any([AbortSignal.timeout(timeoutMs), signal]) : AbortSignal.timeout(timeoutMs),
   });
   let text: string;
   try {
@@ -192,7 +195,7 @@ export async function checkGuardrail(g: CompiledGuardrail, slots: readonly TextS
     const input = slots.filter((s) => !s.system).map((s) => s.text).join('\n\n');
     if (input !== '') {
       try {
-        const score = await classify(g.injection.classifierUrl, { input, guardrail_id: g.id }, g.injection.timeoutMs);
+        const score = await classify(g.injection.classifierUrl, { input, guardrail_id: g.id }, { timeoutMs: g.injection.timeoutMs });
         if (score >= g.injection.threshold) {
           names.add('prompt_injection');
           unredactable = true;

@@ -21,6 +21,7 @@ beforeEach(() => {
   classifier.behaviour = { score: 0 };
   classifier.received.length = 0;
   classifier.authorizations.length = 0;
+  classifier.abandoned = 0;
 });
 
 /**
@@ -378,6 +379,28 @@ describe('prompt injection', () => {
     const denied = await post(`${g.url}/chat/completions`, g.key, chat('hello'), META);
     expect(denied.status).toBe(403);
     expect(JSON.stringify(denied.json)).not.toMatch(/cret-pw/);
+  });
+
+  it('a client that leaves during the classifier call cancels it: no engine failure logged, nothing sent upstream, a 499', async () => {
+    const g = await start(`  - { id: g, on_error: allow, prompt_injection: { enabled: true, classifier_url: '${classifier.url}', timeout_ms: 60000 } }`);
+    classifier.behaviour = { hang: true };
+    const client = new AbortController();
+    const sent = fetch(`${g.url}/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${g.key}` },
+      body: JSON.stringify(chat('hello')),
+      signal: client.signal,
+    }).catch(() => undefined);
+    while (classifier.received.length < 1) await new Promise((r) => setTimeout(r, 5));
+    client.abort();
+    await sent;
+    // The call had run on to its timeout (here a minute) after the client left.
+    for (let i = 0; i < 200 && classifier.abandoned === 0; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(classifier.abandoned).toBe(1);
+    for (let i = 0; i < 200 && !g.logs.some((l) => l.includes('"msg":"request"')); i++) await new Promise((r) => setTimeout(r, 10));
+    expect(JSON.parse(g.logs.find((l) => l.includes('"msg":"request"'))!)).toMatchObject({ status: 499 });
+    expect(g.logs.some((l) => l.includes('guardrail engine failed'))).toBe(false);
+    expect(t.upstream.received).toHaveLength(0);
   });
 
   it('on_error: deny refuses the request when the classifier fails (500)', async () => {

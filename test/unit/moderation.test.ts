@@ -109,7 +109,7 @@ describe('answers of a moderation endpoint or a guardrail classifier (hostile up
       expect(mod.wire).toBeLessThan(200_000);
       const engine = compileEngine({ id: 'm', kind: 'openai', base_url: `${mod.url}/v1`, model: 'omni', timeout_ms: 10_000, on_error: 'deny', rules: [] } as never);
       await expect(engine.check(['hello'])).rejects.toThrow('answer is larger than 16 MB');
-      await expect(httpClassify(`${cls.url}/classify`, { input: 'hello', guardrail_id: 'g' }, 10_000)).rejects.toThrow('classifier answer is larger than 1 MB');
+      await expect(httpClassify(`${cls.url}/classify`, { input: 'hello', guardrail_id: 'g' }, { timeoutMs: 10_000 })).rejects.toThrow('classifier answer is larger than 1 MB');
     } finally {
       await Promise.all([mod.close(), cls.close()]);
     }
