@@ -31,7 +31,9 @@ export function routingMetadata(state: GatewayState): Record<string, unknown> {
     region: served?.region ?? null,
     summary: route
       ? `served by ${route.provider} (${route.model}) on attempt ${attempt} (${state.candidates.length} candidate endpoint(s); an endpoint may be tried twice)`
-      : `no endpoint answered after ${state.attempts.length} attempt(s)`,
+      : state.attempts.length > 0
+        ? `no endpoint answered after ${state.attempts.length} attempt(s)`
+        : notSent(state),
     attempt,
     generation_time: Math.round(performance.now() - state.startedAt),
     is_byok: route?.isByok ?? false,
@@ -41,4 +43,13 @@ export function routingMetadata(state: GatewayState): Record<string, unknown> {
     },
     attempts,
   };
+}
+
+/**
+ * The summary of a request no endpoint was tried for. A guardrail's 403 had read "no endpoint answered
+ * after 0 attempt(s)", as if endpoints had been tried and failed: the stage that refused it is named.
+ */
+function notSent(state: GatewayState): string {
+  const refused = state.pipeline.findLast((r) => r.data?.action === 'block');
+  return refused ? `not sent to any endpoint: ${refused.type} "${refused.name}" blocked the request` : 'not sent to any endpoint: no endpoint was tried';
 }

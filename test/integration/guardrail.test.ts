@@ -65,7 +65,8 @@ describe('block', () => {
     expect(r.status).toBe(403);
     expect(r.json.error.metadata.patterns).toEqual(['email', 'project_x']);
     expect(r.json.gateway_metadata.pipeline).toEqual([record]);
-    expect(r.json.gateway_metadata).toMatchObject({ requested: 'fake/gpt', attempt: 0, endpoints: { total: 0 } });
+    // No endpoint was tried: the summary says why (it had read "no endpoint answered after 0 attempt(s)").
+    expect(r.json.gateway_metadata).toMatchObject({ requested: 'fake/gpt', attempt: 0, endpoints: { total: 0 }, summary: 'not sent to any endpoint: guardrail "g" blocked the request' });
     expect(t.upstream.received).toHaveLength(0);
   });
 
