@@ -43,7 +43,9 @@ export function eventText(endpoint: Endpoint, ev: SseEvent): EventText {
   const deltas: EventText['deltas'] = [];
   choices.forEach((c, i) => {
     // A string, or (from some providers) an array of text parts, as the translation to messages reads it.
-    const content = contentText((c?.delta as Record<string, unknown> | undefined)?.content);
+    const delta = c?.delta as Record<string, unknown> | undefined;
+    // A refusal is answer text the client shows too (`delta.refusal`); it had passed unjudged.
+    const content = contentText(delta?.content) + (typeof delta?.refusal === 'string' ? delta.refusal : '');
     if (content !== '') deltas.push({ choice: Number.isInteger(c.index) ? (c.index as number) : i, text: content });
   });
   const ending = chunk?.error !== undefined || choices.some((c) => typeof c?.finish_reason === 'string');
@@ -246,9 +248,12 @@ export async function moderateAnswer(input: { engine: ModerationEngine; state: G
   throw blockError(engine, check);
 }
 
-/** Every choice's `message.content` text of a chat answer, in choice order. */
+/** Every choice's `message.content` text of a chat answer, with its `message.refusal` (which had passed unjudged), in choice order. */
 function chatAnswerTexts(body: unknown): string[] {
   const choices = body && typeof body === 'object' ? (body as { choices?: unknown }).choices : undefined;
   if (!Array.isArray(choices)) return [];
-  return choices.map((c) => contentText((c as { message?: { content?: unknown } } | null)?.message?.content));
+  return choices.map((c) => {
+    const message = (c as { message?: { content?: unknown; refusal?: unknown } } | null)?.message;
+    return contentText(message?.content) + (typeof message?.refusal === 'string' ? message.refusal : '');
+  });
 }

@@ -195,6 +195,16 @@ describe('several choices (n > 1)', () => {
     expect(r.json.error.metadata.error_type).toBe('content_policy_violation');
     expect(outputChecks()).toEqual([[CLEAN, LATE]]);
   });
+
+  it('non-streaming: a refusal is answer text and is judged too (it had passed unjudged)', async () => {
+    const g = await start();
+    const body = { id: 'c2', object: 'chat.completion', created: 1, model: 'gpt', choices: [{ index: 0, message: { role: 'assistant', content: null, refusal: LATE }, finish_reason: 'stop' }], usage: { prompt_tokens: 3, completion_tokens: 20, total_tokens: 23 } };
+    t.upstream.faults.push({ kind: 'status', status: 200, body });
+    const r = await post(`${g.url}/chat/completions`, g.key, chat('fake/gpt', { stream: false }));
+    expect(r.status).toBe(403);
+    expect(r.json.error.metadata.error_type).toBe('content_policy_violation');
+    expect(outputChecks()).toEqual([[LATE]]);
+  });
 });
 
 describe('checks by size and word ends', () => {

@@ -11,6 +11,10 @@ describe('eventText', () => {
     expect(eventText('chat_completions', { data: '{"choices":[{"index":0,"delta":{"content":[{"type":"text","text":"Hi "},{"type":"text","text":"there"}]}}]}' }).deltas).toEqual([{ choice: 0, text: 'Hi there' }]);
   });
 
+  it('chat: a delta refusal is answer text (it had passed unjudged)', () => {
+    expect(eventText('chat_completions', { data: '{"choices":[{"index":0,"delta":{"refusal":"I can\'t"}}]}' }).deltas).toEqual([{ choice: 0, text: "I can't" }]);
+  });
+
   it('chat with n > 1: every choice of a chunk carries its own text, by its index', () => {
     const two = '{"choices":[{"index":0,"delta":{"content":"calm"}},{"index":1,"delta":{"content":"attack"}}]}';
     expect(eventText('chat_completions', { data: two })).toEqual({
