@@ -78,6 +78,10 @@ function blocks(list: unknown[], path: string, system: boolean, out: TextSlot[])
         if (typeof b.content === 'string') slot(b, 'content', `${at}.content`, system, out);
         else if (Array.isArray(b.content)) blocks(b.content, `${at}.content`, system, out);
         break;
+      case 'web_fetch_tool_result':
+        // A page the server-side web fetch read: a document the model reads (it had passed unchecked).
+        if (isObj(b.content) && isObj(b.content.content)) blocks([b.content.content], `${at}.content`, system, out);
+        break;
       case 'document': {
         // A document's title and context go into the prompt with its text, whatever its source.
         slot(b, 'title', `${at}.title`, system, out);

@@ -148,6 +148,15 @@ describe('request texts', () => {
     expect((body.messages[1].content as any)[4].source.data).toBe('X');
   });
 
+  it('messages: a web_fetch_tool_result document is read (it had passed unchecked) and redacted in place', () => {
+    const result = { type: 'web_fetch_tool_result', tool_use_id: 't', content: { type: 'web_fetch_result', url: 'https://x', content: { type: 'document', title: 'page', source: { type: 'text', media_type: 'text/plain', data: 'mail bob@example.com' } } } };
+    const body = { messages: [{ role: 'assistant', content: [result] }] };
+    const slots = requestTexts(body, 'messages');
+    expect(slots.map((s) => s.text)).toEqual(['page', 'mail bob@example.com']);
+    slots[1].redact(detectPii(slots[1].text, new Set<PiiKind>(['email'])));
+    expect(result.content.content.source.data).toBe('mail [REDACTED:email]');
+  });
+
   it('chat: system/developer messages count as system; parts and tool messages', () => {
     const body = {
       messages: [
