@@ -193,12 +193,11 @@ describe('healJson: finding the value among fences and prose', () => {
     expect(healed('Example: {"x": 1}\n```json\n{"a": 1, "b": "tex')).toEqual({ a: 1, b: 'tex' });
   });
 
-  it('does bounded work on a max_bytes text (1 MiB) full of starts that do not parse', () => {
+  it('answers on a max_bytes text (1 MiB) full of starts that do not parse, giving up after its 64 starts and 32 blocks', () => {
+    // (No clock is read: npm test holds no timing assertions. Unbounded work would run into the test's own timeout.)
     const texts = ['{x} '.repeat(262_000) + '{"a": 1,}', 'x {'.repeat(350_000) + '{"a": 1,}', '```'.repeat(350_000), `\`\`\`json\n{"a": "${'x'.repeat(1 << 20)}\n\`\`\``];
-    const t0 = performance.now();
     const statuses = texts.map((t) => healJson(t, { expect: 'object' }).status);
     expect(statuses).toEqual(['unrepairable', 'unrepairable', 'unrepairable', 'repaired']);
-    expect(performance.now() - t0).toBeLessThan(2000);
   });
 });
 
