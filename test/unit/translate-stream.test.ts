@@ -382,6 +382,25 @@ describe('messagesToChatStream', () => {
     expect(out.some((e) => e.data.includes('"usage"'))).toBe(false);
   });
 
+  it("takes a thinking block's signature as signature_delta gives it, whole, as the Anthropic SDK does (never appended to the start's)", async () => {
+    // A provider that puts a signature in content_block_start, then sends the block's signature in signature_delta.
+    const events = [
+      mev('message_start', { message: { ...message(), content: [] } }),
+      mev('content_block_start', { index: 0, content_block: { type: 'thinking', thinking: '', signature: 'EqOld' } }),
+      mev('content_block_delta', { index: 0, delta: { type: 'thinking_delta', thinking: 'Hmm.' } }),
+      mev('content_block_delta', { index: 0, delta: { type: 'signature_delta', signature: 'EqSig' } }),
+      mev('content_block_stop', { index: 0 }),
+      mev('message_delta', { delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: 3 } }),
+      mev('message_stop'),
+    ];
+    const client = new Anthropic({ apiKey: 'k', baseURL: 'http://gateway.test', fetch: sseFetch(events), maxRetries: 0 });
+    const sdk = await client.messages.stream({ model: 'm', max_tokens: 10, messages: [{ role: 'user', content: 'hi' }] }).finalMessage();
+    expect(sdk.content[0]).toMatchObject({ type: 'thinking', signature: 'EqSig' });
+    const chunk = run(messagesToChatStream(), events).find((e) => e.data.includes('reasoning_details'));
+    const details = JSON.parse(chunk!.data).choices[0].delta.reasoning_details;
+    expect(details).toEqual([{ type: 'reasoning.text', text: 'Hmm.', signature: 'EqSig', format: 'anthropic-claude-v1', index: 0 }]);
+  });
+
   it('ignores events after the end and refuses malformed data', () => {
     const t = messagesToChatStream();
     run(t, messagesEvents(message()));

@@ -124,8 +124,11 @@ export function messagesToChatStream(): StreamTranslator {
           else if (d.type === 'thinking_delta' && typeof d.thinking === 'string' && d.thinking) {
             if (block?.kind === 'thinking') block.thinking += d.thinking;
             out.push(chunk({ reasoning: d.thinking }));
-          } else if (d.type === 'signature_delta' && block?.kind === 'thinking' && typeof d.signature === 'string') block.signature += d.signature;
-          else if (d.type === 'input_json_delta' && block?.kind === 'tool' && typeof d.partial_json === 'string' && d.partial_json) {
+          } else if (d.type === 'signature_delta' && block?.kind === 'thinking' && typeof d.signature === 'string') {
+            // The delta holds the block's whole signature, which the Anthropic SDK assigns: appended to one the
+            // start already carried, the signature sent back on the next turn was refused as invalid.
+            block.signature = d.signature;
+          } else if (d.type === 'input_json_delta' && block?.kind === 'tool' && typeof d.partial_json === 'string' && d.partial_json) {
             out.push(toolArgs(block, d.partial_json));
           }
           // citations_delta has no chat equivalent.
