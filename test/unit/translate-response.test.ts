@@ -44,6 +44,10 @@ describe('messagesToChatResponse', () => {
     expect(out.choices[0].message).not.toHaveProperty('reasoning');
   });
 
+  it('carries system_fingerprint: null, as OpenAI answers carry the field (spec 4.2); a messages provider has none', () => {
+    expect(messagesToChatResponse(message())).toHaveProperty('system_fingerprint', null);
+  });
+
   it('maps parallel tool_use blocks to tool_calls with JSON arguments', () => {
     const out = messagesToChatResponse(
       message({
@@ -352,9 +356,10 @@ describe('round trips', () => {
         },
       },
     );
+    // The fingerprint has no place in a messages answer: a chat answer from a messages provider has null.
     const back = messagesToChatResponse(chatToMessagesResponse(original));
-    expect({ ...back, created: original.created }).toEqual(original);
-    const refusal = completion({ refusal: 'No can do.' }, 'content_filter', { usage: back.usage });
+    expect({ ...back, created: original.created }).toEqual({ ...original, system_fingerprint: null });
+    const refusal = completion({ refusal: 'No can do.' }, 'content_filter', { usage: back.usage, system_fingerprint: null });
     expect({ ...messagesToChatResponse(chatToMessagesResponse(refusal)), created: refusal.created }).toEqual(refusal);
   });
 });

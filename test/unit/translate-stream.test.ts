@@ -106,6 +106,7 @@ function accumulateChat(events: SseEvent[]): Obj {
     }
     expect(ch.id).toBe(out.id);
     if (ch.service_tier) out.service_tier = ch.service_tier;
+    if ('system_fingerprint' in ch) out.system_fingerprint = ch.system_fingerprint;
     if (ch.usage) out.usage = ch.usage;
     const choice = ch.choices[0];
     if (!choice) continue;
@@ -254,6 +255,12 @@ describe('messagesToChatStream', () => {
     expect(t.complete).toBe(true);
     expect(accumulateChat(out)).toEqual(withoutCreated(messagesToChatResponse(message())));
     expect(out.every((e) => !e.data.includes('ping'))).toBe(true);
+  });
+
+  it('carries system_fingerprint: null on every chunk, as OpenAI streams the field and the JSON translation has it', () => {
+    const chunks = run(messagesToChatStream(), messagesEvents(TOOLS_MESSAGE)).filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+    expect(chunks.length).toBeGreaterThan(3);
+    for (const ch of chunks) expect(ch).toHaveProperty('system_fingerprint', null);
   });
 
   it('is incremental: each text delta is answered by a chunk at once', () => {
@@ -655,7 +662,7 @@ describe('stream round trips', () => {
   it('chat chunks → messages → chat accumulate to the original completion', () => {
     const messages = run(chatToMessagesStream(), chatChunks(TOOLS_COMPLETION, { size: 2 }));
     const back = run(messagesToChatStream(), messages);
-    expect(accumulateChat(back)).toEqual(TOOLS_COMPLETION);
+    expect(accumulateChat(back)).toEqual({ ...TOOLS_COMPLETION, system_fingerprint: null }); // a messages answer has no fingerprint
   });
 });
 

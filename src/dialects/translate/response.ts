@@ -177,6 +177,8 @@ export function messagesToChatResponse(body: Record<string, any>): Record<string
     object: 'chat.completion',
     created: Math.floor(Date.now() / 1000),
     model: body.model,
+    // Spec 4.2 lists it and OpenAI's answers carry it; a messages provider reports no backend fingerprint.
+    system_fingerprint: null,
     choices: [{ index: 0, message, finish_reason: finishReasonOf(body.stop_reason), logprobs: null }],
     usage: messagesUsageToChat(body.usage),
   };

@@ -35,7 +35,8 @@ export function messagesToChatStream(): StreamTranslator {
   let stopDetails: unknown = null;
 
   const base = (): Obj => {
-    const b: Obj = { id, object: 'chat.completion.chunk', created, model };
+    // system_fingerprint on every chunk, as OpenAI streams it (null: a messages provider reports none).
+    const b: Obj = { id, object: 'chat.completion.chunk', created, model, system_fingerprint: null };
     if (tier !== undefined) b.service_tier = tier;
     return b;
   };
