@@ -173,7 +173,7 @@ describe('chatToMessagesResponse', () => {
       stop_sequence: null,
       stop_details: null,
       container: null,
-      usage: { input_tokens: 10, output_tokens: 5, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 },
+      usage: { input_tokens: 10, output_tokens: 5, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, service_tier: null },
     });
   });
 
@@ -283,6 +283,10 @@ describe('chatToMessagesResponse', () => {
     expect(out.usage).toEqual({ input_tokens: 10, output_tokens: 30, cache_creation_input_tokens: 20, cache_read_input_tokens: 100, service_tier: 'standard' }); // chat's flex is the Messages API's standard
   });
 
+  it('gives usage.service_tier null when the provider reported no tier (the Messages API always has the field)', () => {
+    expect(chatToMessagesResponse(completion({ content: 'x' }, 'stop')).usage).toHaveProperty('service_tier', null);
+  });
+
   it('takes text from content given as an array of parts', () => {
     const out = chatToMessagesResponse(completion({ content: [{ type: 'text', text: 'A' }, { type: 'text', text: 'B' }] }, 'stop'));
     expect(out.content).toEqual([{ type: 'text', text: 'AB' }]);
@@ -330,7 +334,7 @@ describe('round trips', () => {
   });
 
   it.each(['end_turn', 'max_tokens', 'tool_use', 'refusal'])('messages → chat → messages keeps stop_reason %s', (stop) => {
-    const original = message({ stop_reason: stop });
+    const original = message({ stop_reason: stop, usage: { ...message().usage, service_tier: 'standard' } }); // as Anthropic reports it
     if (stop === 'refusal') original.stop_details = { type: 'refusal', category: null, explanation: 'No.' };
     expect(chatToMessagesResponse(messagesToChatResponse(original))).toEqual(original);
   });

@@ -606,6 +606,15 @@ describe('chatToMessagesStream', () => {
     expect(delta.usage).toEqual(expected);
   });
 
+  it("gives message_start's usage service_tier null when the provider reported no tier; the Anthropic SDK's finalMessage() reads it", async () => {
+    const events = [...run(chatToMessagesStream(), chatChunks(completion({ content: 'x' }, 'stop'))), DONE];
+    const start = JSON.parse(events.find((e) => e.event === 'message_start')!.data);
+    expect(start.message.usage).toHaveProperty('service_tier', null);
+    const client = new Anthropic({ apiKey: 'k', baseURL: 'http://gateway.test', fetch: sseFetch(events), maxRetries: 0 });
+    const final = await client.messages.stream({ model: 'm', max_tokens: 10, messages: [{ role: 'user', content: 'hi' }] }).finalMessage();
+    expect(final.usage.service_tier).toBeNull();
+  });
+
   it('turns an error chunk into an error event and counts as ended', () => {
     const body = completion({ content: 'Partial answer' }, 'stop');
     const events = chatChunks(body).slice(0, 3);
@@ -653,7 +662,7 @@ describe('chatToMessagesStream', () => {
 
 describe('stream round trips', () => {
   it('messages events → chat → messages accumulate to the original message', () => {
-    const original = { ...TOOLS_MESSAGE, content: TOOLS_MESSAGE.content.slice(0, 4) };
+    const original = { ...TOOLS_MESSAGE, content: TOOLS_MESSAGE.content.slice(0, 4), usage: { ...TOOLS_MESSAGE.usage, service_tier: 'standard' } };
     const chat = run(messagesToChatStream(), messagesEvents(original, 4));
     const back = run(chatToMessagesStream(), chat);
     expect(accumulateMessages(back)).toEqual(original);

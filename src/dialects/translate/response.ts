@@ -248,7 +248,8 @@ export function chatToMessagesResponse(body: Record<string, any>): Record<string
   const refusal = typeof message.refusal === 'string' && message.refusal ? message.refusal : null;
   const stopReason = refusal ? 'refusal' : stopReasonOf(choice.finish_reason, calls.length > 0);
   const usage = chatUsageToMessages(body.usage);
-  if (typeof body.service_tier === 'string') usage.service_tier = tierToMessages(body.service_tier);
+  // The Messages API always gives the field (spec 4.1: string|null): null when the provider named no tier.
+  usage.service_tier = typeof body.service_tier === 'string' ? tierToMessages(body.service_tier) : null;
   return {
     id: body.id,
     type: 'message',

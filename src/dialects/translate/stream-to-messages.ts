@@ -126,8 +126,9 @@ export function chatToMessagesStream(): StreamTranslator {
       usage: { input_tokens: 0, output_tokens: 0, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 } as Obj,
     };
     // The tier goes where the Messages API gives it, message_start's usage: the Anthropic SDK's accumulator
-    // takes the counts from message_delta but not the tier, so `finalMessage().usage` had none.
-    if (tier !== undefined) message.usage.service_tier = tier;
+    // takes the counts from message_delta but not the tier, so `finalMessage().usage` had none. Null when the
+    // provider named none, as the JSON translation gives it (spec 4.1: string|null).
+    message.usage.service_tier = tier ?? null;
     out.push(ev('message_start', { message }));
   };
   /** message_delta (stop reason, usage: zeros when the provider reported none) and message_stop. */
