@@ -135,6 +135,7 @@ export const chatCompletions: DialectAdapter = {
     let created = Math.floor(Date.now() / 1000);
     const stamp = { id: JSON.stringify(info.generationId), model: JSON.stringify(info.model), provider: JSON.stringify(info.provider) };
     let heldDone = false; // `[DONE]` waits for end(): see there
+    const roled = new Set<number>(); // choices whose role was given (see mendDeltas)
     return {
       rewrite(ev: SseEvent): SseEvent | null {
         if (ev.data === '[DONE]') {
@@ -156,7 +157,12 @@ export const chatCompletions: DialectAdapter = {
         // ~1.3 µs: a 20-chunk stream 36 µs instead of 8), with the member cut out of the text when the client
         // did not ask for usage.
         const text = ev.data;
-        if (!many && !text.includes('rror"')) {
+        // Provider defects the OpenAI SDK's stream helper fails on are mended on the parsing path (mendDeltas):
+        // the chunks before the role (normally the first alone) and a tool call's first piece (the one with its
+        // name) go there. A content chunk pays one search, for a key that starts with a rare character.
+        if (!many && roled.size === 0 && keyAt(text, 'role":"') >= 0) roled.add(0);
+        const opensCall = text.includes('_calls":[') && text.includes('name":"');
+        if (!many && roled.size > 0 && !opensCall && !text.includes('rror"')) {
           const fast = stampChunk(text, stamp, !info.clientWantsUsage);
           if (fast !== null) {
             if (!finished && keyAt(text, 'finish_reason":"') >= 0) finished = true;
@@ -177,6 +183,7 @@ export const chatCompletions: DialectAdapter = {
         const failure = streamFailure(chunk);
         if (failure) throw providerStreamError('chat_completions', failure, info.provider);
         if (Array.isArray(chunk.choices)) {
+          mendDeltas(chunk.choices, roled);
           if (allFinished) finished = allFinished(chunk.choices);
           else if (chunk.choices.some((c: { finish_reason?: unknown }) => typeof c?.finish_reason === 'string')) finished = true;
         }
@@ -264,6 +271,29 @@ function opensWithText(data: string): boolean {
   if (data.charCodeAt(0) !== 123 /* { */ || data.charCodeAt(data.length - 1) !== 125 /* } */ || data.includes('rror"')) return false;
   const at = keyAt(data, 'content":"');
   return at >= 0 && data.charCodeAt(at + 11) !== 34;
+}
+
+/**
+ * Mends two provider defects on which the OpenAI SDK's `chat.completions.stream()` fails at the end ("missing
+ * role for choice 0", "missing choices[0].tool_calls[0].type"): a choice whose first delta has no `role` gets
+ * `assistant`, and a tool call piece that opens a call (it has an `id` or a function name) without `type` gets
+ * `function` (some OpenAI-compatible servers send neither). `roled` holds the choices whose role was given.
+ */
+function mendDeltas(choices: unknown[], roled: Set<number>): void {
+  for (const c of choices) {
+    const choice = c as { index?: unknown; delta?: Record<string, any> } | null;
+    const delta = choice?.delta;
+    if (!delta || typeof delta !== 'object') continue;
+    const index = typeof choice.index === 'number' ? choice.index : 0;
+    if (!roled.has(index)) {
+      roled.add(index);
+      delta.role ??= 'assistant';
+    }
+    if (!Array.isArray(delta.tool_calls)) continue;
+    for (const tc of delta.tool_calls) {
+      if (tc && typeof tc === 'object' && tc.type == null && (typeof tc.id === 'string' || typeof tc.function?.name === 'string')) tc.type = 'function';
+    }
+  }
 }
 
 /**

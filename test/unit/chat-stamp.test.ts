@@ -30,6 +30,7 @@ describe('stampChunk (the string path for content chunks)', () => {
   it('the stream rewriter gives identical results on both paths', () => {
     const info = { generationId: 'gen-1-abc', model: 'gw/model', provider: 'prov', isByok: false, costOf: () => 0.5, clientWantsUsage: true };
     const rw = chatCompletions.streamRewriter(info);
+    rw.rewrite({ data: JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 5, model: 'u', choices: [{ index: 0, delta: { role: 'assistant', content: '' } }] }) }); // the provider's first chunk, with the role
     const compact = JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 5, model: 'u', choices: [{ index: 0, delta: { content: 'hi' } }] });
     const spaced = JSON.stringify(JSON.parse(compact), null, 1);
     expect(JSON.parse(rw.rewrite({ data: compact })!.data)).toEqual(JSON.parse(rw.rewrite({ data: spaced })!.data));
@@ -41,9 +42,15 @@ describe('stampChunk (the string path for content chunks)', () => {
     const info = (clientWantsUsage: boolean) => ({ generationId: 'gen-1-abc', model: 'gw/model', provider: 'prov', isByok: false, costOf: () => 0.5, clientWantsUsage });
     const chunk = (extra: object = {}) => ({ id: 'c', object: 'chat.completion.chunk', created: 5, model: 'u', choices: [{ index: 0, delta: { content: 'hi' }, finish_reason: null }], ...extra });
     const stamped = { id: 'gen-1-abc', model: 'gw/model', provider: 'prov' };
+    /** A rewriter past the provider's first chunk, which gives the role (one without it gets it added). */
+    const opened = (clientWantsUsage: boolean) => {
+      const rw = chatCompletions.streamRewriter(info(clientWantsUsage));
+      rw.rewrite({ data: JSON.stringify({ ...chunk(), choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }] }) });
+      return rw;
+    };
 
     it('a client that did not ask for usage gets none, on the string path and the parsing path alike', () => {
-      const rw = chatCompletions.streamRewriter(info(false));
+      const rw = opened(false);
       const last = JSON.stringify(chunk({ usage: null }));
       const first = `{"id":"c","usage":null,${JSON.stringify(chunk()).slice('{"id":"c",'.length)}`; // the member before a comma
       const spaced = JSON.stringify(chunk({ usage: null }), null, 1); // not compact: parsed
@@ -55,7 +62,7 @@ describe('stampChunk (the string path for content chunks)', () => {
     });
 
     it('a client that asked for usage keeps the null, as the provider sent it', () => {
-      const rw = chatCompletions.streamRewriter(info(true));
+      const rw = opened(true);
       const out = rw.rewrite({ data: JSON.stringify(chunk({ usage: null })) })!.data;
       expect(JSON.parse(out)).toEqual({ ...chunk({ usage: null }), ...stamped });
     });
