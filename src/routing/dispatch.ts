@@ -505,8 +505,10 @@ function finishInfo(state: GatewayState, { c, isByok }: Served): FinishInfo {
 
 /**
  * What the provider can have used for this request (see boundedUsage): output up to the limit it was given
- * (the client's, lowered to the model's `max_output_tokens`; the model's when the client set none; else
- * unknown) times chat `n`, input up to the model's `context_length`; ABSURD_TOKENS where nothing says.
+ * (the client's, lowered to the model's `max_output_tokens`; the model's when the client set none) times chat
+ * `n`, input up to the model's `context_length`. Each is at most the model's `context_length` and ABSURD_TOKENS
+ * per call: a client's `max_tokens: 1e19` on a model without `max_output_tokens` had lifted the bound, so a
+ * provider claiming 1e19 output tokens was billed so (a cost the Redis state's HINCRBY refused).
  */
 function usageBounds(state: GatewayState, c: Candidate): UsageBounds {
   const b = state.body ?? {};
@@ -514,7 +516,8 @@ function usageBounds(state: GatewayState, c: Candidate): UsageBounds {
   const asked = requestedMaxTokens(b) || undefined;
   const cap = c.model.max_output_tokens;
   const limit = asked !== undefined ? Math.min(asked, cap ?? asked) : cap;
-  return { maxOutputTokens: limit !== undefined ? limit * choiceCount(b) : ABSURD_TOKENS, maxInputTokens: c.model.context_length ?? ABSURD_TOKENS, maxCalls: serverLoopCalls(b) };
+  const context = Math.min(c.model.context_length ?? ABSURD_TOKENS, ABSURD_TOKENS);
+  return { maxOutputTokens: Math.min(limit ?? ABSURD_TOKENS, context) * choiceCount(b), maxInputTokens: context, maxCalls: serverLoopCalls(b) };
 }
 
 function jsonResponse(state: GatewayState, served: Served, reply: UpstreamReply, attempt: Span): GatewayResponse {

@@ -134,9 +134,18 @@ export interface SharedState {
   close(): Promise<void>;
 }
 
-/** USD → integer nano-USD. */
+/**
+ * USD → integer nano-USD, within ±Number.MAX_SAFE_INTEGER (about $9 M); no number (NaN) is 0. Why the
+ * ceiling: a larger cost (a provider's absurd usage, a video's absurd duration) is no integer Redis's HINCRBY
+ * takes once JS writes it with an exponent (1e21 and up), so its settlement was refused and retried forever;
+ * a count of $9 M blocks any budget the same, and the sums stay exact.
+ *
+ * @example toNano(0.25) // 250000000
+ */
 export function toNano(usd: number): number {
-  return Math.round(usd * 1e9);
+  const n = Math.round(usd * 1e9);
+  if (Number.isNaN(n)) return 0;
+  return Math.max(-Number.MAX_SAFE_INTEGER, Math.min(n, Number.MAX_SAFE_INTEGER));
 }
 
 /**

@@ -3,7 +3,7 @@ import Redis from 'ioredis';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { MemoryState } from '../../src/state/memory';
 import { RedisState } from '../../src/state/redis';
-import type { BudgetLine, ReserveInput, SharedState } from '../../src/state/types';
+import { toNano, type BudgetLine, type ReserveInput, type SharedState } from '../../src/state/types';
 
 const REDIS_URL = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379/0';
 const NOW = Date.UTC(2026, 10, 22, 12);
@@ -155,6 +155,20 @@ describe.each(drivers)('shared state contract (%s)', (_name, make) => {
     await state.settle({ holdId: 'h1', groups: ['key:k1'], counters: [], byok: false, costNano: 10, inFlight: null });
     await state.settle({ holdId: 'h1', groups: ['key:k1'], counters: [], byok: false, costNano: 10, inFlight: null });
     expect(await state.held('key:k1', NOW)).toBe(0);
+  });
+
+  it('an absurd cost (a provider\'s $1e14) is counted at the ceiling both engines take, not refused', async () => {
+    state = make();
+    await state.initCounter('c', 0, 0, null);
+    await state.reserve(reserve({ lines: [line({ counter: 'c', limitNano: 10_000 })] }));
+    // Redis's HINCRBY had refused 1e23 (written with an exponent): the settlement was retried forever.
+    await state.settle({ holdId: 'h1', groups: ['key:k1'], counters: ['c'], byok: false, costNano: toNano(1e14), inFlight: null });
+    expect(await state.held('key:k1', NOW)).toBe(0);
+    const r = await state.reserve(reserve({ holdId: 'h2', lines: [line({ counter: 'c' })] }));
+    expect(r).toMatchObject({ ok: false, reason: 'budget' });
+    // About $9 M (Redis's Lua reads 2^53 − 1 back as 2^53).
+    expect((r as { spentNano: number }).spentNano / 1e9).toBeCloseTo(Number.MAX_SAFE_INTEGER / 1e9, 3);
+    expect(toNano(Number.NaN)).toBe(0);
   });
 
   it('a retried settlement counts the cost only if its hold was still there (a first attempt that ran is not counted twice)', async () => {

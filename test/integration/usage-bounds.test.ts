@@ -20,6 +20,9 @@ const MODELS = `
     endpoints: [{ provider: fake-anthropic, upstream_model: up-claude, pricing: { prompt: 10, completion: 30 } }]
   - id: b/open
     endpoints: [{ provider: fake-openai, upstream_model: up-open, pricing: { prompt: 10, completion: 30 } }]
+  - id: b/wide
+    context_length: 1000
+    endpoints: [{ provider: fake-openai, upstream_model: up-wide, pricing: { prompt: 10, completion: 30 } }]
 `;
 const yaml = () => testConfigYaml(t.upstream.url).replace('pipelines:', `${MODELS}pipelines:`);
 
@@ -54,6 +57,22 @@ describe('provider usage is billed within what the request allowed', () => {
     t.upstream.scripts.set('up-open', [{ kind: 'status', status: 200, body: answer('up-open', { prompt_tokens: 10, completion_tokens: 1e15 }) }]);
     const res = await post(`${g.url}/chat/completions`, g.key, { model: 'b/open', messages: [{ role: 'user', content: 'hi' }] });
     expect((await rowOf(g, res))!.completionTokens).toBe(100_000_000);
+  });
+
+  it("JSON: a client's huge max_tokens on a model without max_output_tokens does not lift the bound: the context, else 100 M tokens", async () => {
+    const g = await t.start({ yaml: yaml() });
+    const ask = { max_tokens: 1e19, messages: [{ role: 'user', content: 'hi' }] };
+    t.upstream.scripts.set('up-wide', [{ kind: 'status', status: 200, body: answer('up-wide', { prompt_tokens: 10, completion_tokens: 1e19 }) }]);
+    const wide = await post(`${g.url}/chat/completions`, g.key, { model: 'b/wide', ...ask });
+    expect(wide.status).toBe(200);
+    const wideRow = await rowOf(g, wide);
+    expect(wideRow).toMatchObject({ promptTokens: 10, completionTokens: 1000 });
+    expect(wide.json.usage).toMatchObject({ completion_tokens: 1000, cost: wideRow!.costUsd });
+
+    t.upstream.scripts.set('up-open', [{ kind: 'status', status: 200, body: answer('up-open', { prompt_tokens: 10, completion_tokens: 1e19 }) }]);
+    const open = await post(`${g.url}/chat/completions`, g.key, { model: 'b/open', n: 2, ...ask });
+    expect(open.status).toBe(200);
+    expect((await rowOf(g, open))!.completionTokens).toBe(2 * 100_000_000);
   });
 
   it('JSON: a negative, non-numeric or zero output count for an answer with text is billed from the text', async () => {
