@@ -94,15 +94,19 @@ async function followUpstream(deps: AdvanceDeps, job: VideoJob): Promise<VideoJo
 /**
  * The completion patch: outputs, their expiry (the upstream's own, else `videos.output_ttl_s` from now) and the
  * cost at the price agreed when the job was created: `per_job + per_second × seconds` (the upstream's seconds,
- * else the requested duration); with no price at all, the cost the upstream reports.
+ * at most the requested duration, else that); with no price at all, the cost the upstream reports, at most
+ * MAX_VIDEO_COST_USD. Why the bounds: an upstream's `seconds: 1e308` made the cost Infinity, which the store
+ * refuses, so the job was polled every round until `job_timeout_s` and never billed.
  */
 function completion(deps: AdvanceDeps, job: VideoJob, result: VideoPollResult): Omit<VideoJobPatch, 'status' | 'updatedAt'> {
   const now = deps.clock();
   const pricing = job.request.pricing ?? { per_second: 0, per_job: 0 };
   const requested = Number(job.request.params.duration_seconds);
-  const seconds = result.usage?.seconds ?? (Number.isFinite(requested) ? requested : 0);
+  // A job stored without a usable duration: the config's ceiling bounds what its upstream says.
+  const asked = Number.isFinite(requested) && requested >= 0 ? requested : undefined;
+  const seconds = Math.min(result.usage?.seconds ?? asked ?? 0, asked ?? deps.services.config.videos.max_duration_seconds);
   const priced = pricing.per_job > 0 || pricing.per_second > 0;
-  const cost = priced ? pricing.per_job + pricing.per_second * seconds : (result.usage?.cost ?? 0);
+  const cost = priced ? pricing.per_job + pricing.per_second * seconds : Math.min(result.usage?.cost ?? 0, MAX_VIDEO_COST_USD);
   return {
     urls: result.urls ?? [],
     costUsd: roundUsd(cost),
@@ -110,3 +114,6 @@ function completion(deps: AdvanceDeps, job: VideoJob, result: VideoPollResult): 
     completedAt: now,
   };
 }
+
+/** The most a job is billed at its upstream's word: what the spend counters can count (2^53 − 1 nano-USD, about $9 M). */
+export const MAX_VIDEO_COST_USD = Number.MAX_SAFE_INTEGER / 1e9;

@@ -215,6 +215,31 @@ describe('the gateway with an http-video provider', () => {
     await expect.poll(async () => (await gw.store.getLedger(done.generation_id))?.costUsd).toBe(0.42);
   });
 
+  it('an absurd upstream duration is billed as the requested seconds at the price, and the job completes', async () => {
+    g = await startTestGateway({ yaml: videoConfigYaml({ upstreamUrl: upstream.url, upstreamPricing: '{ per_second: 2, per_job: 0.05 }' }) });
+    await fund(g, 100);
+    const gw = g;
+    const finish = async (job: Record<string, unknown>) => {
+      const id = await startJob(gw, { model: 'http/video', prompt: 'a lighthouse', duration_seconds: 4 });
+      upstream.jobs.set((await gw.store.getVideoJob(id, gw.keyRecord.workspaceId))!.upstreamJobId, { status: 'succeeded', output_urls: ['https://v.test/a.mp4'], ...job });
+      const done = await waitForStatus(gw, id, 'completed');
+      await expect.poll(async () => (await gw.store.getLedger(done.generation_id))?.costUsd).toBe(done.usage.cost);
+      return done.usage.cost as number;
+    };
+    // 1e308 s × $2 had been Infinity: the store refused the completion, and the job was polled until it timed out.
+    expect(await finish({ seconds: 1e308 })).toBeCloseTo(0.05 + 2 * 4, 9);
+    expect(await finish({ seconds: 3 })).toBeCloseTo(0.05 + 2 * 3, 9);
+  });
+
+  it('an unpriced model bills the cost its upstream reports, at most about $9 M', async () => {
+    const gw = await start();
+    const id = await startJob(gw, { model: 'http/video', prompt: 'a lighthouse' });
+    upstream.jobs.set((await gw.store.getVideoJob(id, gw.keyRecord.workspaceId))!.upstreamJobId, { status: 'succeeded', output_urls: ['https://v.test/a.mp4'], cost: 1e300 });
+    const done = await waitForStatus(gw, id, 'completed');
+    expect(done.usage.cost).toBeCloseTo(Number.MAX_SAFE_INTEGER / 1e9, 3);
+    await expect.poll(async () => (await gw.store.getLedger(done.generation_id))?.costUsd).toBe(done.usage.cost);
+  });
+
   it('cancel reaches the upstream; a refused cancel leaves the job as it was', async () => {
     const gw = await start();
     const id = await startJob(gw, { model: 'http/video', prompt: 'x' });
