@@ -96,7 +96,9 @@ export function billedByDelivery(
     // count): its figures, not the tokenizer's.
     const partial = o.reported?.();
     if (partial) {
-      estimated = withInput(partial.outputTokens >= output ? partial : { ...partial, outputTokens: output });
+      const whole = partial.outputTokens >= output ? partial : { ...partial, outputTokens: output };
+      // Within bounds as the provider's final usage is: a message_start claiming 1e300 input tokens had been billed so.
+      estimated = withInput(o.bounds ? boundedUsage(whole, o.bounds) : whole);
       return estimated;
     }
     // Computed once: the tokenizer is not cheap, and usage() and cost() are both asked.

@@ -39,6 +39,16 @@ describe('billing a stream by what was delivered', () => {
     expect(done.usage()).toMatchObject({ inputTokens: 7, outputTokens: 20 });
   });
 
+  it("a cut stream billed by the provider's partial usage (a translated message_start) keeps it within the bounds", () => {
+    const body = { model: 'm', messages: [{ role: 'user', content: 'hello there' }] };
+    const partial = { inputTokens: 1e300, outputTokens: 0, cachedTokens: 0, cacheWriteTokens: 0, reasoningTokens: 0 };
+    const bounds = { maxOutputTokens: 2, maxInputTokens: 1000 };
+    const cut = billedByDelivery(DIALECTS.chat_completions.streamRewriter(info), { dialect: 'chat_completions', info, body, reported: () => partial, bounds });
+    cut.rewrite(chunk({ content: 'abcdefghijklmnopqrst' }));
+    expect(cut.usage()).toMatchObject({ inputTokens: 1000, outputTokens: 2 });
+    expect(cut.cost()).toBeCloseTo((1000 + 2 * 2) / 1e6, 12);
+  });
+
   it('counts every relayed event of a long cut stream exactly once, also above a usage the provider reported on the way', () => {
     const body = { model: 'm', messages: [{ role: 'user', content: 'hello there' }] };
     const cut = billedByDelivery(DIALECTS.chat_completions.streamRewriter(info), { dialect: 'chat_completions', info, body });
