@@ -86,12 +86,17 @@ export function* middleOutOrder(length: number): Generator<number> {
 
 /** Texts shorter than this are not truncated further. */
 const MIN_TRUNCATE_CHARS = 200;
+/** Tokens counted for the marker a cut leaves (`[… N tokens removed by context-compression …]`, ~15). */
+const MARKER_TOKENS = 16;
+/** Truncation passes at most (one or two are nearly always enough; see middleOut). */
+const MAX_PASSES = 8;
 
 /**
  * Middle-out: fits `body.messages` into `budget` input tokens (counted as `inputTokens`). Keeps every
  * system/developer message, the first user message and the units holding the last `keepLatest` messages;
  * removes the other units from the middle outwards until the prompt fits; if it still does not, cuts the
- * middle out of the longest texts of the kept messages (never the latest message nor a system prompt).
+ * longest texts of the kept messages (never the latest message nor a system prompt), wholly or their middle,
+ * as many as it takes.
  * Returns null when the prompt already fits. The body is not mutated.
  *
  * @example const c = middleOut({ body, budget: 4096 - 512, keepLatest: 2 }); if (c) body.messages = c.messages;
@@ -135,23 +140,39 @@ export function middleOut(input: { body: Record<string, unknown>; budget: number
 
   const truncated = new Map<number, number>();
   const last = original.length - 1;
-  for (let round = 0; total > budget && round < 32; round++) {
-    let best: { index: number; slot: { get(): string; set(v: string): void } } | undefined;
-    for (const s of survivors) {
-      if (s.index === last || isSystem(s.message)) continue;
-      for (const slot of textSlots(s.message)) if (slot.get().length >= MIN_TRUNCATE_CHARS && (!best || slot.get().length > best.slot.get().length)) best = { index: s.index, slot };
+  // Each pass cuts what is still over from the longest texts first, wiping a text whole while the excess is
+  // larger, and cutting the middle of the next by the rest: one sort and one recount a pass. (One text a
+  // round, with a stop after 32 rounds, had sent a conversation needing more cuts over the window.) A wiped
+  // text takes off the larger of its BPE count and 1 token per 3 characters, never less than the total counted
+  // for it (past 100 000 characters a request's texts count by length): taken off at its BPE count alone, the
+  // excess of a prose request counted by length wiped every text, down to a tenth of the budget. A middle
+  // cut is sized by BPE. What a pass leaves over (a text counted at less than it takes off) the next one cuts.
+  for (let pass = 0; total > budget && pass < MAX_PASSES; pass++) {
+    const slots = survivors
+      .filter((s) => s.index !== last && !isSystem(s.message))
+      .flatMap((s) => textSlots(s.message).map((slot) => ({ index: s.index, slot, text: slot.get() })))
+      .filter((s) => s.text.length >= MIN_TRUNCATE_CHARS)
+      .sort((a, b) => b.text.length - a.text.length);
+    if (slots.length === 0) break;
+    let excess = total - budget;
+    for (const { index, slot, text } of slots) {
+      if (excess <= 0) break;
+      const bpe = countTokens(text);
+      const tokens = Math.max(bpe, Math.ceil(text.length / 3));
+      const want = excess + MARKER_TOKENS;
+      let next: string;
+      if (bpe <= want) {
+        next = `[… ${bpe} tokens removed by context-compression …]`;
+        excess -= tokens - MARKER_TOKENS;
+      } else {
+        const keepChars = Math.floor((text.length * (bpe - want)) / bpe);
+        next = `${textHead(text, Math.floor(keepChars / 2))}\n[… ${want} tokens removed by context-compression …]\n${textTail(text, Math.ceil(keepChars / 2))}`;
+        excess = 0;
+      }
+      slot.set(next);
+      truncated.set(index, (truncated.get(index) ?? 0) + Math.max(0, bpe - countTokens(next)));
     }
-    if (!best) break;
-    const text = best.slot.get();
-    const tokens = countTokens(text);
-    const excess = total - budget + 16; // + the marker's own tokens
-    const keepChars = Math.max(0, Math.floor((text.length * Math.max(0, tokens - excess)) / Math.max(1, tokens)));
-    const cut = Math.max(excess, 1);
-    const next = `${textHead(text, Math.floor(keepChars / 2))}\n[… ${cut} tokens removed by context-compression …]\n${textTail(text, Math.ceil(keepChars / 2))}`;
-    best.slot.set(keepChars === 0 ? `[… ${tokens} tokens removed by context-compression …]` : next);
-    const after = inputTokens({ ...body, messages: messagesOf() });
-    truncated.set(best.index, (truncated.get(best.index) ?? 0) + (total - after));
-    total = after;
+    total = inputTokens({ ...body, messages: messagesOf() });
   }
 
   return {
