@@ -63,7 +63,7 @@ export const contextCompression: StageDefinition<ContextCompressionConfig, Servi
       body.messages = result.messages;
       const summary =
         `middle-out for ${model.id} (context ${contextLength}, max tokens ${maxTokens}): removed ${result.removed.length} message(s), ` +
-        `truncated ${result.truncated.length}; ${result.tokensBefore} → ${result.tokensAfter} input tokens${result.fits ? '' : ' (still does not fit)'}`;
+        `truncated ${result.truncated.length}; ${result.tokensBefore} → ${result.tokensAfter} input tokens${result.fits ? '' : ' (cannot fit: sent uncut)'}`;
       state.pipeline.push({
         type: 'context-compression',
         name: 'context-compression',

@@ -96,7 +96,8 @@ const MAX_PASSES = 8;
  * system/developer message, the first user message and the units holding the last `keepLatest` messages;
  * removes the other units from the middle outwards until the prompt fits; if it still does not, cuts the
  * longest texts of the kept messages (never the latest message nor a system prompt), wholly or their middle,
- * as many as it takes.
+ * as many as it takes. A prompt that cannot fit even so (a system prompt and the latest message over the
+ * budget) is left uncut: `fits: false`, nothing removed.
  * Returns null when the prompt already fits. The body is not mutated.
  *
  * @example const c = middleOut({ body, budget: 4096 - 512, keepLatest: 2 }); if (c) body.messages = c.messages;
@@ -174,6 +175,11 @@ export function middleOut(input: { body: Record<string, unknown>; budget: number
     }
     total = inputTokens({ ...body, messages: messagesOf() });
   }
+
+  // What cannot fit goes upstream uncut: the provider refuses it either way (context_length_exceeded, which
+  // routing answers by trying a fallback with a larger context), and a cut would have lost the conversation's
+  // middle for nothing, for the larger model too.
+  if (total > budget) return { messages: original, removed: [], truncated: [], tokensBefore, tokensAfter: tokensBefore, fits: false };
 
   return {
     messages: messagesOf(),

@@ -198,4 +198,14 @@ describe('context-compression (middle-out)', () => {
     expect(sent.messages[3]).toEqual(messages[3]);
     expect(res.json.gateway_metadata.pipeline[0].data.truncated).toEqual([expect.objectContaining({ index: 1 })]);
   });
+
+  it('a prompt that cannot fit even cut goes upstream uncut, recorded fits: false (the middle had been removed for nothing)', async () => {
+    const g = await t.start({ yaml: yaml() });
+    const system = Array.from({ length: 30 }, (_, i) => filler(i)).join('\n');
+    const messages = [{ role: 'system', content: system }, ...chatConversation(6).slice(1)];
+    const res = await post(`${g.url}/chat/completions`, g.key, { model: 'cc/gpt', max_tokens: MAX_TOKENS, messages }, META);
+    expect(res.status, res.text).toBe(200);
+    expect(t.upstream.received.at(-1)!.body.messages).toEqual(messages);
+    expect(res.json.gateway_metadata.pipeline[0].data).toMatchObject({ model: 'cc/gpt', fits: false, removed: [], truncated: [] });
+  });
 });

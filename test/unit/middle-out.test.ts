@@ -51,3 +51,20 @@ describe('middle-out on long requests', () => {
     expect(c!.tokensAfter).toBeGreaterThan(18_000);
   }, 20_000);
 });
+
+describe('middle-out when the prompt cannot fit', () => {
+  it('leaves the messages uncut when the system prompt and latest message alone are over the budget (it cut the middle for nothing)', () => {
+    const system = Array.from({ length: 40 }, (_, i) => filler(i)).join('\n');
+    const messages = [
+      { role: 'system', content: system },
+      { role: 'user', content: 'FIRST' },
+      ...Array.from({ length: 10 }, (_, n) => ({ role: n % 2 ? 'user' : 'assistant', content: filler(n) })),
+      { role: 'user', content: 'LATEST' },
+    ];
+    const before = structuredClone(messages);
+    const c = middleOut({ body: { messages }, budget: 500, keepLatest: 2 });
+    expect(c).toMatchObject({ fits: false, removed: [], truncated: [] });
+    expect(c!.messages).toEqual(before);
+    expect(c!.tokensAfter).toBe(c!.tokensBefore);
+  });
+});
