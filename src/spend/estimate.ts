@@ -26,6 +26,22 @@ export interface Estimate {
 
 /** Tokens assumed for an image part: providers bill images as input tokens, typically 85-1600 each. */
 const IMAGE_TOKENS = 1000;
+/**
+ * A base64 PDF (or other non-text file) counts 1 token per this many bytes of the file, between FILE_MIN_TOKENS
+ * and FILE_MAX_TOKENS: providers bill a PDF page as its text (Anthropic: 1 500-3 000 tokens) plus an image of it
+ * (~1 600), and a page is a few KB (text) to 100 KB or more (scans). Its base64 read as text had counted ~1
+ * token per 2.25 bytes: a 5 MB PDF 2.2 M tokens, refused by budgets and cut away by context-compression.
+ */
+const FILE_BYTES_PER_TOKEN = 10;
+/** One page at the high end: ~3 000 text tokens plus its image. */
+const FILE_MIN_TOKENS = 5_000;
+/** The 100 pages OpenAI and Anthropic take in one PDF, at FILE_MIN_TOKENS each. */
+const FILE_MAX_TOKENS = 500_000;
+/**
+ * Audio (`input_audio`) counts 1 token per this many bytes: providers bill ~10 (OpenAI) to 32 (Gemini) tokens a
+ * second, and compressed speech at 16 kbit/s is 2 000 bytes a second (so at least 32 a second here).
+ */
+const AUDIO_BYTES_PER_TOKEN = 64;
 /** Per-message framing (role markers) in chat formats. */
 const MESSAGE_OVERHEAD = 4;
 
@@ -125,6 +141,11 @@ export function inputTokens(body: Record<string, unknown>, countText: (text: str
         tokens += IMAGE_TOKENS; // never tokenize base64 image data
         return;
       }
+      const attached = attachmentTokens(o);
+      if (attached !== undefined) {
+        tokens += attached; // nor a file's
+        return;
+      }
       for (const [k, val] of Object.entries(o)) if (k !== 'cache_control' && k !== 'type') walk(val);
     }
   };
@@ -134,6 +155,34 @@ export function inputTokens(body: Record<string, unknown>, countText: (text: str
   walk(body.system);
   if (body.tools !== undefined) tokens += count(JSON.stringify(body.tools));
   return tokens;
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => !!v && typeof v === 'object' && !Array.isArray(v);
+
+/** Bytes a base64 text decodes to (padding aside). */
+const base64Bytes = (data: string) => Math.floor((data.length * 3) / 4);
+
+const fileTokens = (bytes: number) => Math.min(FILE_MAX_TOKENS, Math.max(FILE_MIN_TOKENS, Math.ceil(bytes / FILE_BYTES_PER_TOKEN)));
+
+/**
+ * Tokens of a content block carrying a file inline, by its size (see FILE_BYTES_PER_TOKEN), or undefined for
+ * any other block (a file by URL or id is counted as text: its URL is short). Messages: `document` with a
+ * base64 `source` (a PDF; a `text` source is counted as text). Chat: `file` with `file_data` (a data URL, or
+ * raw base64, which is taken as a PDF; an image counts as one, a text/* file 1 token per 3 bytes) and
+ * `input_audio`.
+ */
+function attachmentTokens(o: Record<string, unknown>): number | undefined {
+  if (o.type === 'document' && isObject(o.source) && o.source.type === 'base64' && typeof o.source.data === 'string') return fileTokens(base64Bytes(o.source.data));
+  if (o.type === 'input_audio' && isObject(o.input_audio) && typeof o.input_audio.data === 'string') return Math.ceil(base64Bytes(o.input_audio.data) / AUDIO_BYTES_PER_TOKEN);
+  if (o.type !== 'file' || !isObject(o.file) || typeof o.file.file_data !== 'string') return undefined;
+  const data = o.file.file_data;
+  if (/^https?:\/\//i.test(data)) return undefined;
+  const prefix = /^data:([^;,]*)[^,]*,/i.exec(data.slice(0, 200));
+  const bytes = Math.floor(((data.length - (prefix?.[0].length ?? 0)) * 3) / 4);
+  const mediaType = prefix?.[1].toLowerCase() ?? 'application/pdf';
+  if (mediaType.startsWith('image/')) return IMAGE_TOKENS;
+  if (mediaType.startsWith('text/')) return Math.ceil(bytes / 3);
+  return fileTokens(bytes);
 }
 
 /**

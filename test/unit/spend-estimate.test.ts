@@ -30,6 +30,25 @@ describe('token counting', () => {
     const messages = { system: 'Be brief.', messages: [{ role: 'user', content: 'hi' }], tools: [{ name: 'get_weather', input_schema: { type: 'object' } }] };
     expect(inputTokens(messages)).toBeGreaterThan(inputTokens({ system: 'Be brief.', messages: [{ role: 'user', content: 'hi' }] }));
   });
+
+  it('a base64 PDF, file or audio counts by its size, not its base64 as text (a 5 MB PDF counted 2.2 M tokens)', () => {
+    const user = (block: Record<string, unknown>) => ({ messages: [{ role: 'user', content: [block] }] });
+    const text = inputTokens({ messages: [{ role: 'user', content: [] }] });
+    const b64 = (bytes: number) => 'A'.repeat(Math.ceil(bytes / 3) * 4);
+    const pdf5mb = b64(5_000_000);
+    // messages: a document; chat: a file as a data URL, or as raw base64 (taken as a PDF).
+    expect(inputTokens(user({ type: 'document', source: { type: 'base64', media_type: 'application/pdf', data: pdf5mb } })) - text).toBe(500_000);
+    expect(inputTokens(user({ type: 'file', file: { filename: 'a.pdf', file_data: `data:application/pdf;base64,${pdf5mb}` } })) - text).toBe(500_000);
+    expect(inputTokens(user({ type: 'file', file: { file_data: b64(1_200_000) } })) - text).toBe(120_000);
+    // A small PDF counts a page at least.
+    expect(inputTokens(user({ type: 'document', source: { type: 'base64', media_type: 'application/pdf', data: b64(3_000) } })) - text).toBe(5_000);
+    // An image sent as a file counts as an image; audio 1 token per 64 bytes.
+    expect(inputTokens(user({ type: 'file', file: { file_data: `data:image/png;base64,${b64(3_000_000)}` } })) - text).toBe(1000);
+    expect(inputTokens(user({ type: 'input_audio', input_audio: { format: 'wav', data: b64(63_936) } })) - text).toBe(999);
+    // A plain-text document is still read as text, a PDF by URL by its URL.
+    expect(inputTokens(user({ type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'word '.repeat(1000) } })) - text).toBeGreaterThan(900);
+    expect(inputTokens(user({ type: 'file', file: { file_data: 'https://example.com/a.pdf' } })) - text).toBeLessThan(20);
+  });
 });
 
 describe('remembered counts of long texts', () => {
