@@ -99,7 +99,7 @@ export function postgresPendingLedger(pool: Pool) {
       return Number(result.rows[0]?.n ?? 0);
     },
     async list(): Promise<PendingLedgerRow[]> {
-      const result = await pool.query('SELECT * FROM ledger_pending ORDER BY created_at, generation_id');
+      const result = await pool.query('SELECT * FROM ledger_pending ORDER BY created_at, generation_id COLLATE "C"');
       return (result.rows as Row[]).map(rowToPending);
     },
   };

@@ -321,7 +321,8 @@ export class PostgresStore implements Store {
   }
 
   async listKeys(): Promise<KeyRecord[]> {
-    const result = await this.pool.query('SELECT * FROM api_keys ORDER BY created_at, id');
+    // COLLATE "C" (byte order), as SQLite orders text, whatever the database's collation: presets-sqlite.ts.
+    const result = await this.pool.query('SELECT * FROM api_keys ORDER BY created_at, id COLLATE "C"');
     return result.rows.map(rowToKey);
   }
 
@@ -451,7 +452,7 @@ export class PostgresStore implements Store {
   }
 
   async listByokKeys(workspaceId: string): Promise<ByokKeyRecord[]> {
-    const result = await this.pool.query('SELECT * FROM byok_keys WHERE workspace_id = $1 ORDER BY provider', [workspaceId]);
+    const result = await this.pool.query('SELECT * FROM byok_keys WHERE workspace_id = $1 ORDER BY provider COLLATE "C"', [workspaceId]);
     return result.rows.map(rowToByok);
   }
 

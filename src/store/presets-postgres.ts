@@ -54,7 +54,7 @@ export async function findPresetPg(query: Query, workspaceId: string, slug: stri
 }
 
 export async function listPresetsPg(query: Query, workspaceId: string): Promise<PresetWithVersion[]> {
-  return (await query(PRESET_QUERIES.list, [workspaceId])).rows.map(joinedPreset);
+  return (await query(PRESET_QUERIES.listPg, [workspaceId])).rows.map(joinedPreset);
 }
 
 export async function listPresetVersionsPg(query: Query, presetId: string): Promise<PresetVersionRecord[]> {

@@ -22,6 +22,9 @@ export const blocksText = (input: NewPresetVersion): string | null => (input.sys
 export const PRESET_QUERIES = {
   find: `${WITH_VERSION} WHERE p.workspace_id = $1 AND p.slug = $2`,
   list: `${WITH_VERSION} WHERE p.workspace_id = $1 ORDER BY p.slug`,
+  // SQLite orders text by its bytes; PostgreSQL by the database's collation (en_US puts `a_b` before `a-b`
+  // and `a` before `B`) unless told "C", its byte order: so both engines list alike.
+  listPg: `${WITH_VERSION} WHERE p.workspace_id = $1 ORDER BY p.slug COLLATE "C"`,
   versions: 'SELECT * FROM preset_versions WHERE preset_id = $1 ORDER BY version DESC',
 };
 

@@ -464,6 +464,23 @@ describe.each([sqliteEngine(), postgresEngine()])('Store on $name', (engine) => 
     expect((await store.listPresetVersions(first.preset.id)).map((v) => v.systemBlocks)).toEqual([blocks, null, null]);
   });
 
+  it('presets and BYOK keys list in byte order on both engines, whatever PostgreSQL\'s collation (it listed `a_b` before `a-b`, `openai` before `Zeta`)', async () => {
+    // A database created with a linguistic default collation (en_US.UTF-8, common), here as the columns' own.
+    if (engine.name === 'postgres') {
+      await engine.raw('ALTER TABLE presets ALTER COLUMN slug TYPE text COLLATE "und-x-icu"');
+      await engine.raw('ALTER TABLE byok_keys ALTER COLUMN provider TYPE text COLLATE "und-x-icu"');
+    }
+    const { workspace } = await fixture('byte-order');
+    for (const slug of ['ab', 'a_b', 'a1', 'a.b', 'a-b']) {
+      await store.savePresetVersion({ workspaceId: workspace.id, slug, creatorUserId: 'u', config: {}, systemPrompt: null });
+    }
+    expect((await store.listPresets(workspace.id)).map((p) => p.preset.slug)).toEqual(['a-b', 'a.b', 'a1', 'a_b', 'ab']);
+    for (const provider of ['openai', 'x_ai', 'Zeta', 'x-ai']) {
+      await store.putByokKey({ workspaceId: workspace.id, provider, secret: 'sealed', label: 'sk-...1' });
+    }
+    expect((await store.listByokKeys(workspace.id)).map((k) => k.provider)).toEqual(['Zeta', 'openai', 'x-ai', 'x_ai']);
+  });
+
   it('presets: concurrent writes of one slug never share a version number; a loser gets a conflict', async () => {
     const { workspace } = await fixture('presets-race');
     const results = await Promise.allSettled(
