@@ -29,7 +29,7 @@ const ENV_REF = /\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}|\$\{/g;
 /**
  * Replaces `${VAR}` and `${VAR:-default}` in every string of the parsed YAML tree. An unset variable
  * without a default fails with the path of the field, so a forgotten secret is caught at start. `$${` is a
- * literal `${` (as in Docker Compose); any other `${` (no closing brace, or not a variable name) is
+ * literal `${` (as in Docker Compose), in a default too; any other `${` (no closing brace, or not a variable name) is
  * refused: it was kept as written, so `${API_KEY` sent that text as the key.
  */
 export function interpolateEnv(value: unknown, env: NodeJS.ProcessEnv, at = ''): unknown {
@@ -48,7 +48,8 @@ export function interpolateEnv(value: unknown, env: NodeJS.ProcessEnv, at = ''):
       }
       const v = env[name];
       if (v !== undefined && v !== '') return v;
-      if (hasDefault !== undefined) return def ?? '';
+      // A default's `$${` is a literal `${` too, as everywhere else (it had been kept as `$${`).
+      if (hasDefault !== undefined) return def?.replaceAll('$${', '${') ?? '';
       throw new ConfigError(`${at || '(root)'}: environment variable ${name} is ${v === '' ? 'set but empty' : 'not set'}`);
     });
   }

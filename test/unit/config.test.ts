@@ -248,6 +248,12 @@ describe('environment interpolation', () => {
     expect(interpolateEnv('${A:-plain default}', {})).toBe('plain default');
   });
 
+  it('$${ in a default is a literal ${ too (it stayed $${), so ${A:-$${B}} is the text ${B} when A is unset', () => {
+    expect(interpolateEnv('${A:-$${B}}', {})).toBe('${B}');
+    expect(interpolateEnv({ v: '${A:-x$${B}}' }, {})).toEqual({ v: 'x${B}' });
+    expect(interpolateEnv('${A:-$$ and $}', {})).toBe('$$ and $');
+  });
+
   it('interpolateEnv names array and nested paths in its error', () => {
     const err = configError(() => interpolateEnv({ list: [{ deep: { v: '${MISSING}' } }] }, {}));
     expect(err.message.startsWith('list[0].deep.v:')).toBe(true);
