@@ -79,7 +79,7 @@ function configPath(value: string | undefined): string {
 }
 
 async function main(argv: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({ args: argv, options: OPTIONS, allowPositionals: true, strict: true });
+  const { values, positionals, tokens } = parseArgs({ args: argv, options: OPTIONS, allowPositionals: true, strict: true, tokens: true });
   const [command, sub, arg] = positionals;
   // `gateway help` had been `unknown command: help`, exit 2.
   if (values.help || !command || command === 'help') {
@@ -104,6 +104,10 @@ async function main(argv: string[]): Promise<number> {
   }
   const stray = (Object.keys(values) as Option[]).find((o) => o !== 'config' && !takes.includes(o));
   if (stray) throw new UsageError(`--${stray} is not an option of "${name}" (${takes.length > 0 ? `it takes ${takes.map((o) => `--${o}`).join(', ')} and --config` : 'it takes only --config'})`);
+  // No option repeats: `--name a --name b` had silently made the key `b`, `--workspace` twice used the last one.
+  const given = tokens.flatMap((t) => (t.kind === 'option' ? [t.name] : []));
+  const twice = given.find((o, i) => given.indexOf(o) !== i);
+  if (twice) throw new UsageError(`--${twice} is given more than once: give it once`);
   const file = configPath(values.config);
   if (command === 'serve') return serve(file);
   if (command === 'config' && sub === 'check') {

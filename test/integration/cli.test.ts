@@ -358,6 +358,29 @@ describe('an option the command does not take', () => {
   });
 });
 
+describe('an option given twice', () => {
+  it.each([
+    [['keys', 'create', '--name', 'a', '--name', 'b'], '--name is given more than once: give it once'],
+    [['keys', 'create', '--name', 'a', '--workspace=w1', '--workspace', 'w2'], '--workspace is given more than once: give it once'],
+    [['credits', 'add', '--account', 'default', '--usd', '5', '--usd', '50'], '--usd is given more than once: give it once'],
+    [['keys', 'create', '--name', 'a', '--management', '--management'], '--management is given more than once: give it once'],
+  ])('%j exits 2 naming it (the last value had been used without a word), before any store is opened', async (args, message) => {
+    const { dir, file } = configDir();
+    const r = await runCli([...args, '--config', file], { cwd: dir });
+    expect(r.code).toBe(2);
+    expect(r.stderr.split('\n')[0]).toBe(message);
+    expect(r.stdout).toBe('');
+    expect(existsSync(path.join(dir, 'gw.db'))).toBe(false);
+  });
+
+  it('--config given twice exits 2 naming it', async () => {
+    const { dir, file } = configDir();
+    const r = await runCli(['config', 'check', '--config', file, '--config', file], { cwd: dir });
+    expect(r.code).toBe(2);
+    expect(r.stderr.split('\n')[0]).toBe('--config is given more than once: give it once');
+  });
+});
+
 describe('keys and credits', () => {
   const suite = new Set<Proc>();
   let [dir, file, url, bootstrap] = ['', '', '', ''];
@@ -471,7 +494,8 @@ describe('keys and credits', () => {
     ['a --workspace of 3000 characters', ['--workspace', 'w'.repeat(3000)], '--workspace must be at most 200 characters'],
   ])('keys create with %s exits 2 and creates no key', async (_what, args, message) => {
     const before = (await cli('keys', 'list')).stdout;
-    const r = await cli('keys', 'create', ...(args.length ? ['--name', 'x', ...args] : args));
+    // A --name is added unless the case gives its own (given twice is a refusal of its own).
+    const r = await cli('keys', 'create', ...(args.length && !args.includes('--name') ? ['--name', 'x', ...args] : args));
     expect(r.code).toBe(2);
     expect(r.stdout).toBe('');
     expect(r.stderr).toContain(message);
