@@ -4,7 +4,7 @@ import { GatewayError } from '../errors/gateway-error';
 import type { AbortWatch } from '../pipeline/request-abort';
 import type { GatewayContext } from '../pipeline/types';
 import { exactIntegers, type ExactIntegers } from './exact-integers';
-import { hasLoneSurrogate, jsonShape } from './json-checks';
+import { jsonShape, loneSurrogateField } from './json-checks';
 
 /** The `server:` limits a request body is read under (README "Edge limits"). */
 export interface BodyLimits {
@@ -90,8 +90,11 @@ export async function readJsonBytes(ctx: GatewayContext, limits: BodyLimits, abo
   } catch (err) {
     throw new GatewayError('invalid_request', `Request body is not valid JSON: ${(err as Error).message}`);
   }
-  if (hasLoneSurrogate(text, body)) {
-    throw new GatewayError('invalid_request', 'Request body has a string with an unpaired UTF-16 surrogate (a lone \\uD800–\\uDFFF escape)');
+  // Refused on every endpoint, before any stage: a lone surrogate has no UTF-8 form, so stored (a preset's
+  // `system`, a video request) it would not come back as sent. The field is named, as validation names one.
+  const field = loneSurrogateField(text, body);
+  if (field !== null) {
+    throw new GatewayError('invalid_request', `\`${field}\` has a string with an unpaired UTF-16 surrogate (a lone \\uD800–\\uDFFF escape)`, { metadata: { field } });
   }
   return { body, raw, integers: shape.longInteger ? exactIntegers(text) : null };
 }

@@ -109,20 +109,34 @@ interface WellFormed {
  * @example hasLoneSurrogate('"\\ud800"', JSON.parse('"\\ud800"')) // true
  */
 export function hasLoneSurrogate(text: string, value: unknown): boolean {
-  if (!hasSurrogateEscape(text)) return false;
-  const stack: unknown[] = [value];
+  return loneSurrogateField(text, value) !== null;
+}
+
+/**
+ * The first field (in document order) holding a string with an unpaired surrogate, as a path like
+ * `messages[0].content` (`body` for the body itself; for a key, the object that has it), else null. A key
+ * that is not a plain name is shown as `…`: it is the client's text, of any length.
+ *
+ * @example loneSurrogateField('{"system":"\\ud800"}', { system: '\ud800' }) // 'system'
+ */
+export function loneSurrogateField(text: string, value: unknown): string | null {
+  if (!hasSurrogateEscape(text)) return null;
+  const stack: [unknown, string][] = [[value, '']];
   while (stack.length > 0) {
-    const v = stack.pop();
+    const [v, at] = stack.pop()!;
     if (typeof v === 'string') {
-      if (!(v as unknown as WellFormed).isWellFormed()) return true;
+      if (!(v as unknown as WellFormed).isWellFormed()) return at || 'body';
     } else if (Array.isArray(v)) {
-      for (const item of v) stack.push(item);
+      for (let i = v.length - 1; i >= 0; i--) stack.push([v[i], `${at}[${i}]`]);
     } else if (v !== null && typeof v === 'object') {
-      for (const [k, item] of Object.entries(v)) {
-        if (!(k as unknown as WellFormed).isWellFormed()) return true;
-        stack.push(item);
+      const entries = Object.entries(v);
+      for (const [k] of entries) if (!(k as unknown as WellFormed).isWellFormed()) return at || 'body';
+      for (let i = entries.length - 1; i >= 0; i--) {
+        const [k, item] = entries[i];
+        const shown = /^[A-Za-z0-9_-]{1,64}$/.test(k) ? k : '…';
+        stack.push([item, at ? `${at}.${shown}` : shown]);
       }
     }
   }
-  return false;
+  return null;
 }

@@ -188,6 +188,35 @@ describe('preset writes on PostgreSQL', () => {
   });
 });
 
+describe('preset writes with a lone surrogate', () => {
+  it('are a 400 naming the field on both engines, and nothing is stored (it has no UTF-8 form: it would not come back as sent)', async () => {
+    const sqlite = await startTestGateway({ yaml: testConfigYaml(t.upstream.url) });
+    const schema = `gw_test_${randomBytes(6).toString('hex')}`;
+    const store = await openStore({ driver: 'postgres', url: PG_URL, schema, pool_max: 2 } as never);
+    try {
+      for (const g of [await start(store), sqlite]) {
+        for (const [over, field] of [
+          [{ system: 'terse\ud800' }, 'system'],
+          [{ system: [{ type: 'text', text: 'a' }, { type: 'text', text: '\udc00b' }] }, 'system[1].text'],
+          [{ stop_sequences: ['END', 'x\ud83d'] }, 'stop_sequences[1]'],
+        ] as const) {
+          const r = await save(g, 'lone', { ...PRESET_BODY, ...over });
+          expect(r.status).toBe(400);
+          expect(r.json.error.metadata).toEqual({ error_type: 'invalid_request', field });
+        }
+        expect((await get(`${g.url}/presets/lone`, g.managementKey)).status).toBe(404);
+      }
+    } finally {
+      await sqlite.close();
+      await store.close();
+      const c = new Client({ connectionString: PG_URL });
+      await c.connect();
+      await c.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+      await c.end();
+    }
+  });
+});
+
 describe('preset reads', () => {
   it('GET /presets, /presets/{slug}, /presets/{slug}/versions: management keys, 403 otherwise, 404 for unknown or other workspaces', async () => {
     const g = await start();

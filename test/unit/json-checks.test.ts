@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { hasLoneSurrogate, hasSurrogateEscape, jsonShape } from '../../src/routes/json-checks';
+import { hasLoneSurrogate, hasSurrogateEscape, jsonShape, loneSurrogateField } from '../../src/routes/json-checks';
 import { jsonDepthExceeds as parsedDepthExceeds } from '../fixtures/json-depth';
 
 /** The depth half of the raw text scan alone (no limit on values). */
@@ -100,5 +100,17 @@ describe('hasLoneSurrogate', () => {
     expect(check('{"a":"\\u00e9\\u65e5"}')).toBe(false);
     expect(check('{"a":"\\\\ud800"}')).toBe(false);
     expect(check(JSON.stringify({ a: 'plain 😀 text' }))).toBe(false);
+  });
+});
+
+describe('loneSurrogateField', () => {
+  const field = (text: string) => loneSurrogateField(text, JSON.parse(text));
+
+  it('names the first field holding one, in document order; the object for a key; `body` for the body itself', () => {
+    expect(field('{"model":"m","messages":[{"role":"user","content":"ok"},{"role":"user","content":"x\\ud800"}],"system":"\\udc00"}')).toBe('messages[1].content');
+    expect(field('{"metadata":{"\\ud83d":"1"}}')).toBe('metadata');
+    expect(field('{"metadata":{"a b":"\\ud83d"}}')).toBe('metadata.…');
+    expect(field('"\\ud800"')).toBe('body');
+    expect(field('{"a":"\\ud83d\\ude00"}')).toBeNull();
   });
 });
