@@ -602,10 +602,33 @@ describe('messages → chat: content blocks', () => {
           { id: 't2', type: 'function', function: { name: 'g', arguments: '{}' } },
         ],
       },
-      { role: 'tool', tool_call_id: 't1', content: 'ok' },
+      { role: 'tool', tool_call_id: 't1', content: 'Error: ok' },
       { role: 'tool', tool_call_id: 't2', content: 'see image' },
       { role: 'user', content: [{ type: 'image_url', image_url: { url: 'https://x/i.png' } }, { type: 'text', text: 'go on' }] },
     ]);
+  });
+
+  it('says a failed tool call (is_error: true) in the chat tool message, which has no error flag', () => {
+    const result = (content: unknown, is_error?: boolean) => ({ type: 'tool_result', tool_use_id: 't', content, ...(is_error === undefined ? {} : { is_error }) });
+    const out = toChat(
+      msgs({
+        messages: [
+          { role: 'user', content: 'q' },
+          { role: 'assistant', content: [{ type: 'tool_use', id: 't', name: 'f', input: {} }] },
+          {
+            role: 'user',
+            content: [
+              result('file not found', true),
+              result([{ type: 'text', text: 'a' }, { type: 'text', text: 'b' }], true),
+              result(undefined, true),
+              result('fine', false),
+              result('fine'),
+            ],
+          },
+        ],
+      }),
+    );
+    expect(out.messages.slice(2).map((m: Body) => m.content)).toEqual(['Error: file not found', 'Error: a\nb', 'Error', 'fine', 'fine']);
   });
 
   it('an assistant turn with only thinking is skipped; tool-only turn has null content', () => {

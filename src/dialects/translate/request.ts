@@ -38,8 +38,8 @@
  *   back in chat name `output`, strict true because messages outputs always follow the schema).
  *   `json_object` has no official messages equivalent and is dropped.
  * - user: chat `user` ⇄ messages `metadata.user_id` (messages' own `user` field is used when metadata has none).
- * - `tool_result.is_error` has no chat form and is dropped; images in tool results go to a user message
- *   right after the tool messages (chat tool messages carry text only).
+ * - `tool_result.is_error: true` has no chat form: the tool message's text says it, `Error: ` before it;
+ *   images in tool results go to a user message right after the tool messages (chat tool messages carry text only).
  *
  * Refused chat → messages (400, or the next endpoint that speaks chat): `n` > 1, the deprecated `functions` /
  * `function_call` (its client reads `function_call` back, which a messages answer cannot give).
@@ -49,7 +49,7 @@
  * `web_search_options`, `prompt_cache_key`, `safety_identifier`, message `name`, image `detail`, `response_format` text/json_object, non-function tools.
  * Dropped messages → chat: `cache_control` (top level, blocks, tools), `context_management`, `container`,
  * `mcp_servers`, `clear_at`, `citations`, `thinking` blocks, server tools and their blocks
- * (server_tool_use, *_tool_result), `tool_result.is_error`, `metadata` other than user_id.
+ * (server_tool_use, *_tool_result), `metadata` other than user_id.
  * `model` and `stream` pass unchanged in both directions; `service_tier` is named in the provider's values
  * (chat `auto`, `default`, `flex`, `scale`, `priority` ⇄ messages `auto`, `standard_only`: see tierForMessages).
  */
@@ -435,16 +435,30 @@ function userToChat(content: unknown, where: string): Obj[] {
       return;
     }
     const inner = block.content;
+    const failed = block.is_error === true;
     if (inner === undefined || typeof inner === 'string') {
-      tools.push({ role: 'tool', tool_call_id: block.tool_use_id, content: inner ?? '' });
+      tools.push({ role: 'tool', tool_call_id: block.tool_use_id, content: toolResultText(inner ?? '', failed) });
       return;
     }
     const converted = (Array.isArray(inner) ? inner : []).flatMap((b: unknown, k: number) => blockToChatParts(b, `${w}.content[${k}]`));
     const texts = converted.filter((p) => p.type === 'text');
     parts.push(...converted.filter((p) => p.type !== 'text')); // chat tool messages carry text only
-    tools.push({ role: 'tool', tool_call_id: block.tool_use_id, content: texts.length ? chatContent(texts) : '' });
+    const joined = texts.length ? (chatContent(texts) as string) : ''; // text parts only: one string
+    tools.push({ role: 'tool', tool_call_id: block.tool_use_id, content: toolResultText(joined, failed) });
   });
   return parts.length ? [...tools, { role: 'user', content: chatContent(parts) }] : tools;
+}
+
+/**
+ * A tool result's text for a chat `tool` message. Chat has no error flag, so a failed call (`is_error: true`)
+ * is said in its text, `Error: ` before it (`Error` alone when it has none): dropped, the model read a failed
+ * call's output as a good one.
+ *
+ * @example toolResultText('not found', true) // 'Error: not found'
+ */
+function toolResultText(text: string, failed: boolean): string {
+  if (!failed) return text;
+  return text ? `Error: ${text}` : 'Error';
 }
 
 function assistantToChat(content: unknown, where: string): Obj | null {
