@@ -243,6 +243,40 @@ describe('chatToMessagesResponse', () => {
     expect(alt.usage).not.toHaveProperty('output_tokens_details');
   });
 
+  it("gives Claude's signed reasoning_details (OpenRouter's shape) as thinking blocks with their signature, redacted thinking too", () => {
+    const out = chatToMessagesResponse(
+      completion(
+        {
+          content: 'Yes',
+          reasoning: 'Plan.Check.',
+          reasoning_details: [
+            { type: 'reasoning.text', text: 'Plan.', signature: 'SIG1', format: 'anthropic-claude-v1', index: 0 },
+            { type: 'reasoning.encrypted', data: 'ENC', format: 'anthropic-claude-v1', index: 1 },
+            { type: 'reasoning.text', text: 'Check.', signature: 'SIG2', format: 'anthropic-claude-v1', index: 2 },
+          ],
+        },
+        'stop',
+      ),
+    );
+    expect(out.content).toEqual([
+      { type: 'thinking', thinking: 'Plan.', signature: 'SIG1' },
+      { type: 'redacted_thinking', data: 'ENC' },
+      { type: 'thinking', thinking: 'Check.', signature: 'SIG2' },
+      { type: 'text', text: 'Yes' },
+    ]);
+    // Another model's signature, or reasoning partly unsigned, stays one unsigned block (the Messages API refuses a signature it did not make).
+    for (const details of [
+      [{ type: 'reasoning.text', text: 'Plan.', signature: 'GEMSIG', format: 'google-gemini-v1' }],
+      [{ type: 'reasoning.text', text: 'Plan.', signature: 'SIG1' }, { type: 'reasoning.text', text: 'Check.' }],
+    ]) {
+      expect(chatToMessagesResponse(completion({ content: 'Yes', reasoning: 'Plan.Check.', reasoning_details: details }, 'stop')).content[0]).toEqual({
+        type: 'thinking',
+        thinking: 'Plan.Check.',
+        signature: '',
+      });
+    }
+  });
+
   it('maps message.refusal and content_filter to stop_reason refusal', () => {
     const out = chatToMessagesResponse(completion({ refusal: "I can't help with that." }, 'stop'));
     expect(out.stop_reason).toBe('refusal');

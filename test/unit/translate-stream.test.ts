@@ -717,6 +717,31 @@ describe('official SDKs', () => {
     expect(final.usage).toMatchObject(expected.usage);
   });
 
+  it("gives Claude's signed reasoning_details from a chat stream (OpenRouter's) as the thinking block's signature_delta and redacted_thinking; the Anthropic SDK keeps them", async () => {
+    const detail = (d: Obj) => cc({ reasoning_details: [{ format: 'anthropic-claude-v1', index: 0, ...d }] });
+    const chunks = [
+      cc({ role: 'assistant' }),
+      cc({ reasoning: 'Plan', reasoning_details: [{ type: 'reasoning.text', text: 'Plan', format: 'anthropic-claude-v1', index: 0 }] }),
+      cc({ reasoning: ' it.', reasoning_details: [{ type: 'reasoning.text', text: ' it.', format: 'anthropic-claude-v1', index: 0 }] }),
+      detail({ type: 'reasoning.text', text: '', signature: 'EqSig' }),
+      detail({ type: 'reasoning.encrypted', data: 'ENC' }),
+      detail({ type: 'reasoning.text', text: '', signature: 'GEMSIG', format: 'google-gemini-v1' }),
+      cc({ content: 'Done.' }),
+      cc({}, 'stop'),
+      DONE,
+    ];
+    const events = run(chatToMessagesStream(), chunks);
+    const expected = [
+      { type: 'thinking', thinking: 'Plan it.', signature: 'EqSig' },
+      { type: 'redacted_thinking', data: 'ENC' },
+      { type: 'text', text: 'Done.' },
+    ];
+    expect(accumulateMessages(events).content).toEqual(expected);
+    const client = new Anthropic({ apiKey: 'k', baseURL: 'http://gateway.test', fetch: sseFetch([...events, DONE]), maxRetries: 0 });
+    const final = await client.messages.stream({ model: 'm', max_tokens: 100, messages: [{ role: 'user', content: 'hi' }] }).finalMessage();
+    expect(final.content).toEqual(expected);
+  });
+
   it('the Anthropic SDK also gets the right tool inputs when the provider interleaves parallel calls', async () => {
     const events = [...run(chatToMessagesStream(), chatChunks(TOOLS_COMPLETION, { interleave: true, size: 2 })), DONE];
     const client = new Anthropic({ apiKey: 'k', baseURL: 'http://gateway.test', fetch: sseFetch(events), maxRetries: 0 });

@@ -215,6 +215,36 @@ export function reasoningDetailsOf(blocks: ({ thinking: string; signature: strin
   return out;
 }
 
+/**
+ * Whether a chat `reasoning_details` entry is Claude's (OpenRouter names the format; an entry without one is
+ * taken as Claude's, as the shape is). Another model's signature or encrypted reasoning (`openai-responses-v1`,
+ * `google-gemini-v1`) is no thinking block: the Messages API refuses a signature it did not make.
+ */
+export function isClaudeDetail(d: unknown): d is Obj {
+  return isObj(d) && (d.format === undefined || d.format === 'anthropic-claude-v1');
+}
+
+/**
+ * A chat answer's signed reasoning (`reasoning_details`, OpenRouter's shape) as messages thinking blocks:
+ * `reasoning.text` with a signature → `thinking` with it, `reasoning.encrypted` → `redacted_thinking`, in order.
+ * Empty when there is none, or when some reasoning text is unsigned (the plain `reasoning` then gives one
+ * unsigned block, as before: a part of the thinking cannot be signed alone).
+ *
+ * @example signedThinkingOf([{ type: 'reasoning.text', text: 't', signature: 's' }]) // [{ type: 'thinking', thinking: 't', signature: 's' }]
+ */
+export function signedThinkingOf(details: unknown): Obj[] {
+  if (!Array.isArray(details)) return [];
+  const out: Obj[] = [];
+  for (const d of details) {
+    if (!isClaudeDetail(d)) continue;
+    if (d.type === 'reasoning.text' && typeof d.text === 'string') {
+      if (typeof d.signature !== 'string' || !d.signature) return [];
+      out.push({ type: 'thinking', thinking: d.text, signature: d.signature });
+    } else if (d.type === 'reasoning.encrypted' && typeof d.data === 'string' && d.data) out.push({ type: 'redacted_thinking', data: d.data });
+  }
+  return out;
+}
+
 /** Chat `reasoning` (or the `reasoning_content` some providers use) of a message or delta. */
 export function reasoningOf(m: Obj): string {
   if (typeof m.reasoning === 'string') return m.reasoning;
@@ -232,8 +262,11 @@ export function chatToMessagesResponse(body: Record<string, any>): Record<string
   }
   const message: Obj = isObj(choice.message) ? choice.message : {};
   const content: Obj[] = [];
+  const signed = signedThinkingOf(message.reasoning_details);
   const reasoning = reasoningOf(message);
-  if (reasoning) content.push({ type: 'thinking', thinking: reasoning, signature: '' });
+  // Reasoning text the details do not carry (only redacted thinking there) stays an unsigned block.
+  if (reasoning && !signed.some((b) => b.type === 'thinking')) content.push({ type: 'thinking', thinking: reasoning, signature: '' });
+  content.push(...signed);
   const text = contentText(message.content);
   if (text) content.push({ type: 'text', text });
   const calls: Obj[] = Array.isArray(message.tool_calls) ? [...message.tool_calls] : [];

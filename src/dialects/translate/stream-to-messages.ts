@@ -1,6 +1,6 @@
 import type { SseEvent } from '../../pipeline/types';
 import { isObj, type Obj } from '../common';
-import { chatErrorToMessages, chatUsageToMessages, contentText, reasoningOf, refusalDetails, stopReasonOf, tierToMessages, toolUseId } from './response';
+import { chatErrorToMessages, chatUsageToMessages, contentText, isClaudeDetail, reasoningOf, refusalDetails, stopReasonOf, tierToMessages, toolUseId } from './response';
 import { parse, type StreamTranslator } from './stream-common';
 
 // ---------------------------------------------------------------------------------------------------
@@ -46,12 +46,14 @@ class JsonEnd {
   }
 }
 
+type Kind = 'text' | 'thinking' | 'redacted' | 'tool';
+
 /** chat.completion.chunk events in → Anthropic-style events out (the messages rewriter adds the final `[DONE]`). */
 export function chatToMessagesStream(): StreamTranslator {
   let started = false;
   let complete = false;
   let nextIndex = 0;
-  let open: { index: number; kind: 'text' | 'thinking' | 'tool' } | null = null;
+  let open: { index: number; kind: Kind } | null = null;
   const tools = new Map<number, ToolState>();
   let finish: string | null = null;
   let refusal = '';
@@ -64,7 +66,7 @@ export function chatToMessagesStream(): StreamTranslator {
     out.push(ev('content_block_stop', { index: open.index }));
     open = null;
   };
-  const openBlock = (out: SseEvent[], kind: 'text' | 'thinking' | 'tool', block: Obj): number => {
+  const openBlock = (out: SseEvent[], kind: Kind, block: Obj): number => {
     close(out);
     const index = nextIndex++;
     open = { index, kind };
@@ -86,6 +88,21 @@ export function chatToMessagesStream(): StreamTranslator {
     const index = open?.kind === 'thinking' ? open.index : openBlock(out, 'thinking', { type: 'thinking', thinking: '', signature: '' });
     out.push(delta(index, { type: 'thinking_delta', thinking: text }));
   };
+  /**
+   * Claude's signed reasoning in `reasoning_details` (OpenRouter's stream: the text comes in `reasoning` as well,
+   * the signature in a later entry of the same block): a signature goes to the open thinking block as its
+   * `signature_delta`, encrypted reasoning is a `redacted_thinking` block. A signature with no thinking block
+   * open (its text was followed by other output already) is left out, as all had been: a block cannot be
+   * reopened. The entries' text is not read; `reasoning` carries it.
+   */
+  const emitSigned = (out: SseEvent[], d: Obj): void => {
+    if (d.type === 'reasoning.text' && typeof d.signature === 'string' && d.signature && open?.kind === 'thinking') {
+      out.push(delta(open.index, { type: 'signature_delta', signature: d.signature }));
+    } else if (d.type === 'reasoning.encrypted' && typeof d.data === 'string' && d.data) {
+      openBlock(out, 'redacted', { type: 'redacted_thinking', data: d.data });
+      close(out);
+    }
+  };
   const emitText = (out: SseEvent[], text: string): void => {
     const index = open?.kind === 'text' ? open.index : openBlock(out, 'text', { type: 'text', text: '' });
     out.push(delta(index, { type: 'text_delta', text }));
@@ -95,13 +112,16 @@ export function chatToMessagesStream(): StreamTranslator {
    * Opening a text block closed the call's, and its later fragments went to a stopped block (the Anthropic
    * SDK's eager tool runner then ran the tool with `{}`; found by a translation audit).
    */
-  let held: { thinking: boolean; text: string }[] = [];
+  let held: ({ thinking: boolean; text: string } | { detail: Obj })[] = [];
   const holding = (): boolean => !mayOpen();
   const flushHeld = (out: SseEvent[]): void => {
     if (held.length === 0 || holding()) return;
     const pieces = held;
     held = [];
-    for (const p of pieces) (p.thinking ? emitReasoning : emitText)(out, p.text);
+    for (const p of pieces) {
+      if ('detail' in p) emitSigned(out, p.detail);
+      else (p.thinking ? emitReasoning : emitText)(out, p.text);
+    }
   };
   /** Opens waiting calls, in the order they began, while the open call's arguments are whole. */
   const openWaiting = (out: SseEvent[]): void => {
@@ -259,6 +279,13 @@ export function chatToMessagesStream(): StreamTranslator {
       if (reasoning) {
         if (holding()) held.push({ thinking: true, text: reasoning });
         else emitReasoning(out, reasoning);
+      }
+      if (Array.isArray(d.reasoning_details)) {
+        for (const detail of d.reasoning_details) {
+          if (!isClaudeDetail(detail)) continue;
+          if (holding()) held.push({ detail });
+          else emitSigned(out, detail);
+        }
       }
       const text = contentText(d.content);
       if (text) {
