@@ -277,6 +277,17 @@ describe('chatToMessagesResponse', () => {
     }
   });
 
+  it('says stop_sequence with the sequence when the provider names it (vLLM stop_reason, SGLang matched_stop); end_turn when it does not', () => {
+    for (const named of [{ stop_reason: '###' }, { matched_stop: '###' }]) {
+      const out = chatToMessagesResponse(completion({ content: 'Yes' }, 'stop', { choices: [{ index: 0, message: { role: 'assistant', content: 'Yes' }, finish_reason: 'stop', ...named }] }));
+      expect([out.stop_reason, out.stop_sequence]).toEqual(['stop_sequence', '###']);
+    }
+    for (const none of [{}, { stop_reason: null }, { stop_reason: 128001 }, { matched_stop: 2 }]) {
+      const out = chatToMessagesResponse(completion({ content: 'Yes' }, 'stop', { choices: [{ index: 0, message: { role: 'assistant', content: 'Yes' }, finish_reason: 'stop', ...none }] }));
+      expect([out.stop_reason, out.stop_sequence]).toEqual(['end_turn', null]);
+    }
+  });
+
   it('maps message.refusal and content_filter to stop_reason refusal', () => {
     const out = chatToMessagesResponse(completion({ refusal: "I can't help with that." }, 'stop'));
     expect(out.stop_reason).toBe('refusal');

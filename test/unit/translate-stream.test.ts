@@ -742,6 +742,17 @@ describe('official SDKs', () => {
     expect(final.content).toEqual(expected);
   });
 
+  it('says stop_sequence in message_delta when the finish chunk names the sequence (vLLM); the Anthropic SDK reads it', async () => {
+    const finish = (extra: Obj): SseEvent =>
+      ({ data: JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 0, model: 'm', choices: [{ index: 0, delta: {}, finish_reason: 'stop', ...extra }] }) });
+    const events = run(chatToMessagesStream(), [cc({ role: 'assistant', content: 'one two' }), finish({ stop_reason: 'three' }), DONE]);
+    const client = new Anthropic({ apiKey: 'k', baseURL: 'http://gateway.test', fetch: sseFetch([...events, DONE]), maxRetries: 0 });
+    const final = await client.messages.stream({ model: 'm', max_tokens: 100, messages: [{ role: 'user', content: 'count' }] }).finalMessage();
+    expect([final.stop_reason, final.stop_sequence]).toEqual(['stop_sequence', 'three']);
+    const plain = accumulateMessages(run(chatToMessagesStream(), [cc({ role: 'assistant', content: 'one' }), finish({ stop_reason: null }), DONE]));
+    expect([plain.stop_reason, plain.stop_sequence]).toEqual(['end_turn', null]);
+  });
+
   it('the Anthropic SDK also gets the right tool inputs when the provider interleaves parallel calls', async () => {
     const events = [...run(chatToMessagesStream(), chatChunks(TOOLS_COMPLETION, { interleave: true, size: 2 })), DONE];
     const client = new Anthropic({ apiKey: 'k', baseURL: 'http://gateway.test', fetch: sseFetch(events), maxRetries: 0 });

@@ -39,6 +39,19 @@ export function finishReasonOf(stopReason: unknown): string {
   return (typeof stopReason === 'string' && FINISH_OF_STOP[stopReason]) || 'stop';
 }
 
+/**
+ * The stop sequence that ended a chat answer, where the provider says which: vLLM names it in the choice's
+ * `stop_reason`, SGLang in `matched_stop` (a number there is a stop token, not a sequence). Null for a `stop`
+ * finish that names none: OpenAI's API does not say whether the model stopped or a sequence stopped it.
+ *
+ * @example matchedStop({ finish_reason: 'stop', stop_reason: '###' }) // '###'
+ */
+export function matchedStop(choice: Obj): string | null {
+  if (choice.finish_reason !== 'stop') return null;
+  const named = typeof choice.stop_reason === 'string' ? choice.stop_reason : choice.matched_stop;
+  return typeof named === 'string' && named ? named : null;
+}
+
 /** Chat `finish_reason` → messages `stop_reason` (unknown reasons count as `end_turn`). */
 export function stopReasonOf(finishReason: unknown, calledTools = false): string {
   const reason = (typeof finishReason === 'string' && STOP_OF_FINISH[finishReason]) || 'end_turn';
@@ -279,7 +292,8 @@ export function chatToMessagesResponse(body: Record<string, any>): Record<string
     content.push({ type: 'tool_use', id, name: fn.name ?? '', input: inputOf(fn.arguments) });
   }
   const refusal = typeof message.refusal === 'string' && message.refusal ? message.refusal : null;
-  const stopReason = refusal ? 'refusal' : stopReasonOf(choice.finish_reason, calls.length > 0);
+  const stopSequence = refusal || calls.length > 0 ? null : matchedStop(choice);
+  const stopReason = refusal ? 'refusal' : stopSequence !== null ? 'stop_sequence' : stopReasonOf(choice.finish_reason, calls.length > 0);
   const usage = chatUsageToMessages(body.usage);
   // The Messages API always gives the field (spec 4.1: string|null): null when the provider named no tier.
   usage.service_tier = typeof body.service_tier === 'string' ? tierToMessages(body.service_tier) : null;
@@ -290,7 +304,7 @@ export function chatToMessagesResponse(body: Record<string, any>): Record<string
     model: body.model,
     content,
     stop_reason: stopReason,
-    stop_sequence: null,
+    stop_sequence: stopSequence,
     stop_details: stopReason === 'refusal' ? refusalDetails(refusal) : null,
     // Spec 4.1 lists it among a message's fields (the Messages API's code-execution container): none here.
     container: null,

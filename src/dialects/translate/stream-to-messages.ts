@@ -1,6 +1,6 @@
 import type { SseEvent } from '../../pipeline/types';
 import { isObj, type Obj } from '../common';
-import { chatErrorToMessages, chatUsageToMessages, contentText, isClaudeDetail, reasoningOf, refusalDetails, stopReasonOf, tierToMessages, toolUseId } from './response';
+import { chatErrorToMessages, chatUsageToMessages, contentText, isClaudeDetail, matchedStop, reasoningOf, refusalDetails, stopReasonOf, tierToMessages, toolUseId } from './response';
 import { parse, type StreamTranslator } from './stream-common';
 
 // ---------------------------------------------------------------------------------------------------
@@ -56,6 +56,8 @@ export function chatToMessagesStream(): StreamTranslator {
   let open: { index: number; kind: Kind } | null = null;
   const tools = new Map<number, ToolState>();
   let finish: string | null = null;
+  /** The stop sequence the finish chunk names (vLLM, SGLang: see matchedStop). */
+  let stopSequence: string | null = null;
   let refusal = '';
   let usage: Obj | null = null;
   let tier: string | undefined;
@@ -153,12 +155,13 @@ export function chatToMessagesStream(): StreamTranslator {
   };
   /** message_delta (stop reason, usage: zeros when the provider reported none) and message_stop. */
   const finishMessage = (out: SseEvent[]): void => {
-    const stopReason = refusal ? 'refusal' : stopReasonOf(finish, tools.size > 0);
+    const sequence = refusal || tools.size > 0 ? null : stopSequence;
+    const stopReason = refusal ? 'refusal' : sequence !== null ? 'stop_sequence' : stopReasonOf(finish, tools.size > 0);
     const u = chatUsageToMessages(usage);
     if (tier !== undefined) u.service_tier = tier;
     out.push(
       ev('message_delta', {
-        delta: { stop_reason: stopReason, stop_sequence: null, stop_details: stopReason === 'refusal' ? refusalDetails(refusal || null) : null },
+        delta: { stop_reason: stopReason, stop_sequence: sequence, stop_details: stopReason === 'refusal' ? refusalDetails(refusal || null) : null },
         usage: u,
       }),
     );
@@ -304,6 +307,7 @@ export function chatToMessagesStream(): StreamTranslator {
         flushHeld(out);
         close(out);
         finish = choice.finish_reason;
+        stopSequence = matchedStop(choice);
       }
       return out;
     },
