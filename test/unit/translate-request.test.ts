@@ -481,6 +481,9 @@ describe('messages → chat: top-level fields', () => {
     ['thinking enabled big → high', { thinking: { type: 'enabled', budget_tokens: 20000 } }, { reasoning_effort: 'high' }, []],
     ['output_config.effort wins', { thinking: { type: 'adaptive' }, output_config: { effort: 'max' } }, { reasoning_effort: 'max' }, []],
     ['adaptive alone', { thinking: { type: 'adaptive' } }, {}, ['reasoning_effort', 'reasoning']],
+    ['between_tools alone', { thinking: { type: 'between_tools' } }, {}, ['reasoning_effort', 'reasoning']],
+    // display and block_binding have no chat form: dropped, the effort still goes.
+    ['display and block_binding dropped', { thinking: { type: 'enabled', budget_tokens: 5000, display: 'omitted', block_binding: 'x' } }, { reasoning_effort: 'medium' }, ['reasoning', 'display', 'block_binding']],
     // Reasoning off as chat says it (routing/parameters.ts sends it as the endpoint takes it), over any effort.
     ['disabled', { thinking: { type: 'disabled' } }, { reasoning: { enabled: false } }, ['reasoning_effort']],
     ['disabled over an effort', { thinking: { type: 'disabled' }, output_config: { effort: 'high' } }, { reasoning: { enabled: false } }, ['reasoning_effort']],

@@ -27,7 +27,8 @@
  *   chat client says to turn reasoning off; the endpoint's `supported_parameters` decide how it goes on
  *   (`reasoning_effort: "none"` where only that is listed, nothing where neither is: routing/parameters.ts).
  *   Else `output_config.effort` → `reasoning_effort` as is; else thinking enabled → `reasoning_effort` by
- *   budget: ≤ 2048 low, ≤ 8192 medium, above high. Adaptive thinking alone → nothing (provider default).
+ *   budget: ≤ 2048 low, ≤ 8192 medium, above high. Adaptive or between_tools thinking alone → nothing (provider
+ *   default). `display` and `block_binding` have no chat form and are dropped.
  * - History reasoning: chat assistant `reasoning_details` entries of type `reasoning.text` with a signature
  *   become thinking blocks (`reasoning.encrypted` → redacted_thinking); unsigned reasoning text is dropped.
  *   messages thinking/redacted_thinking blocks are dropped going to chat (chat has no input form).
