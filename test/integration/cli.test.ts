@@ -342,6 +342,16 @@ describe('a mistyped command', () => {
   });
 });
 
+/** Runs the CLI with `args` on a fresh config: exit 2, `message` first on stderr, nothing on stdout, no store opened. */
+async function expectUsageExit(args: string[], message: string): Promise<void> {
+    const { dir, file } = configDir();
+    const r = await runCli([...args, '--config', file], { cwd: dir });
+    expect(r.code).toBe(2);
+    expect(r.stderr.split('\n')[0]).toBe(message);
+    expect(r.stdout).toBe('');
+    expect(existsSync(path.join(dir, 'gw.db'))).toBe(false);
+}
+
 describe('an option the command does not take', () => {
   it.each([
     [['keys', 'create', '--name', 'ci', '--account', 'acme'], '--account is not an option of "keys create" (it takes --name, --management, --workspace, --user, --limit, --limit-reset, --include-byok-in-limit, --expires-at and --config)'],
@@ -349,12 +359,7 @@ describe('an option the command does not take', () => {
     [['credits', 'add', '--account', 'default', '--usd', '5', '--workspace', 'team-a'], '--workspace is not an option of "credits add" (it takes --account, --usd and --config)'],
     [['serve', '--name', 'x'], '--name is not an option of "serve" (it takes only --config)'],
   ])('%j exits 2 naming it and what the command takes (it was ignored: the key went to default, the list was not filtered), before any store is opened', async (args, message) => {
-    const { dir, file } = configDir();
-    const r = await runCli([...args, '--config', file], { cwd: dir });
-    expect(r.code).toBe(2);
-    expect(r.stderr.split('\n')[0]).toBe(message);
-    expect(r.stdout).toBe('');
-    expect(existsSync(path.join(dir, 'gw.db'))).toBe(false);
+    await expectUsageExit(args, message);
   });
 });
 
@@ -365,12 +370,7 @@ describe('an option given twice', () => {
     [['credits', 'add', '--account', 'default', '--usd', '5', '--usd', '50'], '--usd is given more than once: give it once'],
     [['keys', 'create', '--name', 'a', '--management', '--management'], '--management is given more than once: give it once'],
   ])('%j exits 2 naming it (the last value had been used without a word), before any store is opened', async (args, message) => {
-    const { dir, file } = configDir();
-    const r = await runCli([...args, '--config', file], { cwd: dir });
-    expect(r.code).toBe(2);
-    expect(r.stderr.split('\n')[0]).toBe(message);
-    expect(r.stdout).toBe('');
-    expect(existsSync(path.join(dir, 'gw.db'))).toBe(false);
+    await expectUsageExit(args, message);
   });
 
   it('--config given twice exits 2 naming it', async () => {

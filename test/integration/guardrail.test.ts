@@ -4,6 +4,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startTelemetry } from '../../src/telemetry/otel';
 import { startFakeClassifier, type FakeClassifier } from '../fixtures/fake-classifier';
 import { post, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+import { leaveDuring } from '../fixtures/leave';
 import { perTestGateways } from '../fixtures/per-test';
 
 const PIPELINE = '[auth, validate, guardrail, upstream]';
@@ -385,21 +386,11 @@ describe('prompt injection', () => {
   it('a client that leaves during the classifier call cancels it: no engine failure logged, nothing sent upstream, a 499', async () => {
     const g = await start(`  - { id: g, on_error: allow, prompt_injection: { enabled: true, classifier_url: '${classifier.url}', timeout_ms: 60000 } }`);
     classifier.behaviour = { hang: true };
-    const client = new AbortController();
-    const sent = fetch(`${g.url}/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', authorization: `Bearer ${g.key}` },
-      body: JSON.stringify(chat('hello')),
-      signal: client.signal,
-    }).catch(() => undefined);
-    while (classifier.received.length < 1) await new Promise((r) => setTimeout(r, 5));
-    client.abort();
-    await sent;
+    const line = await leaveDuring({ url: `${g.url}/chat/completions`, key: g.key, body: chat('hello'), busy: () => classifier.received.length > 0, logs: g.logs });
     // The call had run on to its timeout (here a minute) after the client left.
     for (let i = 0; i < 200 && classifier.abandoned === 0; i++) await new Promise((r) => setTimeout(r, 10));
     expect(classifier.abandoned).toBe(1);
-    for (let i = 0; i < 200 && !g.logs.some((l) => l.includes('"msg":"request"')); i++) await new Promise((r) => setTimeout(r, 10));
-    expect(JSON.parse(g.logs.find((l) => l.includes('"msg":"request"'))!)).toMatchObject({ status: 499 });
+    expect(line).toMatchObject({ status: 499 });
     expect(g.logs.some((l) => l.includes('guardrail engine failed'))).toBe(false);
     expect(t.upstream.received).toHaveLength(0);
   });

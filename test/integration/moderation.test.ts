@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startFakeModeration, type FakeModeration } from '../fixtures/fake-moderation';
 import { post, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+import { leaveDuring } from '../fixtures/leave';
 import { perTestGateways } from '../fixtures/per-test';
 
 const PIPELINE = '[auth, validate, moderation, upstream]';
@@ -195,18 +196,8 @@ describe('engine failure (on_error)', () => {
   it('a client that leaves during the check is no engine failure: nothing logged as one, nothing sent upstream, a 499', async () => {
     mod.behaviour = { hang: true };
     const g = await start(', on_error: allow', 'moderation: m', 5000);
-    const client = new AbortController();
-    const sent = fetch(`${g.url}/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', authorization: `Bearer ${g.key}` },
-      body: JSON.stringify(chat('hello')),
-      signal: client.signal,
-    }).catch(() => undefined);
-    while (mod.received.length < 1) await new Promise((r) => setTimeout(r, 5));
-    client.abort();
-    await sent;
-    for (let i = 0; i < 200 && !g.logs.some((l) => l.includes('"msg":"request"')); i++) await new Promise((r) => setTimeout(r, 10));
-    expect(JSON.parse(g.logs.find((l) => l.includes('"msg":"request"'))!)).toMatchObject({ status: 499 });
+    const line = await leaveDuring({ url: `${g.url}/chat/completions`, key: g.key, body: chat('hello'), busy: () => mod.received.length > 0, logs: g.logs });
+    expect(line).toMatchObject({ status: 499 });
     expect(g.logs.some((l) => l.includes('moderation engine failed'))).toBe(false);
     expect(t.upstream.received).toHaveLength(0);
   });
