@@ -1,5 +1,6 @@
 import type { ModerationEngineConfig } from '../config/types';
 import { keywordRegExp } from '../guardrails/detectors';
+import { normalisedView, normaliseText } from '../guardrails/normalised';
 import { cappedResponseText, ResponseTooLarge } from '../net/capped-response';
 import { operatorRegExp } from '../operator-regexp';
 
@@ -37,16 +38,26 @@ export function compileEngine(e: ModerationEngineConfig): ModerationEngine {
   return { ...base, modelSlug: e.model, check: openaiCheck(e) };
 }
 
-/** Local rules: a regex (flags as configured) or keywords (case-insensitive, whole words, as guardrails). */
+/**
+ * Local rules: a regex (flags as configured) or keywords (case-insensitive, whole words, as guardrails).
+ * Each text is judged as written and in its normalised view (src/guardrails/normalised.ts: NFKC, format
+ * characters removed), as the guardrails judge it: `ｂａｄ` and `b\u200bad` had passed a keyword `bad`.
+ * Both, not the view alone: a regex may look for what normalising takes away (a zero-width character).
+ */
 function rulesCheck(e: ModerationEngineConfig): ModerationEngine['check'] {
-  const rules = e.rules.map((r) => ({ name: r.name, re: r.regex !== undefined ? operatorRegExp(r.regex, r.flags ?? '') : keywordRegExp(r.keywords ?? [])! }));
+  // Keywords normalised as the view is (`ｂａｄ` as a keyword matches `bad`); the view is judged too, so `bad` matches `ｂａｄ`.
+  const rules = e.rules.map((r) => ({ name: r.name, re: r.regex !== undefined ? operatorRegExp(r.regex, r.flags ?? '') : keywordRegExp((r.keywords ?? []).map(normaliseText))! }));
+  const matches = (re: RegExp, text: string) => {
+    re.lastIndex = 0;
+    return re.test(text);
+  };
   return async (texts) => {
     const reasons = new Set<string>();
     let flaggedIndex = -1;
     texts.forEach((text, i) => {
+      const view = normalisedView(text)?.text;
       for (const r of rules) {
-        r.re.lastIndex = 0;
-        if (r.re.test(text)) {
+        if (matches(r.re, text) || (view !== undefined && matches(r.re, view))) {
           reasons.add(r.name);
           if (flaggedIndex < 0) flaggedIndex = i;
         }

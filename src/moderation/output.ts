@@ -1,6 +1,7 @@
 import { inBandError } from '../dialects/in-band-error';
 import { contentText } from '../dialects/translate/response';
 import { GatewayError } from '../errors/gateway-error';
+import { normaliseText } from '../guardrails/normalised';
 import { answerParts } from '../healing/answer';
 import type { GatewayState, SseEvent } from '../pipeline/types';
 import type { ModerationEngine, ModerationVerdict } from './engines';
@@ -64,6 +65,26 @@ function parse(data: string): Record<string, unknown> | null {
 /** A text that begins, or ends, with a letter, digit or combining mark: a word may go on across it (tested on two code units, a surrogate pair at most). */
 const WORD_START = /^[\p{L}\p{N}\p{M}_]/u;
 const WORD_END = /[\p{L}\p{N}\p{M}_]$/u;
+const LEADING_FORMAT = /^\p{Cf}+/u;
+const TRAILING_FORMAT = /\p{Cf}+$/u;
+
+/**
+ * Whether a word may go on after `text`, as written or as the rules' normalised view reads it (format
+ * characters dropped, NFKC: `attac` + `ⓚ` reads `attack`, and a check there had read the cut as the word's
+ * end, so `attacⓚers` was blocked by a whole-word `attack`). Looks at a few characters only.
+ */
+function endsInWord(text: string): boolean {
+  if (WORD_END.test(text.slice(-2))) return true;
+  const tail = text.slice(-8).replace(TRAILING_FORMAT, '').slice(-2);
+  return tail !== '' && WORD_END.test(normaliseText(tail));
+}
+
+/** Whether `text` goes on a word, as written or in the normalised view (the counterpart of `endsInWord`). */
+function beginsInWord(text: string): boolean {
+  if (WORD_START.test(text.slice(0, 2))) return true;
+  const head = text.slice(0, 8).replace(LEADING_FORMAT, '').slice(0, 2);
+  return head !== '' && WORD_START.test(normaliseText(head));
+}
 
 /** One run of the engine over the answer so far: flagged, failed (and what on_error made of it), or clean. */
 interface OutputCheck {
@@ -185,7 +206,7 @@ export async function* moderatedStream(input: { engine: ModerationEngine; state:
       // A check by size waits while the answer ends inside a word: its end would read as the word's end, and
       // `attack` + `ers` had been blocked by a whole-word `attack`. An event whose text begins outside a word
       // shows the word was whole: the answer so far is judged without it.
-      if (waiting && seen.deltas.length > 0 && seen.deltas.every((d) => !WORD_START.test(d.text.slice(0, 2)))) {
+      if (waiting && seen.deltas.length > 0 && seen.deltas.every((d) => !beginsInWord(d.text))) {
         const check = await run();
         if (check.cancelled) return;
         if (check.block) return yield* stop(check);
@@ -199,7 +220,7 @@ export async function* moderatedStream(input: { engine: ModerationEngine; state:
         grown.add(d.choice);
       }
       // (Up to twice the size: a text without word breaks is judged all the same.)
-      waiting = unchecked >= checkChars && unchecked < 2 * checkChars && [...grown].some((c) => WORD_END.test(answers.get(c)!.slice(-2)));
+      waiting = unchecked >= checkChars && unchecked < 2 * checkChars && [...grown].some((c) => endsInWord(answers.get(c)!));
       const due = unchecked > 0 && ((seen.ending && !endChecked) || (unchecked >= checkChars && !waiting));
       if (seen.ending) endChecked = true;
       if (!due) {

@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { eventText } from '../../src/moderation/output';
+import { compileEngine } from '../../src/moderation/engines';
+import { eventText, moderatedStream } from '../../src/moderation/output';
+import type { GatewayState, SseEvent } from '../../src/pipeline/types';
 
 describe('eventText', () => {
   it('chat: delta content is text; a finish_reason, an error chunk and [DONE] end the answer', () => {
@@ -34,5 +36,45 @@ describe('eventText', () => {
     expect(eventText('messages', { event: 'content_block_start', data: '{"index":0,"content_block":{"type":"text","text":"Hi"}}' }).deltas).toEqual([{ choice: 0, text: 'Hi' }]);
     expect(eventText('messages', { event: 'content_block_start', data: '{"index":1,"content_block":{"type":"tool_use","id":"t","name":"f","input":{}}}' }).deltas).toEqual([]);
     for (const event of ['message_delta', 'message_stop', 'error']) expect(eventText('messages', { event, data: '{}' }).ending).toBe(true);
+  });
+});
+
+/** A rules engine judging the answer every `checkChars` characters, flagging the whole word `attack`. */
+const engine = (checkChars = 10) =>
+  compileEngine({ id: 'local', kind: 'rules', model: 'unused', timeout_ms: 1000, on_error: 'deny', moderate_output: true, output_check_chars: checkChars, rules: [{ name: 'violence', keywords: ['attack'] }] });
+
+/** The little of a request's state a moderated stream reads. */
+function streamState(endpoint: 'chat_completions' | 'messages'): GatewayState {
+  return { endpoint, signal: new AbortController().signal, pipeline: [], span: { addEvent() {} }, route: { model: 'gw/model', provider: 'prov', isByok: false }, requestId: 'gen-gateway' } as unknown as GatewayState;
+}
+
+const chunk = (content: string, finish?: string): SseEvent => ({
+  data: JSON.stringify({ id: 'gen-1', object: 'chat.completion.chunk', created: 1700000000, model: 'up/model', choices: [{ index: 0, delta: { content }, ...(finish ? { finish_reason: finish } : {}) }] }),
+});
+
+/** Runs events through output moderation; returns what the client got. */
+async function moderated(events: SseEvent[], endpoint: 'chat_completions' | 'messages' = 'chat_completions', checkChars = 10): Promise<SseEvent[]> {
+  const logger = { warn() {} };
+  const source = (async function* () {
+    yield* events;
+  })();
+  const out: SseEvent[] = [];
+  for await (const ev of moderatedStream({ engine: engine(checkChars), state: streamState(endpoint), logger, events: source })) out.push(ev);
+  return out;
+}
+
+const blocked = (out: SseEvent[]) => out.some((e) => e.data !== '[DONE]' && JSON.parse(e.data).error !== undefined);
+
+describe('moderatedStream: the normalised view', () => {
+  it('a zero-width character or full-width letters inside a streamed word do not hide it', async () => {
+    expect(blocked(await moderated([chunk('Plan the at\u200btack'), chunk(' at dawn', 'stop'), { data: '[DONE]' }]))).toBe(true);
+    expect(blocked(await moderated([chunk('Plan the ａｔｔａ'), chunk('ｃｋ at dawn', 'stop'), { data: '[DONE]' }]))).toBe(true);
+  });
+
+  it('a check that falls after a character the view reads as a letter waits for the word\'s end: attacⓚ + ers is not the word attack', async () => {
+    const events = [chunk('Three of the attacⓚ'), chunk('ers ran off'), chunk('.', 'stop'), { data: '[DONE]' }];
+    expect(await moderated(events)).toEqual(events);
+    const hidden = [chunk('Three of the attack\u200b'), chunk('\u200bers ran off'), chunk('.', 'stop'), { data: '[DONE]' }];
+    expect(blocked(await moderated(hidden))).toBe(true); // the text as written reads `attack` then a break: judged so before too
   });
 });

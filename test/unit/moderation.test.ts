@@ -52,6 +52,29 @@ describe('rules engine', () => {
     expect(await e.check(['hello', 'build a BOMB', 'I want to Hurt  myself'])).toEqual({ reasons: ['self_harm', 'weapons'], flaggedIndex: 1 });
     expect(await e.check(['bombastic speech'])).toEqual({ reasons: [], flaggedIndex: -1 });
   });
+
+  it('judges each text as written and in its normalised view: full-width letters and zero-width characters no longer hide a match', async () => {
+    const e = compileEngine({
+      id: 'local',
+      kind: 'rules',
+      model: 'unused',
+      timeout_ms: 1000,
+      on_error: 'deny',
+      rules: [
+        { name: 'weapons', keywords: ['bomb', 'ｎｅｒｖｅ agent'] },
+        { name: 'fraud', regex: 'card\\s+dump', flags: 'i' },
+        { name: 'hidden', regex: '\u200b' },
+      ],
+    });
+    const none = { reasons: [], flaggedIndex: -1 };
+    expect(await e.check(['build a ｂｏｍｂ'])).toEqual({ reasons: ['weapons'], flaggedIndex: 0 });
+    expect(await e.check(['hello', 'build a bo\u00admb'])).toEqual({ reasons: ['weapons'], flaggedIndex: 1 });
+    expect(await e.check(['a Nerve  agent'])).toEqual({ reasons: ['weapons'], flaggedIndex: 0 });
+    expect(await e.check(['sell a ＣＡＲＤ dump'])).toEqual({ reasons: ['fraud'], flaggedIndex: 0 });
+    // The text as written is judged too: a rule may look for what normalising takes away.
+    expect(await e.check(['b\u200bomb'])).toEqual({ reasons: ['hidden', 'weapons'], flaggedIndex: 0 });
+    expect(await e.check(['ｂｏｍｂａｓｔｉｃ speech', 'nervous agent'])).toEqual(none);
+  });
 });
 
 describe('config checks at load', () => {
