@@ -1,4 +1,4 @@
-import { inBandError } from '../dialects/in-band-error';
+import { inBandError, type StreamStamp } from '../dialects/in-band-error';
 import { contentText } from '../dialects/translate/response';
 import { GatewayError } from '../errors/gateway-error';
 import { normaliseText } from '../guardrails/normalised';
@@ -19,6 +19,8 @@ export interface EventText {
   /** True for the events that close the answer: chat a `finish_reason` chunk, an error chunk or `[DONE]`;
    * messages `message_delta`, `message_stop`, `error` or `[DONE]`. The last check runs before the first. */
   ending: boolean;
+  /** Chat: the chunk's own `id`, `created`, `model` and `provider` (those it has), for an in-band error that reads as part of the stream. */
+  stamp?: StreamStamp;
 }
 
 /**
@@ -50,7 +52,12 @@ export function eventText(endpoint: Endpoint, ev: SseEvent): EventText {
     if (content !== '') deltas.push({ choice: Number.isInteger(c.index) ? (c.index as number) : i, text: content });
   });
   const ending = chunk?.error !== undefined || choices.some((c) => typeof c?.finish_reason === 'string');
-  return { deltas, ending };
+  const stamp: StreamStamp = {};
+  if (typeof chunk?.id === 'string') stamp.id = chunk.id;
+  if (typeof chunk?.created === 'number') stamp.created = chunk.created;
+  if (typeof chunk?.model === 'string') stamp.model = chunk.model;
+  if (typeof chunk?.provider === 'string') stamp.provider = chunk.provider;
+  return Object.keys(stamp).length > 0 ? { deltas, ending, stamp } : { deltas, ending };
 }
 
 function parse(data: string): Record<string, unknown> | null {
@@ -178,6 +185,8 @@ export async function* moderatedStream(input: { engine: ModerationEngine; state:
   let last: OutputCheck | null = null;
   let error: string | null = null;
   let finished = false;
+  // The stream's own id, created, model (chat): the in-band error carries them, not the gateway's own.
+  let stamp: StreamStamp = {};
   const run = async (): Promise<OutputCheck> => {
     const texts = [...answers.entries()].sort((a, b) => a[0] - b[0]).map(([, t]) => t);
     const check = await judge(engine, texts, state.signal, logger);
@@ -195,7 +204,7 @@ export async function* moderatedStream(input: { engine: ModerationEngine; state:
     finished = true;
     await iterator.return?.().catch(() => undefined);
     state.outcome = 'failed';
-    if (!state.signal.aborted) yield* inBandError(state, blockError(engine, check));
+    if (!state.signal.aborted) yield* inBandError(state, blockError(engine, check), stamp);
   };
   try {
     for (;;) {
@@ -203,6 +212,7 @@ export async function* moderatedStream(input: { engine: ModerationEngine; state:
       if (r.done) break;
       const ev = r.value;
       const seen = eventText(endpoint, ev);
+      if (seen.stamp) stamp = { ...stamp, ...seen.stamp };
       // A check by size waits while the answer ends inside a word: its end would read as the word's end, and
       // `attack` + `ers` had been blocked by a whole-word `attack`. An event whose text begins outside a word
       // shows the word was whole: the answer so far is judged without it.

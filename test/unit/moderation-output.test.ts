@@ -78,3 +78,21 @@ describe('moderatedStream: the normalised view', () => {
     expect(blocked(await moderated(hidden))).toBe(true); // the text as written reads `attack` then a break: judged so before too
   });
 });
+
+describe('moderatedStream: the in-band error of a block', () => {
+  it('carries the stream\'s own id, created, model and provider (it had carried the gateway\'s, created at the time of the error)', async () => {
+    const out = await moderated([chunk('A calm start,'), chunk(' then the attack', 'stop'), { data: '[DONE]' }]);
+    expect(out.at(-1)!.data).toBe('[DONE]');
+    const error = JSON.parse(out.at(-2)!.data);
+    expect(error).toMatchObject({ id: 'gen-1', created: 1700000000, model: 'up/model', error: { code: 403, metadata: { error_type: 'content_policy_violation' } } });
+    expect(Object.keys(error).slice(0, 4)).toEqual(['id', 'object', 'created', 'model']);
+  });
+
+  it('falls back to the gateway\'s own when the chunks before it carried none', async () => {
+    const bare = (content: string, finish?: string): SseEvent => ({ data: JSON.stringify({ choices: [{ index: 0, delta: { content }, ...(finish ? { finish_reason: finish } : {}) }] }) });
+    const out = await moderated([bare('A calm start,'), bare(' then the attack', 'stop')]);
+    const error = JSON.parse(out.at(-2)!.data);
+    expect(error).toMatchObject({ id: 'gen-gateway', model: 'gw/model', provider: 'prov' });
+    expect(typeof error.created).toBe('number');
+  });
+});
