@@ -17,8 +17,11 @@ export interface EventText {
    * choices, with `n` > 1), messages `text_delta` and a text block's opening text (choice 0); empty when none. */
   deltas: { choice: number; text: string }[];
   /** True for the events that close the answer: chat a `finish_reason` chunk, an error chunk or `[DONE]`;
-   * messages `message_delta`, `message_stop`, `error` or `[DONE]`. The last check runs before the first. */
+   * messages `message_delta`, `message_stop`, `error` or `[DONE]`. Pending text is judged before each. */
   ending: boolean;
+  /** Choices whose answer moves on from text to other output here (chat a `delta.tool_calls` or `function_call`,
+   * messages a block other than text opening: choice 0); absent when none. Their text so far is whole. */
+  moves?: number[];
   /** Chat: the chunk's own `id`, `created`, `model` and `provider` (those it has), for an in-band error that reads as part of the stream. */
   stamp?: StreamStamp;
 }
@@ -39,17 +42,21 @@ export function eventText(endpoint: Endpoint, ev: SseEvent): EventText {
     const data = parse(ev.data);
     const part = (opening ? data?.content_block : data?.delta) as Record<string, unknown> | undefined;
     const text = part?.type === (opening ? 'text' : 'text_delta') && typeof part.text === 'string' ? part.text : '';
-    return { deltas: text ? [{ choice: 0, text }] : [], ending: false };
+    const moves = opening && part !== undefined && part.type !== 'text' ? { moves: [0] } : {};
+    return { deltas: text ? [{ choice: 0, text }] : [], ending: false, ...moves };
   }
   const chunk = parse(ev.data);
   const choices = Array.isArray(chunk?.choices) ? (chunk!.choices as Record<string, unknown>[]) : [];
   const deltas: EventText['deltas'] = [];
+  const moves: number[] = [];
   choices.forEach((c, i) => {
     // A string, or (from some providers) an array of text parts, as the translation to messages reads it.
     const delta = c?.delta as Record<string, unknown> | undefined;
     // A refusal is answer text the client shows too (`delta.refusal`); it had passed unjudged.
     const content = contentText(delta?.content) + (typeof delta?.refusal === 'string' ? delta.refusal : '');
-    if (content !== '') deltas.push({ choice: Number.isInteger(c.index) ? (c.index as number) : i, text: content });
+    const choice = Number.isInteger(c.index) ? (c.index as number) : i;
+    if (content !== '') deltas.push({ choice, text: content });
+    if ((Array.isArray(delta?.tool_calls) && delta.tool_calls.length > 0) || (delta?.function_call && typeof delta.function_call === 'object')) moves.push(choice);
   });
   const ending = chunk?.error !== undefined || choices.some((c) => typeof c?.finish_reason === 'string');
   const stamp: StreamStamp = {};
@@ -57,7 +64,7 @@ export function eventText(endpoint: Endpoint, ev: SseEvent): EventText {
   if (typeof chunk?.created === 'number') stamp.created = chunk.created;
   if (typeof chunk?.model === 'string') stamp.model = chunk.model;
   if (typeof chunk?.provider === 'string') stamp.provider = chunk.provider;
-  return Object.keys(stamp).length > 0 ? { deltas, ending, stamp } : { deltas, ending };
+  return { deltas, ending, ...(moves.length > 0 ? { moves } : {}), ...(Object.keys(stamp).length > 0 ? { stamp } : {}) };
 }
 
 function parse(data: string): Record<string, unknown> | null {
@@ -157,8 +164,8 @@ function record(engine: ModerationEngine, state: GatewayState, r: { last: Output
 
 /**
  * A streamed answer, judged as it flows (README "Moderation" → "Output"). Events are held back while
- * unjudged text is pending; once `checkChars` new characters have gathered (and before the event that
- * ends the answer) the engine judges the whole answer so far (each choice's text, when `n` > 1) and the
+ * unjudged text is pending; once `checkChars` new characters have gathered (and before an event that
+ * ends a choice or the answer, or moves a choice's answer on from text to a tool call) the engine judges the whole answer so far (each choice's text, when `n` > 1) and the
  * held events are released. A flagged
  * answer (or a failed check when the engine denies on error) ends with the dialect's own mid-stream error
  * events (the ones `relay` in routing/stream-relay.ts sends when a provider fails): nothing held or still to
@@ -180,7 +187,6 @@ export async function* moderatedStream(input: { engine: ModerationEngine; state:
   const grown = new Set<number>();
   let waiting = false;
   let held: SseEvent[] = [];
-  let endChecked = false;
   let checks = 0;
   let last: OutputCheck | null = null;
   let error: string | null = null;
@@ -231,8 +237,11 @@ export async function* moderatedStream(input: { engine: ModerationEngine; state:
       }
       // (Up to twice the size: a text without word breaks is judged all the same.)
       waiting = unchecked >= checkChars && unchecked < 2 * checkChars && [...grown].some((c) => endsInWord(answers.get(c)!));
-      const due = unchecked > 0 && ((seen.ending && !endChecked) || (unchecked >= checkChars && !waiting));
-      if (seen.ending) endChecked = true;
+      // A choice's text that moves on to a tool call is whole: judged now, so the call is not held until the
+      // next check by size or the answer's end (unless another choice's pending text ends inside a word).
+      const moved = seen.moves !== undefined && [...grown].every((c) => seen.moves!.includes(c) || !endsInWord(answers.get(c)!));
+      // Every event that ends a choice or the answer (with `n` > 1, text may follow the first): not only the first.
+      const due = unchecked > 0 && (seen.ending || moved || (unchecked >= checkChars && !waiting));
       if (!due) {
         if (unchecked > 0) held.push(ev);
         else {

@@ -96,3 +96,62 @@ describe('moderatedStream: the in-band error of a block', () => {
     expect(typeof error.created).toBe('number');
   });
 });
+
+/** What the client had got when the provider sent its `at`-th event (a pull stream: all that could go out had). */
+async function gotBefore(events: SseEvent[], at: number, endpoint: 'chat_completions' | 'messages'): Promise<{ before: SseEvent[]; all: SseEvent[] }> {
+  const all: SseEvent[] = [];
+  let before: SseEvent[] = [];
+  const source = (async function* () {
+    for (const [i, ev] of events.entries()) {
+      if (i === at) before = [...all];
+      yield ev;
+    }
+  })();
+  for await (const ev of moderatedStream({ engine: engine(500), state: streamState(endpoint), logger: { warn() {} }, events: source })) all.push(ev);
+  return { before, all };
+}
+
+describe('moderatedStream: events after text', () => {
+  it('chat: a tool call after text is not held until the finish: the text is judged when the call begins', async () => {
+    const call = (fn: Record<string, unknown>): SseEvent => ({ data: JSON.stringify({ id: 'gen-1', created: 1, model: 'm', choices: [{ index: 0, delta: { tool_calls: [{ index: 0, ...fn }] } }] }) });
+    const events = [chunk('Let me look that up.'), call({ id: 'c1', type: 'function', function: { name: 'search', arguments: '' } }), call({ function: { arguments: '{"q":"x"}' } }), chunk('', 'tool_calls'), { data: '[DONE]' }];
+    const { before, all } = await gotBefore(events, 3, 'chat_completions');
+    expect(before).toEqual(events.slice(0, 3));
+    expect(all).toEqual(events);
+    expect(eventText('chat_completions', events[1]).moves).toEqual([0]);
+  });
+
+  it('messages: a tool_use block after text is not held until message_delta', async () => {
+    const ev = (event: string, data: object): SseEvent => ({ event, data: JSON.stringify({ type: event, ...data }) });
+    const events = [
+      ev('message_start', { message: {} }),
+      ev('content_block_start', { index: 0, content_block: { type: 'text', text: '' } }),
+      ev('content_block_delta', { index: 0, delta: { type: 'text_delta', text: 'Let me look that up.' } }),
+      ev('content_block_stop', { index: 0 }),
+      ev('content_block_start', { index: 1, content_block: { type: 'tool_use', id: 't1', name: 'search', input: {} } }),
+      ev('content_block_delta', { index: 1, delta: { type: 'input_json_delta', partial_json: '{"q":"x"}' } }),
+      ev('content_block_stop', { index: 1 }),
+      ev('message_delta', { delta: { stop_reason: 'tool_use' } }),
+      ev('message_stop', {}),
+    ];
+    const { before, all } = await gotBefore(events, 7, 'messages');
+    expect(before).toEqual(events.slice(0, 7));
+    expect(all).toEqual(events);
+  });
+
+  it('a tool call does not release text still flagged: the check at the call blocks it', async () => {
+    const call: SseEvent = { data: JSON.stringify({ choices: [{ index: 0, delta: { tool_calls: [{ index: 0, id: 'c1', type: 'function', function: { name: 'f', arguments: '' } }] } }] }) };
+    const all = await moderated([chunk('Plan the attack.'), call, chunk('', 'tool_calls'), { data: '[DONE]' }], 'chat_completions', 500);
+    expect(all).toHaveLength(2);
+    expect(blocked(all)).toBe(true);
+    expect(JSON.stringify(all)).not.toContain('tool_calls');
+  });
+
+  it('with n > 1, the last choice\'s finish is not held until the stream ends', async () => {
+    const two = (choice: number, content: string, finish?: string): SseEvent => ({ data: JSON.stringify({ choices: [{ index: choice, delta: { content }, ...(finish ? { finish_reason: finish } : {}) }] }) });
+    const events = [two(0, 'Calm.'), two(1, 'Quiet.'), two(0, '', 'stop'), two(1, ' Still quiet.'), two(1, '', 'stop'), { data: '{"choices":[],"usage":{"prompt_tokens":1}}' }, { data: '[DONE]' }];
+    const { before, all } = await gotBefore(events, 5, 'chat_completions');
+    expect(before).toEqual(events.slice(0, 5));
+    expect(all).toEqual(events);
+  });
+});
