@@ -19,8 +19,8 @@ export interface EventText {
   /** True for the events that close the answer: chat a `finish_reason` chunk, an error chunk or `[DONE]`;
    * messages `message_delta`, `message_stop`, `error` or `[DONE]`. Pending text is judged before each. */
   ending: boolean;
-  /** Choices whose answer moves on from text to other output here (chat a `delta.tool_calls` or `function_call`,
-   * messages a block other than text opening: choice 0); absent when none. Their text so far is whole. */
+  /** Choices whose text so far is whole here: chat those with a `finish_reason` or that move on to a tool call
+   * (`delta.tool_calls`, `function_call`), messages choice 0 when a block other than text opens; absent when none. */
   moves?: number[];
   /** Chat: the chunk's own `id`, `created`, `model` and `provider` (those it has), for an in-band error that reads as part of the stream. */
   stamp?: StreamStamp;
@@ -56,7 +56,8 @@ export function eventText(endpoint: Endpoint, ev: SseEvent): EventText {
     const content = contentText(delta?.content) + (typeof delta?.refusal === 'string' ? delta.refusal : '');
     const choice = Number.isInteger(c.index) ? (c.index as number) : i;
     if (content !== '') deltas.push({ choice, text: content });
-    if ((Array.isArray(delta?.tool_calls) && delta.tool_calls.length > 0) || (delta?.function_call && typeof delta.function_call === 'object')) moves.push(choice);
+    const calls = (Array.isArray(delta?.tool_calls) && delta.tool_calls.length > 0) || (delta?.function_call && typeof delta.function_call === 'object');
+    if (calls || typeof c?.finish_reason === 'string') moves.push(choice);
   });
   const ending = chunk?.error !== undefined || choices.some((c) => typeof c?.finish_reason === 'string');
   const stamp: StreamStamp = {};
@@ -237,11 +238,12 @@ export async function* moderatedStream(input: { engine: ModerationEngine; state:
       }
       // (Up to twice the size: a text without word breaks is judged all the same.)
       waiting = unchecked >= checkChars && unchecked < 2 * checkChars && [...grown].some((c) => endsInWord(answers.get(c)!));
-      // A choice's text that moves on to a tool call is whole: judged now, so the call is not held until the
-      // next check by size or the answer's end (unless another choice's pending text ends inside a word).
-      const moved = seen.moves !== undefined && [...grown].every((c) => seen.moves!.includes(c) || !endsInWord(answers.get(c)!));
-      // Every event that ends a choice or the answer (with `n` > 1, text may follow the first): not only the first.
-      const due = unchecked > 0 && (seen.ending || moved || (unchecked >= checkChars && !waiting));
+      // A choice's text that finishes or moves on to a tool call is whole: judged now, so the events after it
+      // are not held until the next check by size or the answer's end; unless another choice's pending text
+      // ends inside a word (with `n` > 1, a check at choice 0's finish had read choice 1's `attack|ers` as `attack`).
+      const whole = seen.moves !== undefined && [...grown].every((c) => seen.moves!.includes(c) || !endsInWord(answers.get(c)!));
+      // The other events that end the answer (`[DONE]`, an error, messages' ends) are due whatever the words.
+      const due = unchecked > 0 && (whole || (seen.ending && seen.moves === undefined) || (unchecked >= checkChars && !waiting));
       if (!due) {
         if (unchecked > 0) held.push(ev);
         else {

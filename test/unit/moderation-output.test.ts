@@ -6,7 +6,7 @@ import type { GatewayState, SseEvent } from '../../src/pipeline/types';
 describe('eventText', () => {
   it('chat: delta content is text; a finish_reason, an error chunk and [DONE] end the answer', () => {
     expect(eventText('chat_completions', { data: '{"choices":[{"index":0,"delta":{"content":"Hi "}}]}' })).toEqual({ deltas: [{ choice: 0, text: 'Hi ' }], ending: false });
-    expect(eventText('chat_completions', { data: '{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}' })).toEqual({ deltas: [{ choice: 0, text: 'x' }], ending: true });
+    expect(eventText('chat_completions', { data: '{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}' })).toEqual({ deltas: [{ choice: 0, text: 'x' }], ending: true, moves: [0] });
     expect(eventText('chat_completions', { data: '{"choices":[],"usage":{"prompt_tokens":1}}' })).toEqual({ deltas: [], ending: false });
     expect(eventText('chat_completions', { data: '{"error":{"code":502},"choices":[{"index":0,"delta":{"content":""},"finish_reason":"error"}]}' }).ending).toBe(true);
     expect(eventText('chat_completions', { data: '[DONE]' })).toEqual({ deltas: [], ending: true });
@@ -153,5 +153,14 @@ describe('moderatedStream: events after text', () => {
     const { before, all } = await gotBefore(events, 5, 'chat_completions');
     expect(before).toEqual(events.slice(0, 5));
     expect(all).toEqual(events);
+  });
+});
+
+describe('moderatedStream: n > 1', () => {
+  it('a check at one choice\'s finish waits while another choice ends inside a word: attack + ers is not the word attack', async () => {
+    const two = (choice: number, content: string, finish?: string): SseEvent => ({ data: JSON.stringify({ choices: [{ index: choice, delta: { content }, ...(finish ? { finish_reason: finish } : {}) }] }) });
+    const events = [two(0, 'Calm.'), two(1, 'Plan for the attack'), two(0, '', 'stop'), two(1, 'ers, who ran.'), two(1, '', 'stop'), { data: '[DONE]' }];
+    expect(await moderated(events, 'chat_completions', 500)).toEqual(events);
+    expect(blocked(await moderated([two(0, 'Calm.'), two(1, 'Plan the attack'), two(0, '', 'stop'), two(1, ' now.', 'stop')], 'chat_completions', 500))).toBe(true);
   });
 });
