@@ -277,6 +277,19 @@ describe('chatToMessagesResponse', () => {
     }
   });
 
+  it("gives Claude's thinking_blocks (LiteLLM's shape) as thinking blocks with their signature, redacted thinking too", () => {
+    const thinking_blocks = [
+      { type: 'thinking', thinking: 'Plan.', signature: 'SIG1' },
+      { type: 'redacted_thinking', data: 'ENC' },
+      { type: 'thinking', thinking: 'Check.', signature: 'SIG2' },
+    ];
+    const out = chatToMessagesResponse(completion({ content: 'Yes', reasoning_content: 'Plan.Check.', thinking_blocks }, 'stop'));
+    expect(out.content).toEqual([...thinking_blocks, { type: 'text', text: 'Yes' }]);
+    // Without reasoning_content beside them, and unsigned: one unsigned block of their text.
+    const unsigned = chatToMessagesResponse(completion({ content: 'Yes', thinking_blocks: [{ type: 'thinking', thinking: 'Hmm.', signature: null }] }, 'stop'));
+    expect(unsigned.content).toEqual([{ type: 'thinking', thinking: 'Hmm.', signature: '' }, { type: 'text', text: 'Yes' }]);
+  });
+
   it('says stop_sequence with the sequence when the provider names it (vLLM stop_reason, SGLang matched_stop); end_turn when it does not', () => {
     for (const named of [{ stop_reason: '###' }, { matched_stop: '###' }]) {
       const out = chatToMessagesResponse(completion({ content: 'Yes' }, 'stop', { choices: [{ index: 0, message: { role: 'assistant', content: 'Yes' }, finish_reason: 'stop', ...named }] }));

@@ -742,6 +742,31 @@ describe('official SDKs', () => {
     expect(final.content).toEqual(expected);
   });
 
+  it("gives Claude's thinking_blocks from a chat stream (LiteLLM's) as the thinking block's signature_delta and redacted_thinking; the Anthropic SDK keeps them", async () => {
+    // LiteLLM's shape: each thinking_delta as reasoning_content and a one-piece thinking_blocks, the signature alone.
+    const piece = (thinking: string) => cc({ reasoning_content: thinking, thinking_blocks: [{ type: 'thinking', thinking, signature: null }] });
+    const chunks = [
+      cc({ role: 'assistant' }),
+      piece('Plan'),
+      piece(' it.'),
+      cc({ reasoning_content: '', thinking_blocks: [{ type: 'thinking', thinking: '', signature: 'EqSig' }] }),
+      cc({ thinking_blocks: [{ type: 'redacted_thinking', data: 'ENC' }] }),
+      cc({ content: 'Done.' }),
+      cc({}, 'stop'),
+      DONE,
+    ];
+    const events = run(chatToMessagesStream(), chunks);
+    const expected = [
+      { type: 'thinking', thinking: 'Plan it.', signature: 'EqSig' },
+      { type: 'redacted_thinking', data: 'ENC' },
+      { type: 'text', text: 'Done.' },
+    ];
+    expect(accumulateMessages(events).content).toEqual(expected);
+    const client = new Anthropic({ apiKey: 'k', baseURL: 'http://gateway.test', fetch: sseFetch([...events, DONE]), maxRetries: 0 });
+    const final = await client.messages.stream({ model: 'm', max_tokens: 100, messages: [{ role: 'user', content: 'hi' }] }).finalMessage();
+    expect(final.content).toEqual(expected);
+  });
+
   it('says stop_sequence in message_delta when the finish chunk names the sequence (vLLM); the Anthropic SDK reads it', async () => {
     const finish = (extra: Obj): SseEvent =>
       ({ data: JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 0, model: 'm', choices: [{ index: 0, delta: {}, finish_reason: 'stop', ...extra }] }) });

@@ -258,11 +258,41 @@ export function signedThinkingOf(details: unknown): Obj[] {
   return out;
 }
 
-/** Chat `reasoning` (or the `reasoning_content` some providers use) of a message or delta. */
+/**
+ * LiteLLM's Claude thinking (`thinking_blocks`: `{type: "thinking", thinking, signature}` or
+ * `{type: "redacted_thinking", data}`, in a message or, one piece at a time, in a stream's delta) as
+ * `reasoning_details` entries, so that both shapes are read by one rule.
+ *
+ * @example detailsOfThinkingBlocks([{ type: 'redacted_thinking', data: 'E' }]) // [{ type: 'reasoning.encrypted', data: 'E' }]
+ */
+export function detailsOfThinkingBlocks(blocks: unknown): Obj[] {
+  if (!Array.isArray(blocks)) return [];
+  const out: Obj[] = [];
+  for (const b of blocks) {
+    if (!isObj(b)) continue;
+    if (b.type === 'thinking') {
+      out.push({ type: 'reasoning.text', text: typeof b.thinking === 'string' ? b.thinking : '', ...(typeof b.signature === 'string' ? { signature: b.signature } : {}) });
+    } else if (b.type === 'redacted_thinking') out.push({ type: 'reasoning.encrypted', data: b.data });
+  }
+  return out;
+}
+
+/** The signed reasoning of a chat message or delta: `reasoning_details` (OpenRouter's), else `thinking_blocks` (LiteLLM's). */
+export function claudeDetailsOf(m: Obj): unknown[] {
+  if (Array.isArray(m.reasoning_details) && m.reasoning_details.length > 0) return m.reasoning_details;
+  return detailsOfThinkingBlocks(m.thinking_blocks);
+}
+
+/**
+ * Chat `reasoning` (or the `reasoning_content` some providers use) of a message or delta; else the text of its
+ * `thinking_blocks` (LiteLLM sends `reasoning_content` beside them, a server copying its shape may not).
+ */
 export function reasoningOf(m: Obj): string {
   if (typeof m.reasoning === 'string') return m.reasoning;
   if (typeof m.reasoning_content === 'string') return m.reasoning_content;
-  return '';
+  return detailsOfThinkingBlocks(m.thinking_blocks)
+    .map((d) => (d.type === 'reasoning.text' ? d.text : ''))
+    .join('');
 }
 
 /** A chat.completion object → an Anthropic-style message. */
@@ -275,7 +305,7 @@ export function chatToMessagesResponse(body: Record<string, any>): Record<string
   }
   const message: Obj = isObj(choice.message) ? choice.message : {};
   const content: Obj[] = [];
-  const signed = signedThinkingOf(message.reasoning_details);
+  const signed = signedThinkingOf(claudeDetailsOf(message));
   const reasoning = reasoningOf(message);
   // Reasoning text the details do not carry (only redacted thinking there) stays an unsigned block.
   if (reasoning && !signed.some((b) => b.type === 'thinking')) content.push({ type: 'thinking', thinking: reasoning, signature: '' });

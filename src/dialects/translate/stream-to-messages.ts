@@ -1,6 +1,6 @@
 import type { SseEvent } from '../../pipeline/types';
 import { isObj, type Obj } from '../common';
-import { chatErrorToMessages, chatUsageToMessages, contentText, isClaudeDetail, matchedStop, reasoningOf, refusalDetails, stopReasonOf, tierToMessages, toolUseId } from './response';
+import { chatErrorToMessages, chatUsageToMessages, claudeDetailsOf, contentText, isClaudeDetail, matchedStop, reasoningOf, refusalDetails, stopReasonOf, tierToMessages, toolUseId } from './response';
 import { parse, type StreamTranslator } from './stream-common';
 
 // ---------------------------------------------------------------------------------------------------
@@ -92,7 +92,7 @@ export function chatToMessagesStream(): StreamTranslator {
   };
   /**
    * Claude's signed reasoning in `reasoning_details` (OpenRouter's stream: the text comes in `reasoning` as well,
-   * the signature in a later entry of the same block): a signature goes to the open thinking block as its
+   * the signature in a later entry of the same block; LiteLLM's `thinking_blocks` alike): a signature goes to the open thinking block as its
    * `signature_delta`, encrypted reasoning is a `redacted_thinking` block. A signature with no thinking block
    * open (its text was followed by other output already) is left out, as all had been: a block cannot be
    * reopened. The entries' text is not read; `reasoning` carries it.
@@ -283,12 +283,10 @@ export function chatToMessagesStream(): StreamTranslator {
         if (holding()) held.push({ thinking: true, text: reasoning });
         else emitReasoning(out, reasoning);
       }
-      if (Array.isArray(d.reasoning_details)) {
-        for (const detail of d.reasoning_details) {
-          if (!isClaudeDetail(detail)) continue;
-          if (holding()) held.push({ detail });
-          else emitSigned(out, detail);
-        }
+      for (const detail of claudeDetailsOf(d)) {
+        if (!isClaudeDetail(detail)) continue;
+        if (holding()) held.push({ detail });
+        else emitSigned(out, detail);
       }
       const text = contentText(d.content);
       if (text) {
