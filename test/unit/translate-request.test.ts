@@ -421,6 +421,34 @@ describe('chat → messages: reasoning', () => {
     ]);
   });
 
+  it("replays only Claude's signed reasoning (another model's signature is refused by the Messages API), from reasoning_details or LiteLLM's thinking_blocks", () => {
+    const history = (assistant: Body) => toMessages({ messages: [{ role: 'user', content: 'q' }, { role: 'assistant', content: 'a', ...assistant }] }).messages[1].content;
+    expect(
+      history({
+        reasoning_details: [
+          { type: 'reasoning.text', text: 'gemini', signature: 'g-sig', format: 'google-gemini-v1' },
+          { type: 'reasoning.encrypted', data: 'o-enc', format: 'openai-responses-v1' },
+          { type: 'reasoning.text', text: 'claude', signature: 'c-sig', format: 'anthropic-claude-v1' },
+        ],
+      }),
+    ).toEqual([
+      { type: 'thinking', thinking: 'claude', signature: 'c-sig' },
+      { type: 'text', text: 'a' },
+    ]);
+    expect(
+      history({
+        thinking_blocks: [
+          { type: 'thinking', thinking: 't', signature: 's' },
+          { type: 'redacted_thinking', data: 'r' },
+        ],
+      }),
+    ).toEqual([
+      { type: 'thinking', thinking: 't', signature: 's' },
+      { type: 'redacted_thinking', data: 'r' },
+      { type: 'text', text: 'a' },
+    ]);
+  });
+
   const loop = (details?: Body[]) => [
     { role: 'user', content: 'q' },
     { role: 'assistant', content: null, reasoning_details: details, tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{}' } }] },

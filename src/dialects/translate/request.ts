@@ -29,7 +29,8 @@
  *   Else `output_config.effort` → `reasoning_effort` as is; else thinking enabled → `reasoning_effort` by
  *   budget: ≤ 2048 low, ≤ 8192 medium, above high. Adaptive or between_tools thinking alone → nothing (provider
  *   default). `display` and `block_binding` have no chat form and are dropped.
- * - History reasoning: chat assistant `reasoning_details` entries of type `reasoning.text` with a signature
+ * - History reasoning: chat assistant `reasoning_details` (or LiteLLM's `thinking_blocks`) entries of Claude's
+ *   format (`anthropic-claude-v1`, or none named) of type `reasoning.text` with a signature
  *   become thinking blocks (`reasoning.encrypted` → redacted_thinking); unsigned reasoning text is dropped.
  *   messages thinking/redacted_thinking blocks are dropped going to chat (chat has no input form).
  * - temperature: chat 0..2 → messages 0..1 by clamping values above 1 to 1 (no rescaling).
@@ -57,6 +58,7 @@
 import { GatewayError } from '../../errors/gateway-error';
 import { isObj, type Obj } from '../common';
 import { blockToChatParts, chatContent, chatPartToBlock, chatTextBlocks, invalid } from './content';
+import { claudeDetailsOf, isClaudeDetail } from './response';
 
 /** Reasoning effort → thinking budget (messages → chat uses budgetToEffort). */
 export const EFFORT_BUDGET: Readonly<Record<string, number>> = {
@@ -199,14 +201,15 @@ function userBlocks(content: unknown, where: string): Obj[] {
 function assistantBlocks(m: Obj, i: number): Obj[] {
   const where = `messages[${i}]`;
   const blocks: Obj[] = [];
-  if (Array.isArray(m.reasoning_details)) {
-    for (const d of m.reasoning_details) {
-      if (!isObj(d)) continue;
-      if (d.type === 'reasoning.text' && typeof d.text === 'string' && typeof d.signature === 'string' && d.signature) {
-        blocks.push({ type: 'thinking', thinking: d.text, signature: d.signature });
-      } else if (d.type === 'reasoning.encrypted' && typeof d.data === 'string') {
-        blocks.push({ type: 'redacted_thinking', data: d.data });
-      }
+  // Claude's signed reasoning only (`reasoning_details`, or LiteLLM's `thinking_blocks`): another model's
+  // signature (Gemini's, OpenAI's encrypted reasoning) had been replayed as a thinking block, which the Messages
+  // API refuses (it checks a signature it did not make), and LiteLLM's shape had been dropped.
+  for (const d of claudeDetailsOf(m)) {
+    if (!isClaudeDetail(d)) continue;
+    if (d.type === 'reasoning.text' && typeof d.text === 'string' && typeof d.signature === 'string' && d.signature) {
+      blocks.push({ type: 'thinking', thinking: d.text, signature: d.signature });
+    } else if (d.type === 'reasoning.encrypted' && typeof d.data === 'string') {
+      blocks.push({ type: 'redacted_thinking', data: d.data });
     }
   }
   // Assistant parts are text or refusal; a refusal part is not something to replay. Text that is only
