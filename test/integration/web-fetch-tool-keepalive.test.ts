@@ -145,11 +145,22 @@ describe('gateway:web_fetch streams get the keep-alive while the loop works (ser
     const held = gate();
     t.upstream.scripts.set('gpt-upstream', [{ kind: 'hold', until: held.until }]);
     t.upstream.always.set('claude-upstream', { kind: 'status', status: 400, body: { type: 'error', error: { type: 'invalid_request_error', message: 'bad' } } });
-    const pending = post(`${g.url}/chat/completions`, g.key, { model: 'fake/gpt', stream: true, tools: [SERVER_TOOL], messages: [{ role: 'user', content: 'hi' }] });
-    setTimeout(held.open, 100); // with a keep-alive at 20 ms started too early, that would have been comments
-    const r = await pending;
-    expect(r.status).toBe(200);
-    expect(r.text).not.toContain('keepalive');
+    // The headers may only come once the held turn is answered. Comments after that are allowed (the provider
+    // accepted): on a loaded machine the answer may take longer than 20 ms to begin, so the body is not checked for them.
+    let answered = false;
+    let headersEarly: boolean | undefined;
+    const opening = openRaw(g, 'chat/completions', { model: 'fake/gpt', tools: [SERVER_TOOL], messages: [{ role: 'user', content: 'hi' }] });
+    void opening.then(() => (headersEarly ??= !answered), () => undefined);
+    await expect.poll(() => t.upstream.received.length).toBe(1);
+    // Five keep-alive intervals with the turn held: a keep-alive started too early would have sent the 200 and comments.
+    await new Promise((r) => setTimeout(r, 100));
+    answered = true;
+    held.open();
+    const s = await within(5000, opening);
+    expect(headersEarly).toBe(false);
+    expect(s.res.status).toBe(200);
+    const chunks = sseEvents((await s.done).replaceAll(KEEPALIVE, '')).filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+    expect(chunks.map((c) => c.choices[0]?.delta?.content ?? '').join('')).toBe('Hello from the fake upstream.');
     const refused = await post(`${g.url}/messages`, g.key, { model: 'fake/claude', max_tokens: 5, stream: true, tools: [SERVER_TOOL], messages: [{ role: 'user', content: 'hi' }] });
     expect(refused.status).toBe(400);
     expect(refused.json).toMatchObject({ type: 'error', error: { type: 'invalid_request_error' } });
