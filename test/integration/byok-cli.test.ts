@@ -104,7 +104,7 @@ describe('gateway byok', () => {
     // A missing key is exit 1 without the usage text, as `keys revoke` of a missing key (it was exit 2 with usage).
     expect(again.code).toBe(1);
     expect(again.stderr).toBe('error: workspace default has no key for provider up-openai (see byok list)\n');
-  });
+  }, 60_000); // eight CLI processes one after another: past the default 20 s on a loaded machine
 
   it('a key set with the CLI is what a running gateway sends upstream', async () => {
     const s = setup();

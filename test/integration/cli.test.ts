@@ -257,7 +257,7 @@ describe('serve', () => {
     expect(second.proc.stdout).not.toMatch(/sk-gw-v1-/);
     expect((await get(`${second.url}/key`, key)).status).toBe(200);
     expect(await second.proc.stop()).toBe(0);
-  });
+  }, 60_000); // two gateway starts and stops one after another: past the default 20 s on a loaded machine
 
   it('exits 0 on SIGTERM, also with a keep-alive connection open', async () => {
     const { dir, file } = configDir();
@@ -469,7 +469,7 @@ describe('keys and credits', () => {
       const row = (await cli('keys', 'list')).stdout.split('\n').find((l) => l.includes(`sk-gw-v1-...${key.slice(-4)}`));
       expect(row?.split('\t').at(-1), given).toBe(stored);
     }
-  });
+  }, 60_000); // eight CLI processes one after another: past the default 20 s on a loaded machine
 
   it.each([
     ['a bad --limit-reset', ['--limit', '5', '--limit-reset', 'yearly'], '--limit-reset must be'],
@@ -531,7 +531,7 @@ describe('keys and credits', () => {
     const unknown = await cli('keys', 'revoke', '00000000-0000-0000-0000-000000000000');
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toBe('error: no active key with id 00000000-0000-0000-0000-000000000000 (see keys list)\n'); // no usage text: the command was right
-  });
+  }, 60_000); // six CLI processes, a gateway start and up to 8 s of polling: past the default 20 s on a loaded machine
 
   it('keys revoke given the key itself, not its id, shows it masked (the whole key was echoed on stderr); so does any error quoting an argument', async () => {
     const { key } = await create('--name', 'pasted');
@@ -543,7 +543,7 @@ describe('keys and credits', () => {
     expect(extra.code).toBe(2);
     expect(extra.stderr.split('\n')[0]).toBe(`unexpected argument "sk-gw-v1-...${key.slice(-4)}" after "keys list" (options start with --, e.g. --config PATH)`);
     expect((await get(`${url}/key`, key)).status).toBe(200);
-  });
+  }, 60_000); // four CLI processes one after another: past the default 20 s on a loaded machine
 
   it('credits add prints the balance; a bad --usd exits 2', async () => {
     // Earlier tests spent credits, so the balance is read, not assumed.
