@@ -327,10 +327,14 @@ describe('circuit breaker and sticky sessions', () => {
     upstream.always.clear();
     await new Promise((r) => setTimeout(r, 80)); // past the cooldown: half-open
     expect(gw.gateway.health.state('pa/up-a')).toBe('half_open');
+    // A probe out expires after one cooldown: made long (as a reload would), so on a loaded machine the held
+    // probe is still out while the others are served.
+    gw.gateway.health.configure({ failureThreshold: 2, cooldownMs: 60_000 });
     let release!: () => void;
     upstream.scripts.set('up-a', [{ kind: 'hold', until: new Promise<void>((r) => (release = r)) }]);
     const n = upstream.received.length;
     const probe = ask({ model: 'r/pair' });
+    await expect.poll(() => seen(n)).toEqual(['up-a']); // the probe is out before the others are sent
     const others = await Promise.all([ask({ model: 'r/pair' }), ask({ model: 'r/pair' })]);
     // While the probe is held, the two others were served by pb; pa saw the probe alone.
     expect(others.map((r) => r.json.provider)).toEqual(['pb', 'pb']);
