@@ -9,11 +9,15 @@ import { configReloader } from '../../src/config/reload';
 import { GatewayError } from '../../src/errors/gateway-error';
 import type { SseEvent, StageDefinition } from '../../src/pipeline/types';
 import { ledgerRowSoon, post, sseEvents, startTestGateway, testConfigYaml, type TestGateway } from '../fixtures/gateway';
+import { gate } from '../fixtures/raw-stream';
 
 /**
  * A plugin with the bugs a plugin author makes, one per `x-mb` header value: what the client, the log and the
  * ledger get. Found by a plugin-author audit (each case failed before its fix).
  */
+/** `slow-after`: opened once the stage, the provider having answered, begins its 600 ms sleep (a new one per test). */
+let slowAfterSleeps = gate();
+
 const misbehave: StageDefinition<{ label: string }> = {
   id: 'misbehave',
   configSchema: { type: 'object', additionalProperties: false, properties: { label: { type: 'string', default: '' } } },
@@ -37,7 +41,10 @@ const misbehave: StageDefinition<{ label: string }> = {
       }
       await next();
       if (mode === 'throw-after') throw new GatewayError('invalid_request', 'refused after the provider answered');
-      if (mode === 'slow-after') await new Promise((r) => setTimeout(r, 600));
+      if (mode === 'slow-after') {
+        slowAfterSleeps.open();
+        await new Promise((r) => setTimeout(r, 600));
+      }
       if (mode === 'status-999') ctx.state.gateway.response!.status = 999;
       if (mode === 'kind-xml') (ctx.state.gateway.response as { kind: string }).kind = 'xml';
       const response = ctx.state.gateway.response;
@@ -188,6 +195,7 @@ describe('a stage that misbehaves', () => {
 
   it('is slow after the provider answered while the client leaves: logged 499 cancelled, not 200 completed, and no error line', async () => {
     const before = gw.logs.length;
+    slowAfterSleeps = gate();
     const id = await new Promise<string>((resolve, reject) => {
       const body = JSON.stringify({ model: 'sim/chat', messages: [{ role: 'user', content: 'hi' }] });
       const url = new URL(`${gw.url}/chat/completions`);
@@ -197,11 +205,11 @@ describe('a stage that misbehaves', () => {
       );
       req.on('error', () => undefined);
       req.end(body);
-      // Gone once the provider has answered (the simulated one answers at once) and the stage is sleeping.
-      setTimeout(() => {
+      // Gone once the provider has answered and the stage is sleeping (a fixed 250 ms had come too early or too late on a loaded machine).
+      void slowAfterSleeps.until.then(() => {
         req.destroy();
         resolve('');
-      }, 250);
+      });
     });
     expect(id).toBe('');
     let access: string | undefined;
@@ -215,11 +223,13 @@ describe('a stage that misbehaves', () => {
 
   it('is slow after a stream began while the client leaves: the stream is never written, and its row is cancelled with what the provider had sent (it was 0)', async () => {
     const before = gw.logs.length;
+    slowAfterSleeps = gate();
     const url = new URL(`${gw.url}/chat/completions`);
     const req = request({ host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${gw.key}`, 'x-mb': 'slow-after' } });
     req.on('error', () => undefined);
     req.end(JSON.stringify({ model: 'sim/chat', stream: true, messages: [{ role: 'user', content: 'hi' }] }));
-    setTimeout(() => req.destroy(), 250); // the stream has begun and the stage is sleeping
+    await slowAfterSleeps.until; // the stream has begun and the stage is sleeping
+    req.destroy();
     let access: string | undefined;
     for (let i = 0; i < 100 && !access; i++) {
       await new Promise((r) => setTimeout(r, 20));
