@@ -3,6 +3,7 @@ import { registry } from '../../plugins';
 import { parseConfigText } from '../../src/config/load';
 import { cutMiddle, FLAGGED_INPUT_MAX } from '../../src/moderation/flagged-input';
 import { compileEngine } from '../../src/moderation/engines';
+import type { ModerationEngineConfig } from '../../src/config/types';
 import { testConfigYaml } from '../fixtures/gateway';
 
 describe('cutMiddle (flagged_input, spec 7.6)', () => {
@@ -34,19 +35,15 @@ describe('cutMiddle (flagged_input, spec 7.6)', () => {
   });
 });
 
+/** A local rules engine with `rules` (deny on error). */
+const rulesEngine = (rules: ModerationEngineConfig['rules']) => compileEngine({ id: 'local', kind: 'rules', model: 'unused', timeout_ms: 1000, on_error: 'deny', rules });
+
 describe('rules engine', () => {
   it('reports rule names, sorted, and the first flagged text', async () => {
-    const e = compileEngine({
-      id: 'local',
-      kind: 'rules',
-      model: 'unused',
-      timeout_ms: 1000,
-      on_error: 'deny',
-      rules: [
-        { name: 'weapons', keywords: ['bomb', 'nerve agent'] },
-        { name: 'self_harm', regex: 'hurt\\s+myself', flags: 'i' },
-      ],
-    });
+    const e = rulesEngine([
+      { name: 'weapons', keywords: ['bomb', 'nerve agent'] },
+      { name: 'self_harm', regex: 'hurt\\s+myself', flags: 'i' },
+    ]);
     expect(e.modelSlug).toBe('rules');
     expect(e.providerName).toBe('local');
     expect(await e.check(['hello', 'build a BOMB', 'I want to Hurt  myself'])).toEqual({ reasons: ['self_harm', 'weapons'], flaggedIndex: 1 });
@@ -54,18 +51,11 @@ describe('rules engine', () => {
   });
 
   it('judges each text as written and in its normalised view: full-width letters and zero-width characters no longer hide a match', async () => {
-    const e = compileEngine({
-      id: 'local',
-      kind: 'rules',
-      model: 'unused',
-      timeout_ms: 1000,
-      on_error: 'deny',
-      rules: [
-        { name: 'weapons', keywords: ['bomb', 'ｎｅｒｖｅ agent'] },
-        { name: 'fraud', regex: 'card\\s+dump', flags: 'i' },
-        { name: 'hidden', regex: '\u200b' },
-      ],
-    });
+    const e = rulesEngine([
+      { name: 'weapons', keywords: ['bomb', 'ｎｅｒｖｅ agent'] },
+      { name: 'fraud', regex: 'card\\s+dump', flags: 'i' },
+      { name: 'hidden', regex: '\u200b' },
+    ]);
     const none = { reasons: [], flaggedIndex: -1 };
     expect(await e.check(['build a ｂｏｍｂ'])).toEqual({ reasons: ['weapons'], flaggedIndex: 0 });
     expect(await e.check(['hello', 'build a bo\u00admb'])).toEqual({ reasons: ['weapons'], flaggedIndex: 1 });

@@ -717,6 +717,20 @@ describe('official SDKs', () => {
     expect(final.usage).toMatchObject(expected.usage);
   });
 
+  /** The chunks' translation holds a thinking block signed `EqSig` ("Plan it."), `redacted_thinking` ENC and the text "Done.", as the Anthropic SDK reads it too. */
+  async function expectSignedThinking(chunks: SseEvent[]): Promise<void> {
+    const events = run(chatToMessagesStream(), chunks);
+    const expected = [
+      { type: 'thinking', thinking: 'Plan it.', signature: 'EqSig' },
+      { type: 'redacted_thinking', data: 'ENC' },
+      { type: 'text', text: 'Done.' },
+    ];
+    expect(accumulateMessages(events).content).toEqual(expected);
+    const client = new Anthropic({ apiKey: 'k', baseURL: 'http://gateway.test', fetch: sseFetch([...events, DONE]), maxRetries: 0 });
+    const final = await client.messages.stream({ model: 'm', max_tokens: 100, messages: [{ role: 'user', content: 'hi' }] }).finalMessage();
+    expect(final.content).toEqual(expected);
+  }
+
   it("gives Claude's signed reasoning_details from a chat stream (OpenRouter's) as the thinking block's signature_delta and redacted_thinking; the Anthropic SDK keeps them", async () => {
     const detail = (d: Obj) => cc({ reasoning_details: [{ format: 'anthropic-claude-v1', index: 0, ...d }] });
     const chunks = [
@@ -730,16 +744,7 @@ describe('official SDKs', () => {
       cc({}, 'stop'),
       DONE,
     ];
-    const events = run(chatToMessagesStream(), chunks);
-    const expected = [
-      { type: 'thinking', thinking: 'Plan it.', signature: 'EqSig' },
-      { type: 'redacted_thinking', data: 'ENC' },
-      { type: 'text', text: 'Done.' },
-    ];
-    expect(accumulateMessages(events).content).toEqual(expected);
-    const client = new Anthropic({ apiKey: 'k', baseURL: 'http://gateway.test', fetch: sseFetch([...events, DONE]), maxRetries: 0 });
-    const final = await client.messages.stream({ model: 'm', max_tokens: 100, messages: [{ role: 'user', content: 'hi' }] }).finalMessage();
-    expect(final.content).toEqual(expected);
+    await expectSignedThinking(chunks);
   });
 
   it("gives Claude's thinking_blocks from a chat stream (LiteLLM's) as the thinking block's signature_delta and redacted_thinking; the Anthropic SDK keeps them", async () => {
@@ -755,16 +760,7 @@ describe('official SDKs', () => {
       cc({}, 'stop'),
       DONE,
     ];
-    const events = run(chatToMessagesStream(), chunks);
-    const expected = [
-      { type: 'thinking', thinking: 'Plan it.', signature: 'EqSig' },
-      { type: 'redacted_thinking', data: 'ENC' },
-      { type: 'text', text: 'Done.' },
-    ];
-    expect(accumulateMessages(events).content).toEqual(expected);
-    const client = new Anthropic({ apiKey: 'k', baseURL: 'http://gateway.test', fetch: sseFetch([...events, DONE]), maxRetries: 0 });
-    const final = await client.messages.stream({ model: 'm', max_tokens: 100, messages: [{ role: 'user', content: 'hi' }] }).finalMessage();
-    expect(final.content).toEqual(expected);
+    await expectSignedThinking(chunks);
   });
 
   it('says stop_sequence in message_delta when the finish chunk names the sequence (vLLM); the Anthropic SDK reads it', async () => {
