@@ -1,3 +1,5 @@
+import { isHttpUrl } from '../net/http-url';
+
 /**
  * Checks on what a job-style video upstream answers, before any of it is stored or shown to a client. The
  * answer is an upstream's text: both store engines must take whatever passes (PostgreSQL's text holds no NUL,
@@ -15,7 +17,6 @@ const LATEST_EXPIRY_S = 253_402_300_799;
 
 /** C0 controls, space, DEL and C1 controls. */
 const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
-const CONTROL_OR_SPACE = /[\u0000-\u0020\u007f-\u009f]/;
 
 /**
  * Why an upstream job id is not usable, or null when it is: a non-empty string of at most
@@ -39,18 +40,7 @@ export function upstreamJobIdProblem(id: unknown): string | null {
  */
 export function outputUrls(value: unknown): string[] {
   if (!Array.isArray(value)) return [];
-  return value.filter((u): u is string => typeof u === 'string' && isContentUrl(u));
-}
-
-function isContentUrl(u: string): boolean {
-  if (u.length > MAX_OUTPUT_URL_CHARS || CONTROL_OR_SPACE.test(u)) return false;
-  let url: URL;
-  try {
-    url = new URL(u);
-  } catch {
-    return false;
-  }
-  return (url.protocol === 'http:' || url.protocol === 'https:') && url.hostname !== '';
+  return value.filter((u): u is string => typeof u === 'string' && u.length <= MAX_OUTPUT_URL_CHARS && isHttpUrl(u));
 }
 
 /**

@@ -1,3 +1,4 @@
+import { isHttpUrl } from '../net/http-url';
 import { Agent, request } from '../net/undici-parts';
 import { credentialsIn, scrubbed, withoutCredentials } from '../providers/credentials';
 
@@ -102,15 +103,6 @@ async function fetchJson(url: string, options: Call, io: { agent: Agent; timeout
     // 10.0.3.7:8080`), the operator's own network, and it reached any client (the 502's message, the record).
     throw new SearchFailed('network', `search backend unreachable${code ? ` (${code})` : ''}`);
   }
-}
-
-/**
- * An http(s) URL as it may go to the model and the client: one that parses, with nothing that is no part of a
- * URL (whitespace, control characters). `https://a.example/\n[9] …` had passed on its `https://` prefix and
- * written a source line of its own into the prompt, and a citation `url` no client could open.
- */
-function isHttpUrl(url: unknown): url is string {
-  return typeof url === 'string' && /^https?:\/\/[^\s\x00-\x1f\x7f]+$/i.test(url) && URL.canParse(url);
 }
 
 /** Results with an http(s) `url` (isHttpUrl); others are dropped. SearXNG calls the snippet `content`. */

@@ -1,7 +1,7 @@
 import { hash } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
 import type { ModelConfig, ModelEndpointConfig, Pricing } from '../config/types';
-import { choiceCount } from '../dialects/common';
+import { choiceCount, isObj } from '../dialects/common';
 import { requestedModels } from '../routing/candidates';
 
 /**
@@ -157,10 +157,8 @@ export function inputTokens(body: Record<string, unknown>, countText: (text: str
   return tokens;
 }
 
-const isObject = (v: unknown): v is Record<string, unknown> => !!v && typeof v === 'object' && !Array.isArray(v);
-
-/** Bytes a base64 text decodes to (padding aside). */
-const base64Bytes = (data: string) => Math.floor((data.length * 3) / 4);
+/** Bytes `chars` characters of base64 decode to (padding aside). */
+const base64Bytes = (chars: number) => Math.floor((chars * 3) / 4);
 
 const fileTokens = (bytes: number) => Math.min(FILE_MAX_TOKENS, Math.max(FILE_MIN_TOKENS, Math.ceil(bytes / FILE_BYTES_PER_TOKEN)));
 
@@ -172,13 +170,13 @@ const fileTokens = (bytes: number) => Math.min(FILE_MAX_TOKENS, Math.max(FILE_MI
  * `input_audio`.
  */
 function attachmentTokens(o: Record<string, unknown>): number | undefined {
-  if (o.type === 'document' && isObject(o.source) && o.source.type === 'base64' && typeof o.source.data === 'string') return fileTokens(base64Bytes(o.source.data));
-  if (o.type === 'input_audio' && isObject(o.input_audio) && typeof o.input_audio.data === 'string') return Math.ceil(base64Bytes(o.input_audio.data) / AUDIO_BYTES_PER_TOKEN);
-  if (o.type !== 'file' || !isObject(o.file) || typeof o.file.file_data !== 'string') return undefined;
+  if (o.type === 'document' && isObj(o.source) && o.source.type === 'base64' && typeof o.source.data === 'string') return fileTokens(base64Bytes(o.source.data.length));
+  if (o.type === 'input_audio' && isObj(o.input_audio) && typeof o.input_audio.data === 'string') return Math.ceil(base64Bytes(o.input_audio.data.length) / AUDIO_BYTES_PER_TOKEN);
+  if (o.type !== 'file' || !isObj(o.file) || typeof o.file.file_data !== 'string') return undefined;
   const data = o.file.file_data;
   if (/^https?:\/\//i.test(data)) return undefined;
   const prefix = /^data:([^;,]*)[^,]*,/i.exec(data.slice(0, 200));
-  const bytes = Math.floor(((data.length - (prefix?.[0].length ?? 0)) * 3) / 4);
+  const bytes = base64Bytes(data.length - (prefix?.[0].length ?? 0));
   const mediaType = prefix?.[1].toLowerCase() ?? 'application/pdf';
   if (mediaType.startsWith('image/')) return IMAGE_TOKENS;
   if (mediaType.startsWith('text/')) return Math.ceil(bytes / 3);
