@@ -153,12 +153,23 @@ function textFindings(g: CompiledGuardrail, text: string, system: boolean): Find
   const found = spanFindings(g, text, system);
   const view = normalisedView(text);
   if (!view) return found;
-  const seen = new Set(found.map((f) => `${f.name}\0${f.start}\0${f.end}`));
-  for (const f of spanFindings(g, view.text, system)) {
-    const m = { ...f, ...view.toOriginal(f.start, f.end) };
-    if (!seen.has(`${m.name}\0${m.start}\0${m.end}`)) found.push(m);
-  }
+  addMapped(found, spanFindings(g, view.text, system), (f) => view.toOriginal(f.start, f.end));
   return found;
+}
+
+/**
+ * Adds to `found` the findings of another reading of its text (`other`), each at its place in that text
+ * (`place`; null leaves it out), unless `found` already has the same match there.
+ */
+function addMapped(found: Finding[], other: Finding[], place: (f: Finding) => { start: number; end: number } | null): void {
+  const key = (f: { name: string; start: number; end: number }) => `${f.name}\0${f.start}\0${f.end}`;
+  const seen = new Set(found.map(key));
+  for (const f of other) {
+    const at = place(f);
+    if (at === null) continue;
+    const m = { ...f, ...at };
+    if (!seen.has(key(m))) found.push(m);
+  }
 }
 
 /**
@@ -177,12 +188,10 @@ export async function checkGuardrail(g: CompiledGuardrail, slots: readonly TextS
     // of line breaks alone (nothing of the parts' own text) is no match of the text.
     if (s.spaced) {
       const { toJoined } = s.spaced;
-      const seen = new Set(found.map((f) => `${f.name}\0${f.start}\0${f.end}`));
-      for (const f of textFindings(g, s.spaced.text, s.system)) {
-        const m = { ...f, start: toJoined(f.start), end: toJoined(f.end) };
-        if ((m.start === m.end && f.start !== f.end) || seen.has(`${m.name}\0${m.start}\0${m.end}`)) continue;
-        found.push(m);
-      }
+      addMapped(found, textFindings(g, s.spaced.text, s.system), (f) => {
+        const at = { start: toJoined(f.start), end: toJoined(f.end) };
+        return at.start === at.end && f.start !== f.end ? null : at;
+      });
     }
     for (const f of found) {
       names.add(f.name);
