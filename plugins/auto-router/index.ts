@@ -3,7 +3,6 @@ import { GatewayError } from '../../src/errors/gateway-error';
 import { inferenceBody, requestPlugin } from '../../src/pipeline/request-plugins';
 import type { StageDefinition } from '../../src/pipeline/types';
 import type { ModelConfig } from '../../src/config/types';
-import type { EndpointHealth } from '../../src/routing/health';
 import { endpointKeyOf } from '../../src/routing/plan';
 import { modelPool, poolConfigProblem, pluginField, requestedMaxTokens, type PoolConfig } from '../../src/routing/model-pool';
 import type { Services } from '../../src/services';
@@ -16,11 +15,6 @@ export interface AutoRouterConfig extends PoolConfig, Thresholds {
   default_cost_tier: CostTier;
   /** How many next-ranked models follow the choice as its fallbacks (0: none). */
   fallback_models: number;
-}
-
-/** An endpoint known to be out of service: its breaker is open, or it rests after a Retry-After. */
-function knownDown(health: EndpointHealth, key: string): boolean {
-  return health.state(key) === 'open' || health.resting(key);
 }
 
 /** Whether the request names the auto model as its `model` or among its `models` (spec 4.2: either selects the model). */
@@ -80,7 +74,7 @@ export const autoRouter: StageDefinition<AutoRouterConfig, Services> = {
         }
         choice = { model: pinned, ranked: [pinned], targetTier: pinned.tier ?? 2, points: 0, reason: `pinned by pin_model: ${pinned.id}` };
       } else {
-        const down = (m: ModelConfig) => m.endpoints.every((e) => knownDown(services.health, endpointKeyOf(e.provider, e.upstream_model)));
+        const down = (m: ModelConfig) => m.endpoints.every((e) => services.health.down(endpointKeyOf(e.provider, e.upstream_model)));
         choice = chooseModel({ pool, features, costTier: costTier as CostTier, maxTokens: requestedMaxTokens(body), thresholds: config, down });
       }
       // The next-ranked models go after the choice, so that upstream's fallback between models tries them

@@ -239,6 +239,11 @@ export class EndpointHealth {
     e.restUntil = Math.max(e.restUntil ?? 0, now + wait);
   }
 
+  /** True while the endpoint is known out of service: its breaker is open, or it rests after a Retry-After. */
+  down(key: string, now: number = Date.now()): boolean {
+    return this.state(key, now) === 'open' || this.resting(key, now);
+  }
+
   /** True while a Retry-After the endpoint gave has not passed (see `rest`). */
   resting(key: string, now: number = Date.now()): boolean {
     const until = this.entries.get(key)?.restUntil;

@@ -109,7 +109,7 @@ function withShapingFirst(plan: Candidate[], body: Record<string, unknown>, clie
 function withStuckFirst(plan: Candidate[], stuck: string, deps: PlanDeps): Candidate[] {
   const index = plan.findIndex((c) => endpointKey(c) === stuck);
   // Within its own model only: the session's endpoint never jumps ahead of the model the request names first.
-  if (index <= 0 || plan[index].model.id !== plan[0].model.id || deps.health.state(stuck) === 'open' || deps.health.resting(stuck)) return plan;
+  if (index <= 0 || plan[index].model.id !== plan[0].model.id || deps.health.down(stuck)) return plan;
   return [plan[index], ...plan.slice(0, index), ...plan.slice(index + 1)];
 }
 

@@ -146,7 +146,7 @@ export function planRoute<C>(input: PlanInput<C>): C[] {
   const all: Item<C>[] = input.candidates.map((c, idx) => {
     const key = input.keyOf(c);
     const state = input.health.state(key, now);
-    return { c, f: input.facts(c), key, state, last: state === 'open' || input.health.resting(key, now), idx };
+    return { c, f: input.facts(c), key, state, last: input.health.down(key, now), idx };
   });
   const models = [...new Set(all.map((i) => i.f.model))];
   const filtered: Record<FilterName, number> = {
